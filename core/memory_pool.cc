@@ -1,0 +1,318 @@
+#include "core/memory_pool.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/mutex.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define SLUICE_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define SLUICE_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define SLUICE_POISON(p, n) ((void)(p), (void)(n))
+#define SLUICE_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+namespace sluice {
+namespace {
+
+constexpr uint8_t kPoison = 0xDB;
+constexpr size_t kMaxRecordedProblems = 16;
+
+std::atomic<uint64_t> next_pool_id{1};
+
+}  // namespace
+
+struct MemoryPool::Shared {
+  explicit Shared(const MemoryPoolOptions& o)
+      : options(o), id(next_pool_id.fetch_add(1, std::memory_order_relaxed)) {
+    if (options.block_size == 0) options.block_size = 4096;
+    if (options.blocks_per_slab == 0) options.blocks_per_slab = 1;
+  }
+
+  // Takes up to `n` free blocks into `out`, carving a new slab if needed.
+  void TakeBatch(std::vector<uint8_t*>* out, size_t n) {
+    MutexLock lock(&mu);
+    if (free_blocks.size() < n) AddSlab();
+    size_t take = std::min(n, free_blocks.size());
+    out->insert(out->end(), free_blocks.end() - static_cast<ptrdiff_t>(take), free_blocks.end());
+    free_blocks.resize(free_blocks.size() - take);
+  }
+
+  void GiveBatch(uint8_t* const* blocks, size_t n) {
+    MutexLock lock(&mu);
+    free_blocks.insert(free_blocks.end(), blocks, blocks + n);
+  }
+
+  void AddSlab() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    size_t bytes = options.block_size * options.blocks_per_slab;
+    slabs.emplace_back(new uint8_t[bytes]);
+    uint8_t* base = slabs.back().get();
+    SLUICE_POISON(base, bytes);
+    for (size_t i = options.blocks_per_slab; i-- > 0;) {
+      free_blocks.push_back(base + i * options.block_size);
+    }
+    stats_slabs.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  void RecordProblem(std::string what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (problems.size() < kMaxRecordedProblems) problems.push_back(std::move(what));
+  }
+
+  // Checks that a quarantined block still holds the poison pattern.
+  bool StillPoisoned(uint8_t* block) {
+    SLUICE_UNPOISON(block, options.block_size);
+    bool clean = true;
+    for (size_t i = 0; i < options.block_size; ++i) {
+      if (block[i] != kPoison) {
+        clean = false;
+        break;
+      }
+    }
+    SLUICE_POISON(block, options.block_size);
+    return clean;
+  }
+
+  MemoryPoolOptions options;
+  const uint64_t id;
+
+  Mutex mu;
+  std::vector<uint8_t*> free_blocks ABSL_GUARDED_BY(mu);
+  std::vector<std::unique_ptr<uint8_t[]>> slabs ABSL_GUARDED_BY(mu);
+
+  // Diagnostic mode: every pooled block's state (true = rented), returned
+  // blocks queued oldest-first so misuse has the longest time to show.
+  std::unordered_map<const uint8_t*, bool> rented ABSL_GUARDED_BY(mu);
+  std::deque<uint8_t*> quarantine ABSL_GUARDED_BY(mu);
+  std::unordered_set<const uint8_t*> unpooled_live ABSL_GUARDED_BY(mu);
+  std::vector<std::string> problems ABSL_GUARDED_BY(mu);
+
+  std::atomic<uint64_t> stats_rented{0};
+  std::atomic<uint64_t> stats_returned{0};
+  std::atomic<uint64_t> stats_unpooled_rented{0};
+  std::atomic<uint64_t> stats_unpooled_returned{0};
+  std::atomic<uint64_t> stats_slabs{0};
+  std::atomic<uint64_t> stats_double_returns{0};
+  std::atomic<uint64_t> stats_foreign_returns{0};
+  std::atomic<uint64_t> stats_writes_after_return{0};
+};
+
+namespace {
+
+// Free blocks a thread keeps for each pool it used. Entries are keyed by
+// the pool's never-reused id, so a pool destroyed while a thread still has
+// an entry for it is never confused with a new pool at the same address.
+class ThreadCaches {
+ public:
+  struct Entry {
+    uint64_t pool_id = 0;
+    std::weak_ptr<MemoryPool::Shared> pool;
+    std::vector<uint8_t*> blocks;
+  };
+
+  ~ThreadCaches() {
+    for (Entry& e : entries_) Release(e);
+  }
+
+  Entry& For(const std::shared_ptr<MemoryPool::Shared>& pool) {
+    if (last_ != nullptr && last_->pool_id == pool->id) return *last_;
+    for (Entry& e : entries_) {
+      if (e.pool_id == pool->id) {
+        last_ = &e;
+        return e;
+      }
+    }
+    // Drop entries of pools that are gone before adding one.
+    std::erase_if(entries_, [](const Entry& e) { return e.pool.expired(); });
+    entries_.push_back(Entry{pool->id, pool, {}});
+    entries_.back().blocks.reserve(pool->options.thread_cache_blocks + 1);
+    last_ = &entries_.back();
+    return *last_;
+  }
+
+  // Hands an entry's blocks back to its pool when the pool still exists.
+  static void Release(Entry& e) {
+    if (auto pool = e.pool.lock()) pool->GiveBatch(e.blocks.data(), e.blocks.size());
+    e.blocks.clear();
+  }
+
+ private:
+  // A deque keeps entry addresses stable for last_.
+  std::deque<Entry> entries_;
+  Entry* last_ = nullptr;
+};
+
+ThreadCaches& Caches() {
+  thread_local ThreadCaches caches;
+  return caches;
+}
+
+}  // namespace
+
+MemoryPool::MemoryPool(MemoryPoolOptions options)
+    : shared_(std::make_shared<Shared>(options)) {}
+
+MemoryPool::~MemoryPool() = default;
+
+size_t MemoryPool::block_size() const { return shared_->options.block_size; }
+bool MemoryPool::diagnostic() const { return shared_->options.diagnostic; }
+
+MemoryBlock MemoryPool::Rent(size_t min_size) {
+  Shared& s = *shared_;
+  const size_t block_size = s.options.block_size;
+  if (min_size > block_size) {
+    auto* data = new uint8_t[min_size];
+    s.stats_unpooled_rented.fetch_add(1, std::memory_order_relaxed);
+    if (s.options.diagnostic) {
+      MutexLock lock(&s.mu);
+      s.unpooled_live.insert(data);
+    }
+    return MemoryBlock(data, min_size, /*pooled=*/false);
+  }
+  s.stats_rented.fetch_add(1, std::memory_order_relaxed);
+  if (s.options.diagnostic) {
+    MutexLock lock(&s.mu);
+    uint8_t* block;
+    if (!s.quarantine.empty() && (s.free_blocks.empty() || s.quarantine.size() > 64)) {
+      block = s.quarantine.front();
+      s.quarantine.pop_front();
+      if (!s.StillPoisoned(block)) {
+        s.stats_writes_after_return.fetch_add(1, std::memory_order_relaxed);
+        char what[96];
+        std::snprintf(what, sizeof what, "block %p was written after it was returned",
+                      static_cast<void*>(block));
+        s.RecordProblem(what);
+      }
+    } else {
+      if (s.free_blocks.empty()) s.AddSlab();
+      block = s.free_blocks.back();
+      s.free_blocks.pop_back();
+    }
+    s.rented[block] = true;
+    SLUICE_UNPOISON(block, block_size);
+    return MemoryBlock(block, block_size, /*pooled=*/true);
+  }
+  ThreadCaches::Entry& cache = Caches().For(shared_);
+  if (cache.blocks.empty()) {
+    s.TakeBatch(&cache.blocks, std::max<size_t>(1, s.options.thread_cache_blocks / 2));
+  }
+  uint8_t* block = cache.blocks.back();
+  cache.blocks.pop_back();
+  SLUICE_UNPOISON(block, block_size);
+  return MemoryBlock(block, block_size, /*pooled=*/true);
+}
+
+void MemoryPool::Return(MemoryBlock block) {
+  if (block.empty()) return;
+  Shared& s = *shared_;
+  if (!block.pooled()) {
+    if (s.options.diagnostic) {
+      MutexLock lock(&s.mu);
+      if (s.unpooled_live.erase(block.data()) == 0) {
+        s.stats_double_returns.fetch_add(1, std::memory_order_relaxed);
+        s.RecordProblem("unpooled block returned twice or not rented from this pool");
+        return;
+      }
+    }
+    delete[] block.data();
+    s.stats_unpooled_returned.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (s.options.diagnostic) {
+    MutexLock lock(&s.mu);
+    auto it = s.rented.find(block.data());
+    if (it == s.rented.end() || block.size() != s.options.block_size) {
+      s.stats_foreign_returns.fetch_add(1, std::memory_order_relaxed);
+      s.RecordProblem("block returned that this pool never rented");
+      return;
+    }
+    if (!it->second) {
+      s.stats_double_returns.fetch_add(1, std::memory_order_relaxed);
+      char what[96];
+      std::snprintf(what, sizeof what, "block %p returned twice",
+                    static_cast<void*>(block.data()));
+      s.RecordProblem(what);
+      return;
+    }
+    it->second = false;
+    std::memset(block.data(), kPoison, block.size());
+    SLUICE_POISON(block.data(), block.size());
+    s.quarantine.push_back(block.data());
+    s.stats_returned.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  s.stats_returned.fetch_add(1, std::memory_order_relaxed);
+  SLUICE_POISON(block.data(), block.size());
+  ThreadCaches::Entry& cache = Caches().For(shared_);
+  cache.blocks.push_back(block.data());
+  if (cache.blocks.size() > s.options.thread_cache_blocks) {
+    size_t keep = s.options.thread_cache_blocks / 2;
+    s.GiveBatch(cache.blocks.data() + keep, cache.blocks.size() - keep);
+    cache.blocks.resize(keep);
+  }
+}
+
+MemoryPoolStats MemoryPool::stats() const {
+  const Shared& s = *shared_;
+  MemoryPoolStats out;
+  out.rented = s.stats_rented.load(std::memory_order_relaxed);
+  out.returned = s.stats_returned.load(std::memory_order_relaxed);
+  out.unpooled_rented = s.stats_unpooled_rented.load(std::memory_order_relaxed);
+  out.unpooled_returned = s.stats_unpooled_returned.load(std::memory_order_relaxed);
+  out.slabs = s.stats_slabs.load(std::memory_order_relaxed);
+  out.double_returns = s.stats_double_returns.load(std::memory_order_relaxed);
+  out.foreign_returns = s.stats_foreign_returns.load(std::memory_order_relaxed);
+  out.writes_after_return = s.stats_writes_after_return.load(std::memory_order_relaxed);
+  return out;
+}
+
+uint64_t MemoryPool::outstanding() const {
+  MemoryPoolStats st = stats();
+  return (st.rented - st.returned) + (st.unpooled_rented - st.unpooled_returned);
+}
+
+Status MemoryPool::CheckClean() {
+  Shared& s = *shared_;
+  std::string report;
+  if (s.options.diagnostic) {
+    MutexLock lock(&s.mu);
+    for (uint8_t* block : s.quarantine) {
+      if (!s.StillPoisoned(block)) {
+        s.stats_writes_after_return.fetch_add(1, std::memory_order_relaxed);
+        // Re-poison so a second check reports only new writes.
+        SLUICE_UNPOISON(block, s.options.block_size);
+        std::memset(block, kPoison, s.options.block_size);
+        SLUICE_POISON(block, s.options.block_size);
+        s.RecordProblem("a returned block was written after it was returned");
+      }
+    }
+    for (const std::string& p : s.problems) report += p + "; ";
+  }
+  MemoryPoolStats st = stats();
+  uint64_t leaked = outstanding();
+  if (leaked != 0) report += std::to_string(leaked) + " block(s) never returned; ";
+  if (st.double_returns + st.foreign_returns + st.writes_after_return != 0) {
+    report += std::to_string(st.double_returns) + " double return(s), " +
+              std::to_string(st.foreign_returns) + " foreign return(s), " +
+              std::to_string(st.writes_after_return) + " write(s) after return; ";
+  }
+  if (report.empty()) return OkStatus();
+  return FailedPreconditionError("memory pool misuse: " + report);
+}
+
+MemoryPool& MemoryPool::Default() {
+  // Never destroyed: blocks may be returned from thread exits that run after
+  // static destructors.
+  static MemoryPool* pool = new MemoryPool();
+  return *pool;
+}
+
+}  // namespace sluice

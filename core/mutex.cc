@@ -1,0 +1,78 @@
+#include "core/mutex.h"
+
+namespace sluice {
+namespace {
+
+void StoreMax(std::atomic<uint64_t>& target, uint64_t value) {
+  uint64_t seen = target.load(std::memory_order_relaxed);
+  while (value > seen &&
+         !target.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
+}
+
+}  // namespace
+
+LockCountersSnapshot LockCounters::Snapshot() const {
+  LockCountersSnapshot s;
+  s.acquisitions = acquisitions_.load(std::memory_order_relaxed);
+  s.contended = contended_.load(std::memory_order_relaxed);
+  s.hold_ns = hold_ns_.load(std::memory_order_relaxed);
+  s.max_waiters = max_waiters_.load(std::memory_order_relaxed);
+  s.waiter_sum = waiter_sum_.load(std::memory_order_relaxed);
+  return s;
+}
+
+void LockCounters::Reset() {
+  acquisitions_.store(0, std::memory_order_relaxed);
+  contended_.store(0, std::memory_order_relaxed);
+  hold_ns_.store(0, std::memory_order_relaxed);
+  max_waiters_.store(0, std::memory_order_relaxed);
+  waiter_sum_.store(0, std::memory_order_relaxed);
+}
+
+bool Mutex::TryLock() {
+  if (!mu_.try_lock()) return false;
+  if (counters_ != nullptr) RecordAcquired();
+  return true;
+}
+
+void Mutex::LockCounted() {
+  if (!mu_.try_lock()) {
+    uint64_t waiting = counters_->waiters_now_.fetch_add(1, std::memory_order_relaxed) + 1;
+    counters_->contended_.fetch_add(1, std::memory_order_relaxed);
+    counters_->waiter_sum_.fetch_add(waiting, std::memory_order_relaxed);
+    StoreMax(counters_->max_waiters_, waiting);
+    mu_.lock();
+    counters_->waiters_now_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  RecordAcquired();
+}
+
+void Mutex::RecordAcquired() {
+  counters_->acquisitions_.fetch_add(1, std::memory_order_relaxed);
+  locked_at_ = std::chrono::steady_clock::now();
+}
+
+void Mutex::RecordHold() {
+  auto held = std::chrono::steady_clock::now() - locked_at_;
+  counters_->hold_ns_.fetch_add(
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(held).count()),
+      std::memory_order_relaxed);
+}
+
+void CondVar::Wait(Mutex* mu) {
+  // condition_variable_any drives the std::mutex directly: the hold before
+  // the wait is recorded, and the re-acquisition restarts the hold clock.
+  if (mu->counters_ != nullptr) mu->RecordHold();
+  cv_.wait(mu->mu_);
+  if (mu->counters_ != nullptr) mu->RecordAcquired();
+}
+
+bool CondVar::WaitWithDeadline(Mutex* mu, std::chrono::steady_clock::time_point deadline) {
+  if (mu->counters_ != nullptr) mu->RecordHold();
+  bool signaled = cv_.wait_until(mu->mu_, deadline) == std::cv_status::no_timeout;
+  if (mu->counters_ != nullptr) mu->RecordAcquired();
+  return signaled;
+}
+
+}  // namespace sluice

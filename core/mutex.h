@@ -1,0 +1,126 @@
+// A mutex whose locking is checked by clang's -Wthread-safety and, when asked,
+// counted: acquisitions, contended acquisitions, time held and waiters.
+//
+// The counters exist for the HTTP/2 output strategies (shared/DESIGN.md §3):
+// two_locks vs single_lock differ exactly in how often a lock is taken and
+// how long it is held, so those figures must be measurable in-process.
+//
+//   sluice::LockCounters counters;
+//   sluice::Mutex mu(&counters);
+//   int value ABSL_GUARDED_BY(mu);
+//   { sluice::MutexLock lock(&mu); ++value; }
+//   counters.Snapshot().acquisitions;  // 1
+//
+// Built on std::mutex (so TSan and the platform tools understand it).
+//
+// Thread-safety: Mutex and LockCounters are thread-safe.
+#ifndef SLUICE_CORE_MUTEX_H_
+#define SLUICE_CORE_MUTEX_H_
+
+#include <absl/base/thread_annotations.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+
+namespace sluice {
+
+struct LockCountersSnapshot {
+  uint64_t acquisitions = 0;
+  // Acquisitions that found the lock held and had to wait.
+  uint64_t contended = 0;
+  // Total time the lock was held, summed over acquisitions.
+  uint64_t hold_ns = 0;
+  // Largest number of threads seen waiting at once.
+  uint64_t max_waiters = 0;
+  // Sum over contended acquisitions of the waiters present when it began
+  // waiting (itself included); divided by `contended`, the mean queue depth.
+  uint64_t waiter_sum = 0;
+};
+
+// Counters shared by one or more Mutex instances. All updates are relaxed
+// atomics: the figures are statistics, not synchronization.
+class LockCounters {
+ public:
+  LockCountersSnapshot Snapshot() const;
+  void Reset();
+
+ private:
+  friend class Mutex;
+  std::atomic<uint64_t> acquisitions_{0};
+  std::atomic<uint64_t> contended_{0};
+  std::atomic<uint64_t> hold_ns_{0};
+  std::atomic<uint64_t> max_waiters_{0};
+  std::atomic<uint64_t> waiter_sum_{0};
+  std::atomic<uint64_t> waiters_now_{0};
+};
+
+class ABSL_LOCKABLE Mutex {
+ public:
+  // `counters` may be null (no counting, no clock reads) and must outlive
+  // the mutex otherwise.
+  explicit Mutex(LockCounters* counters = nullptr) : counters_(counters) {}
+  Mutex(const Mutex&) = delete;
+  Mutex& operator=(const Mutex&) = delete;
+
+  void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() {
+    if (counters_ == nullptr) {
+      mu_.lock();
+      return;
+    }
+    LockCounted();
+  }
+  void Unlock() ABSL_UNLOCK_FUNCTION() {
+    if (counters_ != nullptr) RecordHold();
+    mu_.unlock();
+  }
+  [[nodiscard]] bool TryLock() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true);
+  // Documents (to the analysis) that the caller holds the lock. Checks nothing
+  // at run time.
+  void AssertHeld() const ABSL_ASSERT_EXCLUSIVE_LOCK() {}
+
+  LockCounters* counters() const { return counters_; }
+
+ private:
+  friend class CondVar;
+  void LockCounted();
+  void RecordAcquired();
+  void RecordHold();
+
+  std::mutex mu_;
+  LockCounters* const counters_;
+  // Written only while holding mu_.
+  std::chrono::steady_clock::time_point locked_at_;
+};
+
+class ABSL_SCOPED_LOCKABLE MutexLock {
+ public:
+  explicit MutexLock(Mutex* mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) { mu_->Lock(); }
+  ~MutexLock() ABSL_UNLOCK_FUNCTION() { mu_->Unlock(); }
+  MutexLock(const MutexLock&) = delete;
+  MutexLock& operator=(const MutexLock&) = delete;
+
+ private:
+  Mutex* const mu_;
+};
+
+// A condition variable for sluice::Mutex. Waiting releases and re-takes the
+// mutex; the re-acquisition is counted like any other.
+class CondVar {
+ public:
+  void Wait(Mutex* mu) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Waits until signaled or `deadline`; returns false on timeout.
+  bool WaitWithDeadline(Mutex* mu, std::chrono::steady_clock::time_point deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void SignalAll() { cv_.notify_all(); }
+  void Signal() { cv_.notify_one(); }
+
+ private:
+  std::condition_variable_any cv_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_CORE_MUTEX_H_

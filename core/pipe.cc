@@ -1,0 +1,540 @@
+#include "core/pipe.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <utility>
+
+namespace sluice {
+
+using pipe_internal::Segment;
+
+// ---------------------------------------------------------------------------
+// BufferSequence
+
+std::span<const uint8_t> BufferSequence::Iterator::operator*() const {
+  size_t end = segment_ == tail_ ? tail_end_ : segment_->end;
+  return {segment_->block.data() + offset_, std::min(end - offset_, remaining_)};
+}
+
+BufferSequence::Iterator& BufferSequence::Iterator::operator++() {
+  remaining_ -= (**this).size();
+  if (remaining_ == 0) {
+    segment_ = nullptr;
+    offset_ = 0;
+    return *this;
+  }
+  segment_ = segment_->next;
+  offset_ = segment_->start;
+  SkipEmpty();
+  return *this;
+}
+
+void BufferSequence::Iterator::SkipEmpty() {
+  // A segment can be empty when the writer moved on to a larger block
+  // without writing into the one it had.
+  while (remaining_ > 0 && (**this).empty()) {
+    segment_ = segment_->next;
+    offset_ = segment_->start;
+  }
+}
+
+BufferSequence::Iterator BufferSequence::begin() const {
+  Iterator it;
+  if (size_ == 0) return it;
+  it.segment_ = head_;
+  it.offset_ = head_offset_;
+  it.remaining_ = size_;
+  it.tail_ = tail_;
+  it.tail_end_ = tail_end_;
+  it.SkipEmpty();
+  return it;
+}
+
+BufferSequence::Iterator BufferSequence::end() const { return Iterator(); }
+
+std::span<const uint8_t> BufferSequence::FirstSpan() const {
+  if (size_ == 0) return {};
+  return *begin();
+}
+
+size_t BufferSequence::ToIovecs(size_t offset, struct iovec* iov, size_t max_iov) const {
+  size_t used = 0;
+  for (std::span<const uint8_t> chunk : *this) {
+    if (used == max_iov) break;
+    if (offset >= chunk.size()) {
+      offset -= chunk.size();
+      continue;
+    }
+    iov[used].iov_base = const_cast<uint8_t*>(chunk.data() + offset);
+    iov[used].iov_len = chunk.size() - offset;
+    offset = 0;
+    ++used;
+  }
+  return used;
+}
+
+size_t BufferSequence::CopyTo(size_t offset, std::span<uint8_t> out) const {
+  size_t copied = 0;
+  for (std::span<const uint8_t> chunk : *this) {
+    if (copied == out.size()) break;
+    if (offset >= chunk.size()) {
+      offset -= chunk.size();
+      continue;
+    }
+    size_t n = std::min(chunk.size() - offset, out.size() - copied);
+    std::memcpy(out.data() + copied, chunk.data() + offset, n);
+    copied += n;
+    offset = 0;
+  }
+  return copied;
+}
+
+std::string BufferSequence::ToString() const {
+  std::string out(size_, '\0');
+  CopyTo(0, {reinterpret_cast<uint8_t*>(out.data()), out.size()});
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// PipeWriter
+
+std::span<uint8_t> PipeWriter::GetSpan(size_t size_hint) {
+  if (completed_) {
+    span_size_ = 0;
+    return {};
+  }
+  size_t need = std::max<size_t>(size_hint, 1);
+  if (tail_ == nullptr || tail_->block.size() - tail_->end < need) {
+    Segment* s = pipe_->NewSegment(need);
+    // Linking into the published tail is safe without the lock: the reader
+    // never follows the published tail's `next` (see Pipe::published_tail_).
+    if (tail_ != nullptr) {
+      tail_->next = s;
+    } else {
+      unpublished_head_ = s;
+    }
+    tail_ = s;
+  }
+  span_size_ = tail_->block.size() - tail_->end;
+  return {tail_->block.data() + tail_->end, span_size_};
+}
+
+Status PipeWriter::Advance(size_t n) {
+  if (completed_) return FailedPreconditionError("PipeWriter::Advance after Complete");
+  if (n > span_size_) {
+    return InvalidArgumentError("PipeWriter::Advance past the span from GetSpan");
+  }
+  if (n == 0) return OkStatus();
+  tail_->end += n;
+  unflushed_ += n;
+  span_size_ = 0;
+  return OkStatus();
+}
+
+Status PipeWriter::Write(std::span<const uint8_t> bytes) {
+  if (completed_) return FailedPreconditionError("PipeWriter::Write after Complete");
+  while (!bytes.empty()) {
+    std::span<uint8_t> span = GetSpan(0);
+    size_t n = std::min(span.size(), bytes.size());
+    std::memcpy(span.data(), bytes.data(), n);
+    Status s = Advance(n);
+    if (!s.ok()) return s;
+    bytes = bytes.subspan(n);
+  }
+  return OkStatus();
+}
+
+Status PipeWriter::Write(std::string_view bytes) {
+  return Write(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                        bytes.size()));
+}
+
+bool PipeWriter::Flush(FlushResult* result, FlushCallback on_done) {
+  return pipe_->DoFlush(result, std::move(on_done));
+}
+
+FlushResult PipeWriter::FlushAndWait() {
+  FlushResult result;
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  if (Flush(&result, [&](FlushResult r) {
+        std::lock_guard<std::mutex> lock(m);
+        result = r;
+        done = true;
+        cv.notify_one();
+      })) {
+    return result;
+  }
+  std::unique_lock<std::mutex> lock(m);
+  cv.wait(lock, [&] { return done; });
+  return result;
+}
+
+void PipeWriter::CancelPendingFlush() { pipe_->DoCancelPendingFlush(); }
+
+void PipeWriter::Complete(Status status) {
+  if (completed_) return;
+  pipe_->DoCompleteWriter(std::move(status));
+}
+
+// ---------------------------------------------------------------------------
+// PipeReader
+
+bool PipeReader::Read(ReadResult* result, ReadCallback on_ready) {
+  return pipe_->DoRead(result, std::move(on_ready));
+}
+
+ReadResult PipeReader::ReadAndWait() {
+  ReadResult result;
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  if (Read(&result, [&](ReadResult r) {
+        std::lock_guard<std::mutex> lock(m);
+        result = std::move(r);
+        done = true;
+        cv.notify_one();
+      })) {
+    return result;
+  }
+  std::unique_lock<std::mutex> lock(m);
+  cv.wait(lock, [&] { return done; });
+  return result;
+}
+
+Status PipeReader::AdvanceTo(size_t consumed, size_t examined) {
+  return pipe_->DoAdvanceTo(consumed, examined);
+}
+
+void PipeReader::CancelPendingRead() { pipe_->DoCancelPendingRead(); }
+
+void PipeReader::Complete(Status status) { pipe_->DoCompleteReader(std::move(status)); }
+
+// ---------------------------------------------------------------------------
+// Pipe
+
+Pipe::Pipe(PipeOptions options)
+    : options_([&] {
+        if (options.resume_threshold > options.pause_threshold) {
+          options.resume_threshold = options.pause_threshold;
+        }
+        return options;
+      }()),
+      pool_(options.pool != nullptr ? options.pool : &MemoryPool::Default()),
+      writer_(this),
+      reader_(this) {}
+
+Pipe::~Pipe() {
+  MutexLock lock(&mu_);
+  FreeChain();
+}
+
+void Pipe::FreeChain() {
+  Segment* s = head_ != nullptr ? head_ : writer_.unpublished_head_;
+  while (s != nullptr) {
+    Segment* next = s->next;
+    FreeSegment(s);
+    s = next;
+  }
+  head_ = published_tail_ = nullptr;
+  writer_.tail_ = writer_.unpublished_head_ = nullptr;
+}
+
+Segment* Pipe::NewSegment(size_t min_size) {
+  auto* s = new Segment;
+  s->block = pool_->Rent(min_size);
+  return s;
+}
+
+void Pipe::FreeSegment(Segment* s) {
+  pool_->Return(s->block);
+  delete s;
+}
+
+size_t Pipe::unconsumed_bytes() const {
+  MutexLock lock(&mu_);
+  return published_total_ - consumed_total_;
+}
+
+bool Pipe::is_done() const {
+  MutexLock lock(&mu_);
+  return writer_completed_ && reader_completed_;
+}
+
+Status Pipe::reader_status() const {
+  MutexLock lock(&mu_);
+  return reader_status_;
+}
+
+Status Pipe::Reset() {
+  MutexLock lock(&mu_);
+  if (!writer_completed_ || !reader_completed_) {
+    return FailedPreconditionError("Pipe::Reset before both sides completed");
+  }
+  FreeChain();
+  head_offset_ = published_end_ = 0;
+  published_total_ = consumed_total_ = examined_total_ = 0;
+  writer_completed_ = reader_completed_ = false;
+  writer_status_ = reader_status_ = OkStatus();
+  read_canceled_ = flush_canceled_ = read_outstanding_ = false;
+  last_read_size_ = 0;
+  pending_read_ = nullptr;
+  read_waiting_ = false;
+  pending_flush_ = nullptr;
+  flush_waiting_ = false;
+  writer_.span_size_ = writer_.unflushed_ = 0;
+  writer_.completed_ = false;
+  return OkStatus();
+}
+
+void Pipe::Publish() {
+  if (writer_.tail_ != nullptr) {
+    if (head_ == nullptr) {
+      head_ = writer_.unpublished_head_;
+      head_offset_ = head_->start;
+      writer_.unpublished_head_ = nullptr;
+    }
+    published_tail_ = writer_.tail_;
+    published_end_ = writer_.tail_->end;
+  }
+  published_total_ += writer_.unflushed_;
+  writer_.unflushed_ = 0;
+  if (reader_completed_) {
+    DropUnconsumed();
+  } else {
+    ReleaseConsumed();
+  }
+}
+
+void Pipe::ReleaseConsumed() {
+  // The published tail stays even when consumed: the writer may still be
+  // appending to it.
+  while (head_ != nullptr && head_ != published_tail_ && head_offset_ == head_->end) {
+    Segment* done = head_;
+    head_ = head_->next;
+    head_offset_ = head_->start;
+    FreeSegment(done);
+  }
+}
+
+void Pipe::DropUnconsumed() {
+  while (head_ != nullptr && head_ != published_tail_) {
+    Segment* done = head_;
+    head_ = head_->next;
+    FreeSegment(done);
+  }
+  head_offset_ = published_end_;
+  consumed_total_ = examined_total_ = published_total_;
+}
+
+bool Pipe::ReadReady() const {
+  return read_canceled_ || writer_completed_ || published_total_ > examined_total_;
+}
+
+void Pipe::FillReadResult(ReadResult* result) {
+  result->buffer = BufferSequence();
+  result->buffer.head_ = head_;
+  result->buffer.head_offset_ = head_offset_;
+  result->buffer.tail_ = published_tail_;
+  result->buffer.tail_end_ = published_end_;
+  result->buffer.size_ = published_total_ - consumed_total_;
+  result->is_canceled = read_canceled_;
+  read_canceled_ = false;
+  result->is_completed = writer_completed_;
+  result->status = writer_completed_ ? writer_status_ : OkStatus();
+  read_outstanding_ = true;
+  last_read_size_ = result->buffer.size_;
+}
+
+FlushResult Pipe::TakeFlushResult() {
+  FlushResult r{.is_canceled = flush_canceled_, .is_completed = reader_completed_};
+  flush_canceled_ = false;
+  return r;
+}
+
+bool Pipe::FlushCanComplete(bool resuming) const {
+  if (reader_completed_ || flush_canceled_ || options_.pause_threshold == 0) return true;
+  uint64_t unconsumed = published_total_ - consumed_total_;
+  return resuming ? unconsumed < options_.resume_threshold
+                  : unconsumed < options_.pause_threshold;
+}
+
+bool Pipe::DoFlush(FlushResult* result, FlushCallback on_done) {
+  // Two phases: publish (and wake the reader) first, then decide whether
+  // this flush waits. A reader woken inline by the first phase can consume
+  // before the second, so a same-thread reader never sees its own flush
+  // callback run before Flush has returned.
+  ReadCallback wake_reader;
+  ReadResult read_result;
+  {
+    MutexLock lock(&mu_);
+    if (!writer_completed_) Publish();
+    if (read_waiting_ && ReadReady()) {
+      wake_reader = std::move(pending_read_);
+      pending_read_ = nullptr;
+      read_waiting_ = false;
+      FillReadResult(&read_result);
+    }
+  }
+  if (wake_reader) wake_reader(std::move(read_result));
+
+  MutexLock lock(&mu_);
+  if (writer_completed_) {
+    *result = FlushResult{.is_canceled = false, .is_completed = true};
+    return true;
+  }
+  // A second flush while one waits gets the state as it is rather than
+  // replacing the first one's callback.
+  if (flush_waiting_ || FlushCanComplete(/*resuming=*/false)) {
+    *result = TakeFlushResult();
+    return true;
+  }
+  pending_flush_ = std::move(on_done);
+  flush_waiting_ = true;
+  return false;
+}
+
+void Pipe::DoCancelPendingFlush() {
+  FlushCallback cb;
+  FlushResult r;
+  {
+    MutexLock lock(&mu_);
+    flush_canceled_ = true;
+    if (!flush_waiting_) return;
+    cb = std::move(pending_flush_);
+    pending_flush_ = nullptr;
+    flush_waiting_ = false;
+    r = TakeFlushResult();
+  }
+  if (cb) cb(r);
+}
+
+void Pipe::DoCompleteWriter(Status status) {
+  ReadCallback wake_reader;
+  ReadResult read_result;
+  {
+    MutexLock lock(&mu_);
+    Publish();
+    writer_completed_ = true;
+    writer_status_ = std::move(status);
+    writer_.completed_ = true;
+    writer_.span_size_ = 0;
+    if (read_waiting_) {
+      wake_reader = std::move(pending_read_);
+      pending_read_ = nullptr;
+      read_waiting_ = false;
+      FillReadResult(&read_result);
+    }
+  }
+  if (wake_reader) wake_reader(std::move(read_result));
+}
+
+bool Pipe::DoRead(ReadResult* result, ReadCallback on_ready) {
+  MutexLock lock(&mu_);
+  if (reader_completed_) {
+    *result = ReadResult();
+    result->status = FailedPreconditionError("PipeReader::Read after Complete");
+    return true;
+  }
+  if (read_outstanding_ || read_waiting_) {
+    *result = ReadResult();
+    result->status = FailedPreconditionError("PipeReader::Read called again before AdvanceTo");
+    return true;
+  }
+  if (ReadReady()) {
+    FillReadResult(result);
+    return true;
+  }
+  if (on_ready) {
+    pending_read_ = std::move(on_ready);
+    read_waiting_ = true;
+  }
+  return false;
+}
+
+Status Pipe::DoAdvanceTo(size_t consumed, size_t examined) {
+  FlushCallback wake_writer;
+  FlushResult flush_result;
+  {
+    MutexLock lock(&mu_);
+    if (!read_outstanding_) {
+      return FailedPreconditionError("PipeReader::AdvanceTo without a preceding Read");
+    }
+    if (consumed > examined || examined > last_read_size_) {
+      return InvalidArgumentError("PipeReader::AdvanceTo out of the read buffer's range");
+    }
+    read_outstanding_ = false;
+    uint64_t base = consumed_total_;
+    size_t left = consumed;
+    while (left > 0) {
+      size_t end = head_ == published_tail_ ? published_end_ : head_->end;
+      if (head_offset_ == end) {
+        Segment* done = head_;
+        head_ = head_->next;
+        head_offset_ = head_->start;
+        FreeSegment(done);
+        continue;
+      }
+      size_t take = std::min(end - head_offset_, left);
+      head_offset_ += take;
+      left -= take;
+    }
+    consumed_total_ += consumed;
+    examined_total_ = std::max(examined_total_, base + examined);
+    ReleaseConsumed();
+    if (flush_waiting_ && FlushCanComplete(/*resuming=*/true)) {
+      wake_writer = std::move(pending_flush_);
+      pending_flush_ = nullptr;
+      flush_waiting_ = false;
+      flush_result = TakeFlushResult();
+    }
+  }
+  if (wake_writer) wake_writer(flush_result);
+  return OkStatus();
+}
+
+void Pipe::DoCancelPendingRead() {
+  ReadCallback cb;
+  ReadResult r;
+  {
+    MutexLock lock(&mu_);
+    read_canceled_ = true;
+    if (!read_waiting_) return;
+    cb = std::move(pending_read_);
+    pending_read_ = nullptr;
+    read_waiting_ = false;
+    FillReadResult(&r);
+  }
+  if (cb) cb(std::move(r));
+}
+
+void Pipe::DoCompleteReader(Status status) {
+  FlushCallback wake_writer;
+  FlushResult flush_result;
+  // Destroyed after the lock is released: it may hold the last reference to
+  // whatever owns this pipe.
+  ReadCallback dropped_read;
+  {
+    MutexLock lock(&mu_);
+    if (reader_completed_) return;
+    reader_completed_ = true;
+    reader_status_ = std::move(status);
+    read_outstanding_ = false;
+    dropped_read = std::move(pending_read_);
+    pending_read_ = nullptr;
+    read_waiting_ = false;
+    DropUnconsumed();
+    if (flush_waiting_) {
+      wake_writer = std::move(pending_flush_);
+      pending_flush_ = nullptr;
+      flush_waiting_ = false;
+      flush_result = TakeFlushResult();
+    }
+  }
+  if (wake_writer) wake_writer(flush_result);
+}
+
+}  // namespace sluice
