@@ -1,0 +1,298 @@
+#include "core/event_loop.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <utility>
+
+namespace sluice {
+namespace {
+
+std::string ErrnoText(const char* what, int err) {
+  return std::string(what) + ": " + std::strerror(err);
+}
+
+Status EpollCtlError(const char* what, int err) {
+  if (err == ENOMEM || err == ENOSPC) return ResourceExhaustedError(ErrnoText(what, err));
+  if (err == ENOENT) return NotFoundError(ErrnoText(what, err));
+  return InvalidArgumentError(ErrnoText(what, err));
+}
+
+// The heap is rebuilt without cancelled entries once it is at least this big
+// and more than half stale.
+constexpr size_t kMinHeapToCompact = 64;
+
+}  // namespace
+
+StatusOr<std::unique_ptr<EventLoop>> EventLoop::Create(EventLoopOptions options) {
+  if (options.max_events <= 0) return InvalidArgumentError("max_events must be positive");
+  int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd < 0) return UnavailableError(ErrnoText("epoll_create1", errno));
+  int wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd < 0) {
+    int err = errno;
+    close(epoll_fd);
+    return UnavailableError(ErrnoText("eventfd", err));
+  }
+  // Edge-triggered: every eventfd write re-arms the event, so the loop never
+  // has to read the counter back (one system call saved per wake-up).
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLET;
+  ev.data.ptr = nullptr;  // the one registration without a handler
+  if (epoll_ctl(epoll_fd, EPOLL_CTL_ADD, wake_fd, &ev) != 0) {
+    int err = errno;
+    close(wake_fd);
+    close(epoll_fd);
+    return UnavailableError(ErrnoText("epoll_ctl(eventfd)", err));
+  }
+  return std::unique_ptr<EventLoop>(new EventLoop(options, epoll_fd, wake_fd));
+}
+
+EventLoop::EventLoop(EventLoopOptions options, int epoll_fd, int wake_fd)
+    : options_(options),
+      epoll_fd_(epoll_fd),
+      wake_fd_(wake_fd),
+      loop_thread_(std::this_thread::get_id()),
+      now_(Clock::now()),
+      events_(static_cast<size_t>(options.max_events)) {}
+
+EventLoop::~EventLoop() {
+  close(wake_fd_);
+  close(epoll_fd_);
+}
+
+void EventLoop::Run() {
+  loop_thread_.store(std::this_thread::get_id());
+  do {
+    RunPass();
+  } while (!stop_requested_.load());
+  stop_requested_.store(false);
+}
+
+void EventLoop::Stop() {
+  stop_requested_.store(true);
+  if (!IsInLoopThread()) Wake();
+}
+
+void EventLoop::Post(Task task) {
+  {
+    MutexLock lock(&tasks_mu_);
+    tasks_.push_back(std::move(task));
+  }
+  // The loop thread checks the queue before it blocks; only others wake it.
+  if (!IsInLoopThread()) Wake();
+}
+
+Status EventLoop::PostAndWait(Task task) {
+  if (IsInLoopThread()) {
+    task();
+    return OkStatus();
+  }
+  struct Waiter {
+    Mutex mu;
+    CondVar done;
+    bool finished ABSL_GUARDED_BY(mu) = false;
+    bool ran ABSL_GUARDED_BY(mu) = false;
+  };
+  auto waiter = std::make_shared<Waiter>();
+  // Signals when the last copy of the posted task is destroyed, whether it
+  // ran or was dropped with the loop.
+  std::shared_ptr<void> finish_guard(nullptr, [waiter](void*) {
+    MutexLock lock(&waiter->mu);
+    waiter->finished = true;
+    waiter->done.SignalAll();
+  });
+  Post([waiter, finish_guard = std::move(finish_guard), task = std::move(task)] {
+    task();
+    MutexLock lock(&waiter->mu);
+    waiter->ran = true;
+  });
+  MutexLock lock(&waiter->mu);
+  while (!waiter->finished) waiter->done.Wait(&waiter->mu);
+  return waiter->ran ? OkStatus() : CancelledError("event loop destroyed before the task ran");
+}
+
+EventLoop::TimerId EventLoop::RunAfter(Clock::duration delay, Task callback) {
+  TimerId id = next_timer_id_.fetch_add(1, std::memory_order_relaxed);
+  Clock::time_point deadline = Clock::now() + delay;
+  if (IsInLoopThread()) {
+    AddTimer(id, deadline, std::move(callback));
+  } else {
+    Post([this, id, deadline, callback = std::move(callback)]() mutable {
+      AddTimer(id, deadline, std::move(callback));
+    });
+  }
+  return id;
+}
+
+void EventLoop::CancelTimer(TimerId id) {
+  if (IsInLoopThread()) {
+    EraseTimer(id);
+  } else {
+    Post([this, id] { EraseTimer(id); });
+  }
+}
+
+Status EventLoop::Register(int fd, uint32_t events, IoHandler* handler) {
+  if (handler == nullptr) return InvalidArgumentError("Register: null handler");
+  epoll_event ev{};
+  ev.events = events | EPOLLET;
+  ev.data.ptr = handler;
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    return EpollCtlError("epoll_ctl(ADD)", errno);
+  }
+  return OkStatus();
+}
+
+Status EventLoop::Unregister(int fd, IoHandler* handler) {
+  // The kernel ignores the event argument for DEL (non-null since 2.6.9).
+  epoll_event ev{};
+  Status status;
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, &ev) != 0) {
+    status = EpollCtlError("epoll_ctl(DEL)", errno);
+  }
+  for (int i = dispatch_index_ + 1; i < dispatch_count_; ++i) {
+    if (events_[static_cast<size_t>(i)].data.ptr == handler) {
+      events_[static_cast<size_t>(i)].data.ptr = nullptr;
+      events_[static_cast<size_t>(i)].events = 0;
+    }
+  }
+  return status;
+}
+
+EventLoopStats EventLoop::stats() const {
+  EventLoopStats s;
+  s.passes = passes_.load(std::memory_order_relaxed);
+  s.io_events = io_events_.load(std::memory_order_relaxed);
+  s.tasks_run = tasks_run_.load(std::memory_order_relaxed);
+  s.timers_fired = timers_fired_.load(std::memory_order_relaxed);
+  s.wakeup_writes = wakeup_writes_.load(std::memory_order_relaxed);
+  return s;
+}
+
+void EventLoop::Wake() {
+  if (wake_pending_.exchange(true)) return;
+  wakeup_writes_.fetch_add(1, std::memory_order_relaxed);
+  uint64_t one = 1;
+  while (write(wake_fd_, &one, sizeof(one)) < 0) {
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN) return;  // cannot happen for a valid eventfd
+    // The counter reached its maximum (it is never read otherwise): drain it
+    // and retry.
+    uint64_t drained;
+    if (read(wake_fd_, &drained, sizeof(drained)) < 0 && errno != EAGAIN) return;
+  }
+}
+
+int EventLoop::ComputeTimeoutMs() {
+  {
+    MutexLock lock(&tasks_mu_);
+    if (!tasks_.empty()) return 0;
+  }
+  if (stop_requested_.load()) return 0;
+  while (!timer_heap_.empty() && timers_.count(timer_heap_.front().id) == 0) {
+    std::pop_heap(timer_heap_.begin(), timer_heap_.end(), TimerLater());
+    timer_heap_.pop_back();
+  }
+  if (timer_heap_.empty()) return -1;
+  Clock::duration left = timer_heap_.front().deadline - Clock::now();
+  if (left <= Clock::duration::zero()) return 0;
+  // Round up: waking before the deadline would only spin another pass.
+  auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+  return static_cast<int>(std::min<decltype(ms)>(ms, 1 << 30));
+}
+
+void EventLoop::RunPass() {
+  int timeout_ms = ComputeTimeoutMs();
+  int n = epoll_wait(epoll_fd_, events_.data(), options_.max_events, timeout_ms);
+  passes_.fetch_add(1, std::memory_order_relaxed);
+  now_ = Clock::now();
+  if (n < 0) n = 0;  // EINTR; nothing else is possible with valid arguments
+  dispatch_count_ = n;
+  uint64_t dispatched = 0;
+  for (dispatch_index_ = 0; dispatch_index_ < n; ++dispatch_index_) {
+    const epoll_event& ev = events_[static_cast<size_t>(dispatch_index_)];
+    // Null: the eventfd (nothing to do; tasks run below) or a handler that
+    // unregistered earlier in this pass.
+    if (ev.data.ptr == nullptr) continue;
+    ++dispatched;
+    static_cast<IoHandler*>(ev.data.ptr)->OnIoEvents(ev.events);
+  }
+  dispatch_count_ = 0;
+  dispatch_index_ = 0;
+  io_events_.fetch_add(dispatched, std::memory_order_relaxed);
+  RunExpiredTimers();
+  RunTasks();
+}
+
+void EventLoop::RunExpiredTimers() {
+  uint64_t fired = 0;
+  while (!timer_heap_.empty() && timer_heap_.front().deadline <= now_) {
+    TimerId id = timer_heap_.front().id;
+    std::pop_heap(timer_heap_.begin(), timer_heap_.end(), TimerLater());
+    timer_heap_.pop_back();
+    auto it = timers_.find(id);
+    if (it == timers_.end()) continue;  // cancelled
+    Task callback = std::move(it->second);
+    timers_.erase(it);
+    ++fired;
+    callback();
+  }
+  timers_fired_.fetch_add(fired, std::memory_order_relaxed);
+}
+
+void EventLoop::RunTasks() {
+  // Cleared before taking the queue: a Post that finds the flag still set
+  // has pushed its task before this point, so the swap below sees it.
+  wake_pending_.store(false);
+  {
+    MutexLock lock(&tasks_mu_);
+    if (tasks_.empty()) return;
+    running_tasks_.swap(tasks_);
+  }
+  for (Task& task : running_tasks_) {
+    task();
+    // Destroy the captures now, on the loop thread, in order.
+    task = nullptr;
+  }
+  tasks_run_.fetch_add(running_tasks_.size(), std::memory_order_relaxed);
+  running_tasks_.clear();
+}
+
+void EventLoop::AddTimer(TimerId id, Clock::time_point deadline, Task callback) {
+  timers_.emplace(id, std::move(callback));
+  timer_heap_.push_back(TimerEntry{deadline, id});
+  std::push_heap(timer_heap_.begin(), timer_heap_.end(), TimerLater());
+}
+
+void EventLoop::EraseTimer(TimerId id) {
+  if (timers_.erase(id) == 0) return;
+  if (timer_heap_.size() >= kMinHeapToCompact && timer_heap_.size() > 2 * timers_.size()) {
+    std::erase_if(timer_heap_, [this](const TimerEntry& e) { return timers_.count(e.id) == 0; });
+    std::make_heap(timer_heap_.begin(), timer_heap_.end(), TimerLater());
+  }
+}
+
+StatusOr<std::unique_ptr<EventLoopThread>> EventLoopThread::Start(EventLoopOptions options) {
+  StatusOr<std::unique_ptr<EventLoop>> loop = EventLoop::Create(options);
+  if (!loop.ok()) return loop.status();
+  return std::unique_ptr<EventLoopThread>(new EventLoopThread(std::move(*loop)));
+}
+
+EventLoopThread::EventLoopThread(std::unique_ptr<EventLoop> loop) : loop_(std::move(loop)) {
+  thread_ = std::thread([this] { loop_->Run(); });
+  // Run() binds the loop to its thread too, but the creating thread must
+  // stop counting as the loop thread before this constructor returns.
+  loop_->loop_thread_.store(thread_.get_id());
+}
+
+EventLoopThread::~EventLoopThread() {
+  loop_->Stop();
+  thread_.join();
+}
+
+}  // namespace sluice

@@ -1,0 +1,231 @@
+// An epoll event loop: one per thread, owning the I/O readiness, timers and
+// task queue of everything that lives on that thread (shared/DESIGN.md §1).
+//
+// A loop pass is: epoll_wait (timeout = time to the next timer, 0 when tasks
+// are queued) → I/O handlers → expired timers → posted tasks. File
+// descriptors are registered once, edge-triggered, and stay registered until
+// unregistered: the hot path never calls epoll_ctl. Other threads hand work
+// to the loop with Post(); the loop is woken through an eventfd, and at most
+// one wake-up write is in flight at a time (a system call costs ~1.2 µs on
+// the machines we measure, shared/DESIGN.md §8).
+//
+//   auto loop_thread = sluice::EventLoopThread::Start();
+//   if (!loop_thread.ok()) return loop_thread.status();
+//   sluice::EventLoop* loop = (*loop_thread)->loop();
+//   loop->Post([] { /* runs on the loop thread */ });
+//   loop->RunAfter(std::chrono::milliseconds(10), [] { /* later, same thread */ });
+//   // ~EventLoopThread stops the loop and joins its thread.
+//
+// Or drive a loop on the current thread:
+//
+//   auto loop = sluice::EventLoop::Create();
+//   (*loop)->Post([&] { (*loop)->Stop(); });
+//   (*loop)->Run();  // returns after the pass that ran Stop()
+//
+// Thread contract: an EventLoop is owned by one loop thread, the thread that
+// called Run() (before the first Run(), the thread that created it). Post,
+// PostAndWait, RunAfter, CancelTimer, Stop, IsInLoopThread and stats are
+// thread-safe; Register, Unregister, Run and Now are for the loop thread only.
+// I/O handlers, timer callbacks and posted tasks all run on the loop thread.
+#ifndef SLUICE_CORE_EVENT_LOOP_H_
+#define SLUICE_CORE_EVENT_LOOP_H_
+
+#include <sys/epoll.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/mutex.h"
+#include "core/status.h"
+
+namespace sluice {
+
+// Receives readiness for one registered file descriptor. Owned by the loop
+// thread; OnIoEvents runs there.
+class IoHandler {
+ public:
+  virtual ~IoHandler() = default;
+  // `events` is the epoll mask reported (EPOLLIN, EPOLLOUT, EPOLLRDHUP,
+  // EPOLLERR, EPOLLHUP). Registration is edge-triggered: a handler must
+  // consume readiness (read/write until EAGAIN) or remember it, because the
+  // same readiness is not reported twice.
+  virtual void OnIoEvents(uint32_t events) = 0;
+};
+
+struct EventLoopOptions {
+  // Events fetched per epoll_wait.
+  int max_events = 256;
+};
+
+// Counters since creation; relaxed snapshots, readable from any thread.
+struct EventLoopStats {
+  uint64_t passes = 0;         // epoll_wait calls
+  uint64_t io_events = 0;      // events handed to IoHandlers
+  uint64_t tasks_run = 0;      // posted tasks run
+  uint64_t timers_fired = 0;   // timer callbacks run
+  uint64_t wakeup_writes = 0;  // eventfd writes (cross-thread wake-ups)
+};
+
+// Owned by one loop thread; the functions documented as thread-safe may be
+// called from any thread (see the file comment).
+class EventLoop {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using Task = std::function<void()>;
+  // 0 is never a valid id.
+  using TimerId = uint64_t;
+
+  // Creates the epoll set and the wake-up eventfd. Returns UNAVAILABLE with
+  // the errno text if either system call fails (EMFILE, ENOMEM...).
+  [[nodiscard]] static StatusOr<std::unique_ptr<EventLoop>> Create(EventLoopOptions options = {});
+
+  // Must not run concurrently with Run(). Queued tasks and pending timers
+  // are destroyed without running; registered handlers are not notified.
+  ~EventLoop();
+  EventLoop(const EventLoop&) = delete;
+  EventLoop& operator=(const EventLoop&) = delete;
+
+  // Makes the calling thread the loop thread and runs passes until Stop().
+  // A Stop() that arrives before Run() makes it return after one pass. Run()
+  // may be called again after it returns; tasks queued meanwhile stay queued.
+  void Run();
+
+  // Makes Run() return after its current pass. Thread-safe.
+  void Stop();
+
+  bool IsInLoopThread() const { return loop_thread_.load() == std::this_thread::get_id(); }
+
+  // Queues `task` to run on the loop thread. Tasks run in the order they were
+  // posted (per posting thread; across threads, in the order they reached the
+  // queue), after the pass's I/O events and timers. A task posted by a task
+  // runs in the next pass. Thread-safe; never blocks on the loop.
+  void Post(Task task);
+
+  // Runs `task` on the loop thread and waits for it: inline when called on
+  // the loop thread, otherwise posted. Returns OK once it ran, or CANCELLED
+  // if the loop was destroyed with the task still queued. Blocks until the
+  // loop runs it, so the loop must be running (or about to run).
+  Status PostAndWait(Task task);
+
+  // Calls `callback` on the loop thread once `delay` has passed (measured
+  // with steady_clock from this call). Timers fire in deadline order, and
+  // timers with equal deadlines in the order they were set. Thread-safe.
+  TimerId RunAfter(Clock::duration delay, Task callback);
+
+  // Cancels a timer that has not fired. On the loop thread the callback is
+  // guaranteed not to run afterwards; from another thread the cancellation
+  // is posted, so a timer that is already due may still run. Cancelling an
+  // unknown or fired id does nothing. Thread-safe.
+  void CancelTimer(TimerId id);
+
+  // The time the current pass began (after epoll_wait returned): one clock
+  // read per pass for everything that needs a timestamp. Loop thread only.
+  Clock::time_point Now() const { return now_; }
+
+  // Adds `fd` to the epoll set, edge-triggered, for `events` (EPOLLET is
+  // added; EPOLLIN | EPOLLOUT | EPOLLRDHUP registers for everything a
+  // socket needs, once). `handler` must stay valid until Unregister(fd).
+  // Returns the epoll_ctl failure as INVALID_ARGUMENT (EBADF, EEXIST, EPERM
+  // for regular files...) or RESOURCE_EXHAUSTED (ENOMEM, ENOSPC). Loop
+  // thread only.
+  [[nodiscard]] Status Register(int fd, uint32_t events, IoHandler* handler);
+
+  // Removes `fd` from the epoll set. Events already fetched for its handler
+  // in the current pass are dropped, so the handler may be destroyed right
+  // after this returns. Call it before closing `fd`. NOT_FOUND if `fd` was
+  // not registered. Loop thread only.
+  [[nodiscard]] Status Unregister(int fd, IoHandler* handler);
+
+  EventLoopStats stats() const;
+
+ private:
+  friend class EventLoopThread;
+
+  struct TimerEntry {
+    Clock::time_point deadline;
+    TimerId id;
+  };
+  struct TimerLater {
+    bool operator()(const TimerEntry& a, const TimerEntry& b) const {
+      return a.deadline != b.deadline ? a.deadline > b.deadline : a.id > b.id;
+    }
+  };
+
+  EventLoop(EventLoopOptions options, int epoll_fd, int wake_fd);
+
+  void Wake();
+  int ComputeTimeoutMs();
+  void RunPass();
+  void RunExpiredTimers();
+  void RunTasks();
+  void AddTimer(TimerId id, Clock::time_point deadline, Task callback);
+  void EraseTimer(TimerId id);
+
+  const EventLoopOptions options_;
+  const int epoll_fd_;
+  const int wake_fd_;
+
+  std::atomic<std::thread::id> loop_thread_;
+  std::atomic<bool> stop_requested_{false};
+  // Set by the thread that writes the eventfd; cleared by the loop before it
+  // takes the queue. While set, posters skip the write.
+  std::atomic<bool> wake_pending_{false};
+  std::atomic<TimerId> next_timer_id_{1};
+
+  Mutex tasks_mu_;
+  std::vector<Task> tasks_ ABSL_GUARDED_BY(tasks_mu_);
+
+  // Loop-thread state.
+  Clock::time_point now_;
+  std::vector<Task> running_tasks_;
+  std::vector<epoll_event> events_;
+  // Index of the event being dispatched and how many were fetched, so that
+  // Unregister can drop the handler's later events of the same pass.
+  int dispatch_index_ = 0;
+  int dispatch_count_ = 0;
+  // Min-heap by (deadline, id). Cancelled timers leave their heap entry
+  // behind (removed lazily; the heap is compacted when mostly stale).
+  std::vector<TimerEntry> timer_heap_;
+  std::unordered_map<TimerId, Task> timers_;
+
+  std::atomic<uint64_t> passes_{0};
+  std::atomic<uint64_t> io_events_{0};
+  std::atomic<uint64_t> tasks_run_{0};
+  std::atomic<uint64_t> timers_fired_{0};
+  std::atomic<uint64_t> wakeup_writes_{0};
+};
+
+// A thread running one EventLoop.
+//
+// Thread contract: thread-compatible (start and destroy from one thread); the
+// loop it exposes follows EventLoop's contract.
+class EventLoopThread {
+ public:
+  // Creates the loop and starts its thread. Returns the loop's creation
+  // error, if any.
+  [[nodiscard]] static StatusOr<std::unique_ptr<EventLoopThread>> Start(
+      EventLoopOptions options = {});
+
+  // Stops the loop, joins the thread, then destroys the loop.
+  ~EventLoopThread();
+  EventLoopThread(const EventLoopThread&) = delete;
+  EventLoopThread& operator=(const EventLoopThread&) = delete;
+
+  EventLoop* loop() const { return loop_.get(); }
+
+ private:
+  explicit EventLoopThread(std::unique_ptr<EventLoop> loop);
+
+  std::unique_ptr<EventLoop> loop_;
+  std::thread thread_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_CORE_EVENT_LOOP_H_

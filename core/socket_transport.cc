@@ -1,0 +1,691 @@
+#include "core/socket_transport.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <utility>
+
+namespace sluice {
+namespace {
+
+// Registered once per socket for everything it will ever need.
+constexpr uint32_t kSocketEvents = EPOLLIN | EPOLLOUT | EPOLLRDHUP;
+
+// writev takes at most IOV_MAX segments per call.
+constexpr size_t kMaxIovecs = IOV_MAX;
+
+std::string ErrnoText(std::string_view what, int err) {
+  std::string text(what);
+  text += ": ";
+  text += std::strerror(err);
+  return text;
+}
+
+// Errors of socket setup calls (socket, bind, listen, setsockopt).
+Status SetupError(std::string_view what, int err) {
+  std::string text = ErrnoText(what, err);
+  switch (err) {
+    case EADDRINUSE:
+      return {StatusCode::kAlreadyExists, text};
+    case EADDRNOTAVAIL:
+    case EAFNOSUPPORT:
+    case EINVAL:
+      return InvalidArgumentError(text);
+    case EACCES:
+    case EPERM:
+      return FailedPreconditionError(text);
+    case EMFILE:
+    case ENFILE:
+    case ENOBUFS:
+    case ENOMEM:
+      return ResourceExhaustedError(text);
+    default:
+      return UnavailableError(text);
+  }
+}
+
+int SocketError(int fd) {
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return errno;
+  return err;
+}
+
+void SetNoDelay(int fd) {
+  int one = 1;
+  // Best effort: failing only costs latency.
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+Status ApplyBufferSizes(int fd, const SocketConnectionOptions& options) {
+  if (options.send_buffer_size > 0 &&
+      setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &options.send_buffer_size,
+                 sizeof(options.send_buffer_size)) != 0) {
+    return SetupError("setsockopt(SO_SNDBUF)", errno);
+  }
+  if (options.receive_buffer_size > 0 &&
+      setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &options.receive_buffer_size,
+                 sizeof(options.receive_buffer_size)) != 0) {
+    return SetupError("setsockopt(SO_RCVBUF)", errno);
+  }
+  return OkStatus();
+}
+
+bool ParsePort(std::string_view text, uint16_t* port) {
+  if (text.empty() || text.size() > 5) return false;
+  uint32_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + static_cast<uint32_t>(c - '0');
+  }
+  if (value > 65535) return false;
+  *port = static_cast<uint16_t>(value);
+  return true;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// SocketAddress
+
+StatusOr<SocketAddress> SocketAddress::Parse(std::string_view text) {
+  auto invalid = [&] {
+    return InvalidArgumentError("not an IP:port or [IPv6]:port address: \"" + std::string(text) +
+                                "\"");
+  };
+  std::string host;
+  std::string_view port_text;
+  bool v6 = false;
+  if (!text.empty() && text.front() == '[') {
+    size_t close = text.find("]:");
+    if (close == std::string_view::npos) return invalid();
+    host = std::string(text.substr(1, close - 1));
+    port_text = text.substr(close + 2);
+    v6 = true;
+  } else {
+    size_t colon = text.rfind(':');
+    if (colon == std::string_view::npos) return invalid();
+    host = std::string(text.substr(0, colon));
+    port_text = text.substr(colon + 1);
+  }
+  uint16_t port = 0;
+  if (!ParsePort(port_text, &port)) return invalid();
+  SocketAddress address;
+  if (v6) {
+    auto* sin6 = reinterpret_cast<sockaddr_in6*>(&address.storage_);
+    sin6->sin6_family = AF_INET6;
+    sin6->sin6_port = htons(port);
+    if (inet_pton(AF_INET6, host.c_str(), &sin6->sin6_addr) != 1) return invalid();
+    address.length_ = sizeof(sockaddr_in6);
+  } else {
+    auto* sin = reinterpret_cast<sockaddr_in*>(&address.storage_);
+    sin->sin_family = AF_INET;
+    sin->sin_port = htons(port);
+    if (inet_pton(AF_INET, host.c_str(), &sin->sin_addr) != 1) return invalid();
+    address.length_ = sizeof(sockaddr_in);
+  }
+  return address;
+}
+
+SocketAddress SocketAddress::FromSockaddr(const struct sockaddr* addr, socklen_t length) {
+  SocketAddress address;
+  if (length > sizeof(address.storage_)) length = sizeof(address.storage_);
+  std::memcpy(&address.storage_, addr, length);
+  address.length_ = length;
+  return address;
+}
+
+uint16_t SocketAddress::port() const {
+  if (family() == AF_INET) {
+    return ntohs(reinterpret_cast<const sockaddr_in*>(&storage_)->sin_port);
+  }
+  if (family() == AF_INET6) {
+    return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage_)->sin6_port);
+  }
+  return 0;
+}
+
+std::string SocketAddress::ToString() const {
+  char host[INET6_ADDRSTRLEN] = {};
+  if (family() == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&storage_)->sin_addr, host,
+              sizeof(host));
+    return std::string(host) + ":" + std::to_string(port());
+  }
+  if (family() == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&storage_)->sin6_addr, host,
+              sizeof(host));
+    return "[" + std::string(host) + "]:" + std::to_string(port());
+  }
+  return "";
+}
+
+// ---------------------------------------------------------------------------
+// SocketConnection
+
+SocketConnection::SocketConnection(EventLoop* loop, int fd, const SocketConnectionOptions& options)
+    : loop_(loop),
+      options_(options),
+      read_size_hint_(options.read_size_hint != 0
+                          ? options.read_size_hint
+                          : std::max<size_t>(
+                                1, (options.pool != nullptr ? options.pool : &MemoryPool::Default())
+                                           ->block_size() /
+                                       4)),
+      input_(PipeOptions{.pool = options.pool,
+                         .pause_threshold = options.input_pause_threshold,
+                         .resume_threshold = options.input_resume_threshold}),
+      output_(PipeOptions{.pool = options.pool,
+                          .pause_threshold = options.output_pause_threshold,
+                          .resume_threshold = options.output_resume_threshold}),
+      fd_(fd) {}
+
+SocketConnection::~SocketConnection() {
+  // Only a connection that never got registered still has its socket here.
+  if (fd_ >= 0) close(fd_);
+}
+
+StatusOr<std::shared_ptr<SocketConnection>> SocketConnection::Adopt(
+    EventLoop* loop, int fd, const SocketConnectionOptions& options) {
+  std::shared_ptr<SocketConnection> conn(new SocketConnection(loop, fd, options));
+  Status registered = loop->Register(fd, kSocketEvents, conn.get());
+  if (!registered.ok()) return registered;  // ~SocketConnection closes fd
+  conn->self_ = conn;
+  conn->FetchAddresses();
+  // A fresh connected socket has send space; EAGAIN corrects this if not.
+  conn->writable_ = true;
+  // Arms the output read callback.
+  conn->PumpOutput();
+  return conn;
+}
+
+void SocketConnection::Connect(EventLoop* loop, std::string_view address,
+                               const SocketConnectionOptions& options, ConnectCallback callback) {
+  // Always through the queue, so that the callback never runs inside Connect.
+  loop->Post([loop, address = std::string(address), options, callback = std::move(callback)] {
+    ConnectOnLoop(loop, address, options, callback);
+  });
+}
+
+void SocketConnection::ConnectOnLoop(EventLoop* loop, const std::string& address,
+                                     const SocketConnectionOptions& options,
+                                     ConnectCallback callback) {
+  StatusOr<SocketAddress> parsed = SocketAddress::Parse(address);
+  if (!parsed.ok()) {
+    callback(parsed.status());
+    return;
+  }
+  int fd = socket(parsed->family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    callback(UnavailableError(ErrnoText("socket", errno)));
+    return;
+  }
+  SetNoDelay(fd);
+  Status buffers = ApplyBufferSizes(fd, options);
+  if (!buffers.ok()) {
+    close(fd);
+    callback(buffers);
+    return;
+  }
+  if (connect(fd, parsed->sockaddr(), parsed->length()) != 0 && errno != EINPROGRESS) {
+    int err = errno;
+    close(fd);
+    callback(UnavailableError(ErrnoText("connect " + address, err)));
+    return;
+  }
+  // Connected or in progress: either way the registration reports EPOLLOUT
+  // (or EPOLLERR) once the outcome is known.
+  std::shared_ptr<SocketConnection> conn(new SocketConnection(loop, fd, options));
+  Status registered = loop->Register(fd, kSocketEvents, conn.get());
+  if (!registered.ok()) {
+    callback(registered);
+    return;
+  }
+  conn->self_ = conn;
+  conn->connecting_ = true;
+  conn->connect_callback_ = std::move(callback);
+  if (options.connect_timeout.count() > 0) {
+    conn->connect_timer_ =
+        loop->RunAfter(options.connect_timeout, [weak = conn->weak_from_this(), address] {
+          std::shared_ptr<SocketConnection> self = weak.lock();
+          if (self == nullptr || !self->connecting_) return;
+          self->connect_timer_ = 0;
+          self->FailConnect(DeadlineExceededError("connect " + address + ": timed out"));
+        });
+  }
+}
+
+void SocketConnection::FinishConnect(uint32_t events) {
+  int err = SocketError(fd_);
+  if (err != 0) {
+    FailConnect(UnavailableError(ErrnoText("connect", err)));
+    return;
+  }
+  if ((events & (EPOLLOUT | EPOLLHUP)) == 0) return;  // still in progress
+  connecting_ = false;
+  if (connect_timer_ != 0) {
+    loop_->CancelTimer(connect_timer_);
+    connect_timer_ = 0;
+  }
+  FetchAddresses();
+  writable_ = true;
+  ConnectCallback callback = std::move(connect_callback_);
+  connect_callback_ = nullptr;
+  callback(shared_from_this());
+}
+
+void SocketConnection::FailConnect(Status status) {
+  connecting_ = false;
+  ConnectCallback callback = std::move(connect_callback_);
+  connect_callback_ = nullptr;
+  Terminate(status, /*reset=*/false);
+  if (callback) callback(status);
+}
+
+void SocketConnection::FetchAddresses() {
+  sockaddr_storage storage;
+  socklen_t len = sizeof(storage);
+  if (getsockname(fd_, reinterpret_cast<sockaddr*>(&storage), &len) == 0) {
+    local_address_ = SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&storage), len);
+  }
+  len = sizeof(storage);
+  if (getpeername(fd_, reinterpret_cast<sockaddr*>(&storage), &len) == 0) {
+    peer_address_ = SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&storage), len);
+  }
+}
+
+void SocketConnection::Close() {
+  loop_->Post([self = shared_from_this()] {
+    self->Terminate(AbortedError("connection closed by SocketConnection::Close"),
+                    /*reset=*/true);
+  });
+}
+
+SocketConnectionStats SocketConnection::stats() const {
+  SocketConnectionStats s;
+  s.bytes_read = bytes_read_.load(std::memory_order_relaxed);
+  s.bytes_written = bytes_written_.load(std::memory_order_relaxed);
+  s.read_syscalls = read_syscalls_.load(std::memory_order_relaxed);
+  s.write_syscalls = write_syscalls_.load(std::memory_order_relaxed);
+  s.input_pauses = input_pauses_.load(std::memory_order_relaxed);
+  s.write_waits = write_waits_.load(std::memory_order_relaxed);
+  s.read_yields = read_yields_.load(std::memory_order_relaxed);
+  return s;
+}
+
+void SocketConnection::OnIoEvents(uint32_t events) {
+  if (closed_) return;
+  if (connecting_) {
+    FinishConnect(events);
+    if (connecting_ || closed_) return;
+  }
+  if ((events & EPOLLERR) != 0) {
+    int err = SocketError(fd_);
+    if (err != 0) {
+      Terminate(UnavailableError(ErrnoText("socket", err)), /*reset=*/false);
+      return;
+    }
+  }
+  if ((events & (EPOLLRDHUP | EPOLLHUP)) != 0) peer_closing_ = true;
+  if ((events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) readable_ = true;
+  if ((events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) != 0) writable_ = true;
+  ReadInput();
+  PumpOutput();
+}
+
+FlushCallback SocketConnection::MakeInputFlushCallback() {
+  // Runs on the thread whose AdvanceTo (or Complete) released the flush;
+  // the connection continues on its loop. A weak reference: the callback is
+  // stored in a pipe this connection owns.
+  return [weak = weak_from_this()](FlushResult result) {
+    std::shared_ptr<SocketConnection> self = weak.lock();
+    if (self == nullptr) return;
+    EventLoop* loop = self->loop_;
+    loop->Post([self = std::move(self), result] { self->OnInputFlushed(result); });
+  };
+}
+
+ReadCallback SocketConnection::MakeOutputReadCallback() {
+  // Runs on the thread that flushed output (often a worker).
+  return [weak = weak_from_this()](ReadResult) {
+    std::shared_ptr<SocketConnection> self = weak.lock();
+    if (self == nullptr) return;
+    EventLoop* loop = self->loop_;
+    loop->Post([self = std::move(self)] { self->OnOutputReadable(); });
+  };
+}
+
+void SocketConnection::ReadInput() {
+  size_t budget = options_.max_read_bytes_per_event;
+  while (readable_ && !input_paused_ && !input_ended_ && !closed_) {
+    if (budget == 0) {
+      // Fairness: let the loop's other connections run, continue later.
+      read_yields_.fetch_add(1, std::memory_order_relaxed);
+      if (!read_yield_posted_) {
+        read_yield_posted_ = true;
+        loop_->Post([self = shared_from_this()] {
+          self->read_yield_posted_ = false;
+          self->ReadInput();
+        });
+      }
+      return;
+    }
+    std::span<uint8_t> span = input_.writer().GetSpan(read_size_hint_);
+    ssize_t n = read(fd_, span.data(), span.size());
+    read_syscalls_.fetch_add(1, std::memory_order_relaxed);
+    if (n > 0) {
+      size_t got = static_cast<size_t>(n);
+      bytes_read_.fetch_add(got, std::memory_order_relaxed);
+      budget -= std::min(budget, got);
+      Status advanced = input_.writer().Advance(got);
+      if (!advanced.ok()) {
+        Terminate(InternalError("input pipe: " + advanced.ToString()), /*reset=*/true);
+        return;
+      }
+      // A short read drained the socket: new data raises a new edge. Not
+      // after EPOLLRDHUP, whose edge has passed: read on until EOF.
+      if (got < span.size() && !peer_closing_) readable_ = false;
+      FlushResult flushed;
+      if (!input_.writer().Flush(&flushed, MakeInputFlushCallback())) {
+        input_paused_ = true;
+        input_pauses_.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+      if (flushed.is_completed) {
+        // The application completed input(): it wants nothing more.
+        EndInput(OkStatus());
+        return;
+      }
+      continue;
+    }
+    if (n == 0) {
+      readable_ = false;
+      EndInput(OkStatus());
+      return;
+    }
+    int err = errno;
+    if (err == EINTR) continue;
+    if (err == EAGAIN || err == EWOULDBLOCK) {
+      readable_ = false;
+      return;
+    }
+    Terminate(UnavailableError(ErrnoText("read", err)), /*reset=*/false);
+    return;
+  }
+}
+
+void SocketConnection::OnInputFlushed(FlushResult result) {
+  input_paused_ = false;
+  if (input_ended_ || closed_) return;
+  if (result.is_completed) {
+    EndInput(OkStatus());
+    return;
+  }
+  ReadInput();
+}
+
+void SocketConnection::EndInput(Status status) {
+  if (input_ended_) return;
+  input_ended_ = true;
+  input_.writer().Complete(std::move(status));
+  MaybeClose();
+}
+
+void SocketConnection::OnOutputReadable() {
+  output_waiting_ = false;
+  if (output_ended_) return;
+  // The callback's read is still outstanding. Hand it back unconsumed so
+  // that the Read in PumpOutput takes everything flushed since: one writev
+  // for all the flushes of this pass.
+  output_.reader().AdvanceTo(0, 0).IgnoreError();
+  PumpOutput();
+}
+
+void SocketConnection::PumpOutput() {
+  if (output_ended_ || output_waiting_ || !writable_ || connecting_ || closed_) return;
+  struct iovec iov[kMaxIovecs];
+  while (true) {
+    ReadResult result;
+    if (!output_.reader().Read(&result, MakeOutputReadCallback())) {
+      output_waiting_ = true;
+      return;
+    }
+    if (!result.is_completed && !result.status.ok()) {
+      // Our own misuse of the pipe; never the peer's doing.
+      Terminate(InternalError("output pipe: " + result.status.ToString()), /*reset=*/true);
+      return;
+    }
+    const size_t size = result.buffer.size();
+    size_t written = 0;
+    while (written < size) {
+      size_t count = result.buffer.ToIovecs(written, iov, kMaxIovecs);
+      size_t wanted = 0;
+      for (size_t i = 0; i < count; ++i) wanted += iov[i].iov_len;
+      struct msghdr msg = {};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = count;
+      ssize_t n = sendmsg(fd_, &msg, MSG_NOSIGNAL);
+      write_syscalls_.fetch_add(1, std::memory_order_relaxed);
+      if (n < 0) {
+        int err = errno;
+        if (err == EINTR) continue;
+        if (err == EAGAIN || err == EWOULDBLOCK) {
+          writable_ = false;
+          break;
+        }
+        Terminate(UnavailableError(ErrnoText("sendmsg", err)), /*reset=*/false);
+        return;
+      }
+      written += static_cast<size_t>(n);
+      bytes_written_.fetch_add(static_cast<size_t>(n), std::memory_order_relaxed);
+      // A short write filled the socket: EPOLLOUT comes when space frees.
+      if (static_cast<size_t>(n) < wanted) {
+        writable_ = false;
+        break;
+      }
+    }
+    if (written < size) {
+      write_waits_.fetch_add(1, std::memory_order_relaxed);
+      // Free what went out now (it may resume the application's flush);
+      // the rest is read again on EPOLLOUT.
+      output_.reader().AdvanceTo(written, written).IgnoreError();
+      return;
+    }
+    const bool completed = result.is_completed;
+    Status status = result.status;
+    output_.reader().AdvanceTo(size, size).IgnoreError();
+    if (completed) {
+      EndOutput(std::move(status));
+      return;
+    }
+    if (closed_) return;
+  }
+}
+
+void SocketConnection::EndOutput(Status status) {
+  output_ended_ = true;
+  output_.reader().Complete();
+  if (!status.ok()) {
+    Terminate(AbortedError("output completed with " + status.ToString()), /*reset=*/true);
+    return;
+  }
+  shutdown(fd_, SHUT_WR);
+  // The application may have completed input() without a read noticing;
+  // an empty flush tells.
+  if (!input_ended_ && !input_paused_) {
+    FlushResult flushed;
+    if (!input_.writer().Flush(&flushed, MakeInputFlushCallback())) {
+      input_paused_ = true;
+    } else if (flushed.is_completed) {
+      EndInput(OkStatus());
+      return;
+    }
+  }
+  MaybeClose();
+}
+
+void SocketConnection::MaybeClose() {
+  if (input_ended_ && output_ended_ && !closed_) CloseSocket(/*reset=*/false);
+}
+
+void SocketConnection::Terminate(Status status, bool reset) {
+  if (closed_) return;
+  if (!input_ended_) {
+    input_ended_ = true;
+    input_.writer().Complete(status);
+  }
+  if (!output_ended_) {
+    output_ended_ = true;
+    output_.reader().Complete(status);
+  }
+  // Completing the pipes ran application callbacks, which cannot close us
+  // synchronously (Close posts), but check anyway.
+  if (!closed_) CloseSocket(reset);
+}
+
+void SocketConnection::CloseSocket(bool reset) {
+  closed_ = true;
+  if (connect_timer_ != 0) {
+    loop_->CancelTimer(connect_timer_);
+    connect_timer_ = 0;
+  }
+  loop_->Unregister(fd_, this).IgnoreError();
+  if (reset) {
+    struct linger abort_on_close = {.l_onoff = 1, .l_linger = 0};
+    (void)setsockopt(fd_, SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof(abort_on_close));
+  }
+  close(fd_);
+  fd_ = -1;
+  // Released in a task: this object's methods are still on the stack.
+  if (self_ != nullptr) loop_->Post([keep = std::move(self_)] {});
+}
+
+// ---------------------------------------------------------------------------
+// TcpListener
+
+StatusOr<std::unique_ptr<TcpListener>> TcpListener::Create(EventLoop* loop,
+                                                           std::string_view address,
+                                                           const TcpListenerOptions& options,
+                                                           AcceptCallback on_accept) {
+  StatusOr<SocketAddress> parsed = SocketAddress::Parse(address);
+  if (!parsed.ok()) return parsed.status();
+  int fd = socket(parsed->family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return SetupError("socket", errno);
+  auto fail = [fd](Status status) {
+    close(fd);
+    return status;
+  };
+  int one = 1;
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) {
+    return fail(SetupError("setsockopt(SO_REUSEADDR)", errno));
+  }
+  if (options.reuse_port && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0) {
+    return fail(SetupError("setsockopt(SO_REUSEPORT)", errno));
+  }
+  // Accepted sockets inherit the buffer sizes (and the window scale that
+  // the handshake negotiates from them).
+  Status buffers = ApplyBufferSizes(fd, options.connection);
+  if (!buffers.ok()) return fail(buffers);
+  if (bind(fd, parsed->sockaddr(), parsed->length()) != 0) {
+    return fail(SetupError("bind " + std::string(address), errno));
+  }
+  if (listen(fd, options.backlog) != 0) return fail(SetupError("listen", errno));
+  sockaddr_storage storage;
+  socklen_t len = sizeof(storage);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&storage), &len) != 0) {
+    return fail(SetupError("getsockname", errno));
+  }
+  std::unique_ptr<TcpListener> listener(new TcpListener(
+      loop, fd, SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&storage), len), options,
+      std::move(on_accept)));
+  // On failure ~TcpListener closes fd (its Unregister fails harmlessly).
+  Status registered = loop->Register(fd, EPOLLIN, listener.get());
+  if (!registered.ok()) return registered;
+  return listener;
+}
+
+TcpListener::TcpListener(EventLoop* loop, int fd, SocketAddress local_address,
+                         TcpListenerOptions options, AcceptCallback on_accept)
+    : loop_(loop),
+      fd_(fd),
+      local_address_(local_address),
+      options_(std::move(options)),
+      accept_state_(std::make_shared<AcceptState>(AcceptState{std::move(on_accept), true})) {}
+
+TcpListener::~TcpListener() {
+  accept_state_->alive = false;
+  if (retry_timer_ != 0) loop_->CancelTimer(retry_timer_);
+  loop_->Unregister(fd_, this).IgnoreError();
+  close(fd_);
+}
+
+TcpListenerStats TcpListener::stats() const {
+  TcpListenerStats s;
+  s.accepted = accepted_.load(std::memory_order_relaxed);
+  s.accept_errors = accept_errors_.load(std::memory_order_relaxed);
+  return s;
+}
+
+void TcpListener::OnIoEvents(uint32_t) { AcceptAll(); }
+
+void TcpListener::AcceptAll() {
+  // Edge-triggered: accept until the queue is empty.
+  std::shared_ptr<AcceptState> state = accept_state_;
+  while (true) {
+    int fd = accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      switch (errno) {
+        case EAGAIN:
+          return;
+        // The handshake failed or the network changed: that connection is
+        // gone, the next one may be fine (accept(2), "Error handling").
+        case EINTR:
+        case ECONNABORTED:
+        case EPROTO:
+        case ENETDOWN:
+        case ENOPROTOOPT:
+        case EHOSTDOWN:
+        case ENONET:
+        case EHOSTUNREACH:
+        case EOPNOTSUPP:
+        case ENETUNREACH:
+          continue;
+        case EMFILE:
+        case ENFILE:
+        case ENOBUFS:
+        case ENOMEM:
+          // The connections stay queued, and no new edge will report them.
+          accept_errors_.fetch_add(1, std::memory_order_relaxed);
+          if (retry_timer_ == 0) {
+            retry_timer_ = loop_->RunAfter(options_.accept_retry_delay, [this] {
+              retry_timer_ = 0;
+              AcceptAll();
+            });
+          }
+          return;
+        default:
+          accept_errors_.fetch_add(1, std::memory_order_relaxed);
+          return;
+      }
+    }
+    SetNoDelay(fd);
+    StatusOr<std::shared_ptr<SocketConnection>> conn =
+        SocketConnection::Adopt(loop_, fd, options_.connection);
+    if (!conn.ok()) {
+      accept_errors_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    accepted_.fetch_add(1, std::memory_order_relaxed);
+    state->on_accept(std::move(*conn));
+    if (!state->alive) return;
+  }
+}
+
+}  // namespace sluice

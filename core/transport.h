@@ -1,0 +1,44 @@
+// What a protocol connection (HTTP/1.1, HTTP/2) talks to: a pair of pipes
+// carrying plaintext, owned by one event loop, plus a way to abort.
+//
+// A plain TCP connection and a TLS connection both present themselves this
+// way, so the protocols never know which one they run on.
+//
+//   std::unique_ptr<sluice::Transport> t = sluice::MakeSocketTransport(conn);
+//   t->input();   // bytes from the peer
+//   t->output();  // bytes to the peer; Complete() ends the connection
+//
+// Thread-safety: owned by its loop thread; input()/output() follow the Pipe
+// contract (one thread at a time per side); Close() is thread-safe.
+#ifndef SLUICE_CORE_TRANSPORT_H_
+#define SLUICE_CORE_TRANSPORT_H_
+
+#include <memory>
+#include <string_view>
+
+#include "core/event_loop.h"
+#include "core/pipe.h"
+#include "core/socket_transport.h"
+
+namespace sluice {
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual PipeReader& input() = 0;
+  virtual PipeWriter& output() = 0;
+  virtual EventLoop* loop() const = 0;
+  // Aborts: unsent output is dropped. Idempotent.
+  virtual void Close() = 0;
+  // True over TLS.
+  virtual bool secure() const = 0;
+  // The ALPN protocol negotiated ("h2", "http/1.1"), empty if none.
+  virtual std::string_view alpn() const = 0;
+};
+
+// Presents a plain socket connection as a Transport.
+std::unique_ptr<Transport> MakeSocketTransport(std::shared_ptr<SocketConnection> connection);
+
+}  // namespace sluice
+
+#endif  // SLUICE_CORE_TRANSPORT_H_
