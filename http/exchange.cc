@@ -1,0 +1,133 @@
+#include "http/exchange.h"
+
+#include <algorithm>
+
+namespace sluice::http {
+namespace {
+
+bool EqualsLowercase(std::string_view s, std::string_view lower) {
+  if (s.size() != lower.size()) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    char c = s[i];
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    if (c != lower[i]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Request::Slice Request::Store(std::string_view v) {
+  Slice s{static_cast<uint32_t>(storage_.size()), static_cast<uint32_t>(v.size())};
+  storage_.append(v);
+  return s;
+}
+
+std::string_view Request::Header(std::string_view lowercase_name) const {
+  for (const auto& [name, value] : headers_) {
+    if (EqualsLowercase(View(name), lowercase_name)) return View(value);
+  }
+  return {};
+}
+
+std::string_view Request::PathParam(std::string_view name) const {
+  for (const auto& [n, v] : params_) {
+    if (View(n) == name) return View(v);
+  }
+  return {};
+}
+
+void Request::ReadBody(BodyDataCallback on_data, BodyEndCallback on_end) {
+  if (body_requested_) {
+    on_end(FailedPreconditionError("Request::ReadBody called twice"));
+    return;
+  }
+  body_requested_ = true;
+  if (!has_body_ || body_source_ == nullptr) {
+    on_end(OkStatus());
+    return;
+  }
+  body_source_->StartBody(std::move(on_data), std::move(on_end));
+}
+
+void Request::Reset() {
+  storage_.clear();
+  method_ = path_ = query_ = authority_ = Slice{};
+  scheme_ = "http";
+  protocol_version_ = "1.1";
+  route_ = {};
+  headers_.clear();
+  params_.clear();
+  has_body_ = false;
+  content_length_.reset();
+  body_source_ = nullptr;
+  body_requested_ = false;
+}
+
+void Response::Reset(ResponseSink* sink) {
+  sink_ = sink;
+  status_ = 200;
+  header_count_ = 0;
+  body_.clear();
+  head_sent_ = ended_ = deferred_ = peer_gone_ = false;
+}
+
+void Response::SetHeader(std::string_view name, std::string_view value) {
+  if (head_sent_) return;
+  if (header_count_ < headers_.size()) {
+    headers_[header_count_].first.assign(name);
+    headers_[header_count_].second.assign(value);
+  } else {
+    headers_.emplace_back(std::string(name), std::string(value));
+  }
+  ++header_count_;
+}
+
+bool Response::SendHeadNow(bool end) {
+  std::optional<uint64_t> length;
+  if (end) length = body_.size();
+  bool ok = sink_->SendHead(
+      status_, std::span(headers_.data(), header_count_), length,
+      {reinterpret_cast<const uint8_t*>(body_.data()), body_.size()}, end);
+  head_sent_ = true;
+  body_.clear();
+  if (!ok) peer_gone_ = true;
+  return ok;
+}
+
+bool Response::Write(std::span<const uint8_t> data) {
+  if (ended_ || peer_gone_) return false;
+  if (!head_sent_) {
+    if (body_.size() + data.size() <= kStreamThreshold) {
+      body_.append(reinterpret_cast<const char*>(data.data()), data.size());
+      return true;
+    }
+    if (!SendHeadNow(/*end=*/false)) return false;
+  }
+  if (data.empty()) return true;
+  if (!sink_->SendData(data, /*end=*/false)) peer_gone_ = true;
+  return !peer_gone_;
+}
+
+bool Response::Flush() {
+  if (ended_ || peer_gone_) return false;
+  if (!head_sent_) return SendHeadNow(/*end=*/false);
+  return true;
+}
+
+void Response::End() {
+  if (ended_) return;
+  ended_ = true;
+  if (peer_gone_) {
+    // The sink still needs to learn the exchange is over.
+    sink_->SendData({}, /*end=*/true);
+    return;
+  }
+  if (!head_sent_) {
+    SendHeadNow(/*end=*/true);
+    return;
+  }
+  if (!sink_->SendData({}, /*end=*/true)) peer_gone_ = true;
+}
+
+}  // namespace sluice::http

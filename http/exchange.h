@@ -1,0 +1,211 @@
+// The protocol-neutral request/response API that handlers see.
+//
+// HTTP/1.1 and HTTP/2 connections both present a request to a `Handler` as a
+// `Request` (method, path, headers, a streamed body) and a `Response` to fill
+// in (status, headers, a body written in parts). Handlers never see which
+// protocol carried the exchange, so every sample server speaks both.
+//
+//   void Hello(sluice::http::Request& req, sluice::http::Response& res) {
+//     res.SetHeader("content-type", "text/plain");
+//     res.Write("Hello, World!");
+//   }  // returning ends the response (Content-Length: 13)
+//
+// Streaming: a handler that calls `res.DeferEnd()` may keep writing after it
+// returns (from the body callbacks, or from another thread) and must call
+// `res.End()` exactly once. The body arrives through `req.ReadBody`:
+//
+//   void Echo(Request& req, Response& res) {
+//     res.DeferEnd();
+//     req.ReadBody([&res](std::span<const uint8_t> data) { res.Write(data); },
+//                  [&res](sluice::Status) { res.End(); });
+//   }
+//
+// Backpressure: while the connection's output is over its pause threshold,
+// body callbacks stop (the connection stops reading) until the peer catches
+// up, so an echo of any size keeps memory bounded. A Write from a thread that
+// is not the connection's loop blocks while the output is full.
+//
+// Thread-safety: a Request/Response pair belongs to one exchange and is used
+// by one thread at a time: the loop thread, or the handler's worker thread
+// while the handler runs there. Body callbacks run on the loop thread.
+#ifndef SLUICE_HTTP_EXCHANGE_H_
+#define SLUICE_HTTP_EXCHANGE_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+
+namespace sluice::http {
+
+// Called with each piece of the request body, in order. The span is valid
+// only during the call.
+using BodyDataCallback = std::function<void(std::span<const uint8_t> data)>;
+// Called once after the last piece: OK, or why the body ended early.
+using BodyEndCallback = std::function<void(Status status)>;
+
+// What a protocol connection provides to stream a request body.
+class BodySource {
+ public:
+  virtual ~BodySource() = default;
+  // Starts delivering the body; callbacks run on the connection's loop.
+  virtual void StartBody(BodyDataCallback on_data, BodyEndCallback on_end) = 0;
+};
+
+class Request {
+ public:
+  std::string_view method() const { return View(method_); }
+  // The path as sent, not percent-decoded ("/users/7").
+  std::string_view path() const { return View(path_); }
+  // After '?', without it; empty if none.
+  std::string_view query() const { return View(query_); }
+  // Host (HTTP/1.1) or :authority (HTTP/2).
+  std::string_view authority() const { return View(authority_); }
+  // "http" or "https".
+  std::string_view scheme() const { return scheme_; }
+  // "1.0", "1.1" or "2" (OpenTelemetry's network.protocol.version).
+  std::string_view protocol_version() const { return protocol_version_; }
+
+  // The value of the first header named `lowercase_name`, or empty.
+  std::string_view Header(std::string_view lowercase_name) const;
+  size_t header_count() const { return headers_.size(); }
+  std::pair<std::string_view, std::string_view> header(size_t i) const {
+    return {View(headers_[i].first), View(headers_[i].second)};
+  }
+
+  // The route template that matched ("/users/{id}"), for telemetry's
+  // http.route; empty when no route matched.
+  std::string_view route() const { return route_; }
+  // A path parameter of the matched route ("id" → "7"), or empty.
+  std::string_view PathParam(std::string_view name) const;
+
+  // Content-Length if the request declared one.
+  std::optional<uint64_t> content_length() const { return content_length_; }
+  // Whether a body may follow (declared length > 0, chunked, or HTTP/2 DATA).
+  bool has_body() const { return has_body_; }
+
+  // Streams the body (see the file comment). At most once per request; a
+  // request without a body calls on_end(OK) at once. If the handler never
+  // calls it, the body is discarded.
+  void ReadBody(BodyDataCallback on_data, BodyEndCallback on_end);
+
+  // ---- For protocol implementations --------------------------------------
+  // Clears everything, keeping capacity.
+  void Reset();
+  void SetMethod(std::string_view v) { method_ = Store(v); }
+  void SetPath(std::string_view v) { path_ = Store(v); }
+  void SetQuery(std::string_view v) { query_ = Store(v); }
+  void SetAuthority(std::string_view v) { authority_ = Store(v); }
+  void SetScheme(std::string_view v) { scheme_ = v; }  // a literal
+  void SetProtocolVersion(std::string_view v) { protocol_version_ = v; }  // a literal
+  void AddHeader(std::string_view name, std::string_view value) {
+    headers_.emplace_back(Store(name), Store(value));
+  }
+  void SetBody(bool has_body, std::optional<uint64_t> content_length, BodySource* source) {
+    has_body_ = has_body;
+    content_length_ = content_length;
+    body_source_ = source;
+  }
+  void SetRoute(std::string_view route_template) { route_ = route_template; }
+  void AddPathParam(std::string_view name, std::string_view value) {
+    params_.emplace_back(Store(name), Store(value));
+  }
+  bool body_requested() const { return body_requested_; }
+
+ private:
+  // Offsets into storage_, so the views survive its reallocation.
+  struct Slice {
+    uint32_t offset = 0;
+    uint32_t length = 0;
+  };
+  Slice Store(std::string_view v);
+  std::string_view View(Slice s) const { return {storage_.data() + s.offset, s.length}; }
+
+  std::string storage_;
+  Slice method_, path_, query_, authority_;
+  std::string_view scheme_ = "http";
+  std::string_view protocol_version_ = "1.1";
+  std::string_view route_;
+  std::vector<std::pair<Slice, Slice>> headers_;
+  std::vector<std::pair<Slice, Slice>> params_;
+  bool has_body_ = false;
+  std::optional<uint64_t> content_length_;
+  BodySource* body_source_ = nullptr;
+  bool body_requested_ = false;
+};
+
+// What a protocol connection does with a response. Called on the thread
+// that uses the Response.
+class ResponseSink {
+ public:
+  virtual ~ResponseSink() = default;
+  // Sends the head, then `body` (may be empty). `content_length` is set when
+  // the whole body is known (End before any flush); `end` says the exchange
+  // is finished with this call. Returns false if the peer is gone.
+  virtual bool SendHead(uint16_t status, std::span<const std::pair<std::string, std::string>> headers,
+                        std::optional<uint64_t> content_length, std::span<const uint8_t> body,
+                        bool end) = 0;
+  // More body after the head. Returns false if the peer is gone.
+  virtual bool SendData(std::span<const uint8_t> data, bool end) = 0;
+};
+
+class Response {
+ public:
+  // Default 200.
+  void SetStatus(uint16_t status) { status_ = status; }
+  uint16_t status() const { return status_; }
+  // Adds a header (names lowercase by convention; HTTP/2 requires it and the
+  // HTTP/2 sink lowercases). Ignored after the head was sent.
+  void SetHeader(std::string_view name, std::string_view value);
+
+  // Appends body bytes. Small bodies are held until End so the head can carry
+  // Content-Length; past `kStreamThreshold` the head goes out and the body
+  // streams. Returns false once the peer is gone (stop writing).
+  bool Write(std::span<const uint8_t> data);
+  bool Write(std::string_view data) {
+    return Write({reinterpret_cast<const uint8_t*>(data.data()), data.size()});
+  }
+  // Sends what is buffered now (head included), without ending.
+  bool Flush();
+  // Finishes the response. Idempotent.
+  void End();
+  bool ended() const { return ended_; }
+  bool head_sent() const { return head_sent_; }
+
+  // Keeps the response open after the handler returns; the handler (or its
+  // callbacks) must then call End().
+  void DeferEnd() { deferred_ = true; }
+  bool deferred() const { return deferred_; }
+
+  static constexpr size_t kStreamThreshold = 16 * 1024;
+
+  // ---- For protocol implementations --------------------------------------
+  void Reset(ResponseSink* sink);
+  bool peer_gone() const { return peer_gone_; }
+
+ private:
+  bool SendHeadNow(bool end);
+
+  ResponseSink* sink_ = nullptr;
+  uint16_t status_ = 200;
+  std::vector<std::pair<std::string, std::string>> headers_;
+  size_t header_count_ = 0;  // headers_ entries in use (the rest keep capacity)
+  std::string body_;
+  bool head_sent_ = false;
+  bool ended_ = false;
+  bool deferred_ = false;
+  bool peer_gone_ = false;
+};
+
+// A request handler: inline on the loop thread, or on a worker pool.
+using Handler = std::function<void(Request&, Response&)>;
+
+}  // namespace sluice::http
+
+#endif  // SLUICE_HTTP_EXCHANGE_H_
