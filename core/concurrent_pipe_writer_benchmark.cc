@@ -28,8 +28,10 @@
 #include <semaphore>
 #include <thread>
 #include <utility>
+#include <string>
 #include <vector>
 
+#include "benchmarks/ratio_reporter.h"
 #include "core/concurrent_pipe_writer.h"
 #include "core/memory_pool.h"
 #include "core/mutex.h"
@@ -260,3 +262,23 @@ void BM_ConcurrentPipeWriterSingleLock(benchmark::State& state) {
 
 }  // namespace
 }  // namespace sluice
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
+  sluice::benchmarks::RatioReporter reporter("items_per_second");
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  std::vector<sluice::benchmarks::RatioRow> rows;
+  for (int producers : {1, 2, 4, 8}) {
+    for (int payload : {32, 4096}) {
+      std::string args = "/producers:" + std::to_string(producers) +
+                         "/payload:" + std::to_string(payload) + "/real_time";
+      rows.push_back({std::to_string(producers) + " producers, " + std::to_string(payload) + " B",
+                      "BM_ConcurrentPipeWriterSingleLock" + args,
+                      "BM_ConcurrentPipeWriterTwoLocks" + args});
+    }
+  }
+  reporter.PrintRatios("records/s, single_lock / two_locks", rows);
+  benchmark::Shutdown();
+  return 0;
+}

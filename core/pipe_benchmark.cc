@@ -7,12 +7,11 @@
 // prints pipe/memcpy throughput ratios per size.
 #include <benchmark/benchmark.h>
 
-#include <cstdio>
 #include <cstring>
-#include <map>
 #include <string>
 #include <vector>
 
+#include "benchmarks/ratio_reporter.h"
 #include "core/pipe.h"
 
 namespace sluice {
@@ -62,43 +61,20 @@ void BM_MemcpyReference(benchmark::State& state) {
 BENCHMARK(BM_PipeWriteRead)->Arg(64)->Arg(1024)->Arg(16 * 1024);
 BENCHMARK(BM_MemcpyReference)->Arg(64)->Arg(1024)->Arg(16 * 1024);
 
-// Keeps the console output and remembers bytes/s per benchmark name.
-class RatioReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& run : runs) {
-      auto it = run.counters.find("bytes_per_second");
-      if (it != run.counters.end() && run.run_type == Run::RT_Iteration) {
-        bytes_per_second_[run.benchmark_name()] = it->second.value;
-      }
-    }
-    ConsoleReporter::ReportRuns(runs);
-  }
-
-  void PrintRatios() const {
-    std::printf("\n%-10s %16s %16s %10s\n", "bytes", "pipe (MB/s)", "memcpy (MB/s)", "ratio");
-    for (const char* size : {"64", "1024", "16384"}) {
-      auto pipe = bytes_per_second_.find(std::string("BM_PipeWriteRead/") + size);
-      auto ref = bytes_per_second_.find(std::string("BM_MemcpyReference/") + size);
-      if (pipe == bytes_per_second_.end() || ref == bytes_per_second_.end()) continue;
-      std::printf("%-10s %16.0f %16.0f %10.3f\n", size, pipe->second / 1e6, ref->second / 1e6,
-                  pipe->second / ref->second);
-    }
-  }
-
- private:
-  std::map<std::string, double> bytes_per_second_;
-};
-
 }  // namespace
 }  // namespace sluice
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
-  sluice::RatioReporter reporter;
+  sluice::benchmarks::RatioReporter reporter("bytes_per_second");
   benchmark::RunSpecifiedBenchmarks(&reporter);
-  reporter.PrintRatios();
+  std::vector<sluice::benchmarks::RatioRow> rows;
+  for (const char* size : {"64", "1024", "16384"}) {
+    rows.push_back({std::string(size) + " B writes", std::string("BM_PipeWriteRead/") + size,
+                    std::string("BM_MemcpyReference/") + size});
+  }
+  reporter.PrintRatios("pipe write+read / memcpy", rows);
   benchmark::Shutdown();
   return 0;
 }
