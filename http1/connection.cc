@@ -1,0 +1,682 @@
+#include "http1/connection.h"
+
+#include <string>
+#include <utility>
+
+#include "core/mutex.h"
+#include "http1/response_writer.h"
+
+namespace sluice::http1 {
+namespace {
+
+// A worker ending a response leaves its flush to the loop's next pass (which
+// coalesces it with the responses that follow) unless this much is unflushed.
+constexpr size_t kWorkerCoalesceLimit = 64 * 1024;
+
+// The connection whose handler the calling worker thread is running, if any:
+// that thread owns the exchange and the output writer until it returns.
+thread_local const Connection* t_running_handler = nullptr;
+
+// Calls fn(span) for `n` bytes of `buffer` starting at `offset`.
+template <typename Fn>
+void ForEachPiece(const BufferSequence& buffer, size_t offset, size_t n, Fn&& fn) {
+  for (std::span<const uint8_t> chunk : buffer) {
+    if (n == 0) return;
+    if (offset >= chunk.size()) {
+      offset -= chunk.size();
+      continue;
+    }
+    size_t take = std::min(chunk.size() - offset, n);
+    fn(chunk.subspan(offset, take));
+    n -= take;
+    offset = 0;
+  }
+}
+
+bool HasNoBody(uint16_t status) { return status < 200 || status == 204 || status == 304; }
+
+}  // namespace
+
+Connection::Connection(std::unique_ptr<Transport> transport, const ConnectionOptions& options,
+                       RequestDispatcher* dispatcher, ConnectionCounters* counters)
+    : transport_(std::move(transport)),
+      loop_(transport_->loop()),
+      options_(options),
+      dispatcher_(dispatcher),
+      counters_(counters),
+      parser_(options.limits),
+      chunked_(options.chunked) {
+  counters_->connections.fetch_add(1, std::memory_order_relaxed);
+}
+
+Connection::~Connection() = default;
+
+void Connection::Start() {
+  ArmTimer(options_.keep_alive_timeout, /*header_timer=*/false);
+  Pump();
+}
+
+void Connection::BeginShutdown() {
+  // A busy exchange notices shutting_down_ when its response head is
+  // written (Connection: close) and when it finishes.
+  shutting_down_ = true;
+  if (state_ == State::kHead && !header_timer_) CloseAfterFlush();
+}
+
+bool Connection::OwnsExchange() const {
+  return loop_->IsInLoopThread() || t_running_handler == this;
+}
+
+void Connection::Pump() {
+  bool progress = true;
+  while (!closed_ && !output_blocked_ && !read_pending_) {
+    if (peer_done_ && !progress) return;
+    ReadResult read;
+    std::shared_ptr<Connection> self = shared_from_this();
+    if (!transport_->input().Read(&read, [self](ReadResult r) {
+          self->read_pending_ = false;
+          self->ProcessPass(r);
+          self->Pump();
+        })) {
+      read_pending_ = true;
+      return;
+    }
+    progress = ProcessPass(read);
+  }
+}
+
+bool Connection::ProcessPass(const ReadResult& read) {
+  if (closed_) return false;
+  if (!read.status.ok()) {
+    // The peer reset the connection (or the transport failed).
+    counters_->peer_resets.fetch_add(1, std::memory_order_relaxed);
+    CloseNow();
+    return false;
+  }
+  counters_->passes.fetch_add(1, std::memory_order_relaxed);
+  const BufferSequence& buffer = read.buffer;
+  const State state_before = state_;
+  in_pass_ = true;
+  size_t offset = 0;
+  bool examined_all = false;
+  while (true) {
+    if (state_ == State::kClosing) {
+      offset = buffer.size();  // lingering: drop whatever the peer still sends
+      break;
+    }
+    if (state_ == State::kHead) {
+      if (offset == buffer.size()) {
+        examined_all = true;
+        break;
+      }
+      if (!header_timer_) ArmTimer(options_.header_timeout, /*header_timer=*/true);
+      ParseOutcome r = parser_.Parse(buffer, offset, &head_);
+      if (r.incomplete()) {
+        examined_all = true;
+        break;
+      }
+      if (r.error()) {
+        FailRequest(r.status_code, r.reason);
+        continue;
+      }
+      offset += r.consumed;
+      CancelTimer();
+      StartExchange();
+      continue;
+    }
+    offset = PumpBody(buffer, offset);
+    if (MaybeFinishExchange()) continue;
+    examined_all = true;  // waiting for body bytes, a handler or a flush
+    break;
+  }
+  const bool progress = offset > 0 || state_ != state_before;
+  Status advanced = transport_->input().AdvanceTo(offset, examined_all ? buffer.size() : offset);
+  in_pass_ = false;
+  if (!advanced.ok()) {
+    CloseNow();
+    return false;
+  }
+  if (read.is_completed && offset == buffer.size()) {
+    // The peer sent its last byte and everything was processed.
+    peer_done_ = true;
+    if (state_ == State::kExchange && !handler_on_worker_ && body_state_ != BodyState::kNone) {
+      EndBody(UnavailableError("the peer closed before the end of the request body"));
+    }
+    if (state_ == State::kHead) CloseAfterFlush();  // idle, or a partial head dropped
+    if (state_ == State::kClosing) CompleteInput();
+  } else if (read.is_completed) {
+    peer_done_ = true;
+  }
+  FlushOutput();
+  return progress;
+}
+
+void Connection::StartExchange() {
+  counters_->requests.fetch_add(1, std::memory_order_relaxed);
+  request_.Reset();
+  response_.Reset(this);
+  request_.SetMethod(head_.method_text);
+  request_.SetPath(head_.path);
+  request_.SetQuery(head_.query);
+  request_.SetAuthority(head_.host);
+  request_.SetScheme(transport_->secure() ? "https" : "http");
+  request_.SetProtocolVersion(head_.version_minor == 1 ? "1.1" : "1.0");
+  for (const Header& h : head_.headers) request_.AddHeader(h.name, h.value);
+  head_request_ = head_.method == Method::kHead;
+  http10_ = head_.version_minor == 0;
+  keep_alive_ = head_.keep_alive && !shutting_down_;
+  expect_continue_ = head_.expect_continue;
+  chunked_response_ = false;
+  head_written_ = false;
+  response_superseded_ = false;
+  response_ended_ = false;
+  body_discarded_ = 0;
+  on_body_data_ = nullptr;
+  on_body_end_ = nullptr;
+  std::optional<uint64_t> content_length;
+  switch (head_.framing) {
+    case BodyFraming::kContentLength:
+      if (head_.content_length > options_.max_body_bytes) {
+        FailRequest(413, "request body larger than max_body_bytes");
+        return;
+      }
+      content_length = head_.content_length;
+      body_chunked_ = false;
+      body_remaining_ = head_.content_length;
+      body_state_ = body_remaining_ > 0 ? BodyState::kUnclaimed : BodyState::kNone;
+      break;
+    case BodyFraming::kChunked:
+      chunked_.Reset();
+      body_chunked_ = true;
+      body_remaining_ = 0;
+      body_state_ = BodyState::kUnclaimed;
+      break;
+    case BodyFraming::kNone:
+      body_chunked_ = false;
+      body_remaining_ = 0;
+      body_state_ = BodyState::kNone;
+      break;
+  }
+  request_.SetBody(body_state_ != BodyState::kNone, content_length, this);
+  state_ = State::kExchange;
+
+  const http::Handler* handler = dispatcher_->Route(request_, response_);
+  if (handler == nullptr) {
+    response_.End();
+    return;
+  }
+  WorkerPool* workers = dispatcher_->workers();
+  if (workers != nullptr) {
+    handler_on_worker_ = true;
+    std::shared_ptr<Connection> self = shared_from_this();
+    bool posted = workers->Post([self, handler] {
+      t_running_handler = self.get();
+      (*handler)(self->request_, self->response_);
+      if (!self->response_.deferred()) self->response_.End();
+      t_running_handler = nullptr;
+      // Hands the exchange back to the loop.
+      self->loop_->Post([self] {
+        self->handler_on_worker_ = false;
+        self->Kick();
+      });
+    });
+    if (posted) return;
+    handler_on_worker_ = false;  // the pool is stopping: run it here
+  }
+  (*handler)(request_, response_);
+  if (!response_.deferred()) response_.End();
+}
+
+size_t Connection::PumpBody(const BufferSequence& buffer, size_t offset) {
+  if (handler_on_worker_) return offset;
+  if (body_state_ == BodyState::kUnclaimed && response_ended_) {
+    // The handler answered without reading the body: drop it, or close if it
+    // may be large.
+    if (!body_chunked_ && body_remaining_ > options_.max_discard_bytes) {
+      keep_alive_ = false;
+      body_state_ = BodyState::kNone;
+      return offset;
+    }
+    body_state_ = BodyState::kDiscarding;
+  }
+  if (body_state_ != BodyState::kStreaming && body_state_ != BodyState::kDiscarding) {
+    return offset;
+  }
+  const bool streaming = body_state_ == BodyState::kStreaming;
+  auto deliver = [&](std::span<const uint8_t> piece) {
+    if (streaming) {
+      if (on_body_data_) on_body_data_(piece);
+    } else {
+      body_discarded_ += piece.size();
+    }
+  };
+  if (!body_chunked_) {
+    size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size() - offset, body_remaining_));
+    ForEachPiece(buffer, offset, n, deliver);
+    offset += n;
+    body_remaining_ -= n;
+    if (body_remaining_ == 0) EndBody(OkStatus());
+  } else {
+    body_pieces_.clear();
+    ChunkedOutcome r = chunked_.Decode(buffer, offset, &body_pieces_);
+    for (std::span<const uint8_t> piece : body_pieces_) deliver(piece);
+    offset += r.consumed;
+    if (r.error()) {
+      // Nothing after a framing error can be trusted: answer it (unless the
+      // response is already under way), then close.
+      keep_alive_ = false;
+      if (!head_written_ && !response_ended_) {
+        // Before the handler learns of the error, so that its answer to it
+        // (from the body's end callback) is dropped rather than sent.
+        response_superseded_ = true;
+        CountError(r.status_code);
+        WriteErrorResponse(r.status_code, r.reason);
+      } else {
+        CountError(r.status_code);
+      }
+      EndBody(InvalidArgumentError(r.reason));
+      if (response_superseded_) response_ended_ = true;
+      CloseAfterFlush();
+      return buffer.size();
+    }
+    if (r.done()) EndBody(OkStatus());
+  }
+  if (body_state_ == BodyState::kDiscarding && body_discarded_ > options_.max_discard_bytes) {
+    keep_alive_ = false;
+    body_state_ = BodyState::kNone;
+  }
+  return offset;
+}
+
+void Connection::EndBody(Status status) {
+  BodyState was = body_state_;
+  body_state_ = BodyState::kNone;
+  if (was == BodyState::kStreaming && on_body_end_) {
+    http::BodyEndCallback on_end = std::move(on_body_end_);
+    on_body_end_ = nullptr;
+    on_body_data_ = nullptr;
+    on_end(std::move(status));
+  }
+}
+
+bool Connection::MaybeFinishExchange() {
+  // handler_on_worker_ first: until it clears, response_ended_ may still be
+  // written by the worker.
+  if (state_ != State::kExchange || handler_on_worker_ || !response_ended_) return false;
+  if (!keep_alive_ || shutting_down_) {
+    // No further request on this connection: the rest of an unread body is
+    // not waited for (after a final answer to Expect: 100-continue the client
+    // may never send it); lingering drops whatever still comes.
+    CloseAfterFlush();
+    return true;
+  }
+  if (body_state_ != BodyState::kNone) return false;
+  if (peer_done_) {
+    CloseAfterFlush();
+    return true;
+  }
+  state_ = State::kHead;
+  ArmTimer(options_.keep_alive_timeout, /*header_timer=*/false);
+  return true;
+}
+
+void Connection::CountError(uint16_t status) {
+  switch (status) {
+    case 413:
+      counters_->body_too_large.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case 414:
+      counters_->uri_too_long.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case 431:
+      counters_->headers_too_large.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case 408:
+      counters_->header_timeouts.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case 500:
+      counters_->invalid_responses.fetch_add(1, std::memory_order_relaxed);
+      break;
+    default:
+      counters_->bad_requests.fetch_add(1, std::memory_order_relaxed);
+      break;
+  }
+}
+
+void Connection::WriteErrorResponse(uint16_t status, std::string_view reason) {
+  keep_alive_ = false;
+  std::string body(reason);
+  body += '\n';
+  ResponseHead head;
+  head.status_code = status;
+  const Header content_type[] = {{"Content-Type", "text/plain"}};
+  head.headers = content_type;
+  head.content_length = body.size();
+  head.connection = ConnectionOption::kClose;
+  // Fails only if the output already completed, when there is no one to tell.
+  Status s = WriteResponseHead(head, &transport_->output());
+  if (s.ok()) s = transport_->output().Write(body);
+  head_written_ = true;
+}
+
+void Connection::FailRequest(uint16_t status, std::string_view reason) {
+  CountError(status);
+  if (handler_on_worker_) {
+    CloseNow();
+    return;
+  }
+  WriteErrorResponse(status, reason);
+  response_ended_ = true;
+  CloseAfterFlush();
+}
+
+void Connection::CloseAfterFlush() {
+  if (closed_) return;
+  state_ = State::kClosing;
+  if (handler_on_worker_ || output_completed_) return;  // the worker's Kick comes back here
+  if (body_state_ == BodyState::kStreaming) {
+    EndBody(UnavailableError("the connection closes: the rest of the request body is dropped"));
+  }
+  body_state_ = BodyState::kNone;
+  CancelTimer();
+  // Publishes what is left; the transport sends it, then half-closes.
+  transport_->output().Complete();
+  output_completed_ = true;
+  // Keep reading (and dropping) what the peer still sends for a while, so
+  // the response is not destroyed by a reset; then stop reading.
+  std::weak_ptr<Connection> weak = weak_from_this();
+  timer_ = loop_->RunAfter(options_.linger_timeout, [weak] {
+    if (auto self = weak.lock()) {
+      self->timer_ = 0;
+      self->OnLingerTimeout();
+    }
+  });
+}
+
+void Connection::OnLingerTimeout() {
+  if (closed_) return;
+  counters_->linger_timeouts.fetch_add(1, std::memory_order_relaxed);
+  CompleteInput();
+  // The transport would notice our input's completion only at the peer's
+  // next byte: a peer that neither sends nor closes would hold the socket
+  // forever. Release it now.
+  transport_->Close();
+}
+
+void Connection::CompleteInput() {
+  if (input_completed_) return;
+  transport_->input().Complete();
+  input_completed_ = true;
+  MarkClosedWhenDone();
+}
+
+void Connection::MarkClosedWhenDone() {
+  if (closed_ || !output_completed_ || !input_completed_) return;
+  closed_ = true;
+  CancelTimer();
+  WakeRoomWaiters();
+  if (on_closed_) {
+    std::function<void()> cb = std::move(on_closed_);
+    on_closed_ = nullptr;
+    cb();
+  }
+}
+
+void Connection::CloseNow() {
+  if (closed_) return;
+  transport_->Close();
+  output_completed_ = true;
+  input_completed_ = true;
+  // A handler streaming the body learns that it ended; its answer (if any)
+  // goes nowhere since the output is completed.
+  if (!handler_on_worker_ && body_state_ == BodyState::kStreaming) {
+    EndBody(UnavailableError("the connection closed before the end of the request body"));
+  }
+  MarkClosedWhenDone();
+}
+
+void Connection::FlushOutput() {
+  if (handler_on_worker_ || closed_ || output_blocked_ || output_completed_) return;
+  PipeWriter& out = transport_->output();
+  if (out.unflushed_bytes() == 0) return;
+  counters_->flushes.fetch_add(1, std::memory_order_relaxed);
+  FlushResult result;
+  std::shared_ptr<Connection> self = shared_from_this();
+  // The transport releases a waiting flush from its loop-thread AdvanceTo
+  // (or Complete), so the callback runs on the loop thread.
+  if (!out.Flush(&result, [self](FlushResult r) {
+        self->output_blocked_ = false;
+        if (r.is_completed) {
+          self->CloseNow();
+          return;
+        }
+        self->WakeRoomWaiters();
+        self->Kick();
+      })) {
+    output_blocked_ = true;
+    return;
+  }
+  if (result.is_completed) CloseNow();
+}
+
+void Connection::Kick() {
+  if (!loop_->IsInLoopThread()) {
+    PostKick();
+    return;
+  }
+  if (closed_ || in_pass_) return;
+  if (state_ == State::kClosing) CloseAfterFlush();  // may have waited for a worker
+  if (read_pending_) {
+    // Wakes the pending read so the buffered input is processed again.
+    transport_->input().CancelPendingRead();
+    return;
+  }
+  FlushOutput();
+  Pump();
+}
+
+void Connection::ArmTimer(std::chrono::milliseconds after, bool header_timer) {
+  CancelTimer();
+  header_timer_ = header_timer;
+  std::weak_ptr<Connection> weak = weak_from_this();
+  timer_ = loop_->RunAfter(after, [weak, header_timer] {
+    if (auto self = weak.lock()) {
+      self->timer_ = 0;
+      self->OnTimer(header_timer);
+    }
+  });
+}
+
+void Connection::CancelTimer() {
+  if (timer_ != 0) loop_->CancelTimer(timer_);
+  timer_ = 0;
+  header_timer_ = false;
+}
+
+void Connection::OnTimer(bool header_timer) {
+  if (closed_ || state_ != State::kHead) return;
+  header_timer_ = false;
+  if (header_timer) {
+    FailRequest(408, "request head not received within header_timeout");
+    FlushOutput();
+  } else {
+    counters_->idle_timeouts.fetch_add(1, std::memory_order_relaxed);
+    CloseAfterFlush();
+  }
+}
+
+bool Connection::SendFromOtherThread(const std::function<bool()>& send) {
+  Mutex mu;
+  CondVar cv;
+  bool ok = false;
+  bool room = false;
+  Status ran = loop_->PostAndWait([&] {
+    ok = send();
+    FlushOutput();
+    if (!output_blocked_ || closed_) {
+      MutexLock lock(&mu);
+      room = true;
+      return;
+    }
+    room_waiters_.push_back([&] {
+      MutexLock lock(&mu);
+      room = true;
+      cv.SignalAll();
+    });
+  });
+  if (!ran.ok()) return false;
+  MutexLock lock(&mu);
+  while (!room) cv.Wait(&mu);
+  return ok;
+}
+
+void Connection::WakeRoomWaiters() {
+  std::vector<std::function<void()>> waiters = std::move(room_waiters_);
+  room_waiters_.clear();
+  for (auto& wake : waiters) wake();
+}
+
+bool Connection::SendHead(uint16_t status,
+                          std::span<const std::pair<std::string, std::string>> headers,
+                          std::optional<uint64_t> content_length, std::span<const uint8_t> body,
+                          bool end) {
+  if (!OwnsExchange()) {
+    return SendFromOtherThread(
+        [&] { return SendHead(status, headers, content_length, body, end); });
+  }
+  // Only the loop sees output_completed_; a worker owns the writer, which
+  // the loop never completes meanwhile.
+  if (response_superseded_ || (loop_->IsInLoopThread() && output_completed_)) {
+    return AfterWrite(end, false);
+  }
+  if (expect_continue_ && body_state_ == BodyState::kUnclaimed) {
+    // Answered without asking for the body: the client may never send it.
+    keep_alive_ = false;
+  }
+  if (body_state_ == BodyState::kUnclaimed && !body_chunked_ &&
+      body_remaining_ > options_.max_discard_bytes) {
+    keep_alive_ = false;
+  }
+  if (shutting_down_) keep_alive_ = false;
+  response_headers_.clear();
+  for (const auto& [name, value] : headers) response_headers_.push_back({name, value});
+  ResponseHead head;
+  head.status_code = status;
+  head.headers = response_headers_;
+  if (HasNoBody(status)) {
+    head.framing = ResponseFraming::kNone;
+  } else if (content_length.has_value()) {
+    head.framing = ResponseFraming::kContentLength;
+    head.content_length = *content_length;
+  } else if (!http10_) {
+    head.framing = ResponseFraming::kChunked;
+    chunked_response_ = true;
+  } else {
+    // HTTP/1.0 has no chunking: the body ends when the connection does.
+    head.framing = ResponseFraming::kNone;
+    keep_alive_ = false;
+  }
+  if (!keep_alive_) {
+    head.connection = ConnectionOption::kClose;
+  } else if (http10_) {
+    head.connection = ConnectionOption::kKeepAlive;
+  }
+  PipeWriter& out = transport_->output();
+  Status s = WriteResponseHead(head, &out);
+  if (s.code() == StatusCode::kInvalidArgument) {
+    // The handler's status or fields cannot be sent as they are (a framing
+    // field, CR/LF in a value...). Nothing was written: answer 500 instead,
+    // so the peer is not left waiting, and drop the handler's body.
+    chunked_response_ = false;
+    response_superseded_ = true;
+    CountError(500);
+    WriteErrorResponse(500, "the handler's response head is invalid");
+    return AfterWrite(end, false);
+  }
+  head_written_ = true;
+  if (s.ok() && !head_request_ && !HasNoBody(status) && !body.empty()) {
+    s = chunked_response_ ? WriteChunk(body, &out) : out.Write(body);
+  }
+  if (s.ok() && end && chunked_response_ && !head_request_) s = WriteLastChunk({}, &out);
+  return AfterWrite(end, s.ok());
+}
+
+bool Connection::SendData(std::span<const uint8_t> data, bool end) {
+  if (!OwnsExchange()) return SendFromOtherThread([&] { return SendData(data, end); });
+  if (response_superseded_ || (loop_->IsInLoopThread() && output_completed_)) {
+    return AfterWrite(end, false);
+  }
+  PipeWriter& out = transport_->output();
+  Status s;
+  if (!head_request_ && !data.empty()) {
+    s = chunked_response_ ? WriteChunk(data, &out) : out.Write(data);
+  }
+  if (s.ok() && end && chunked_response_ && !head_request_) s = WriteLastChunk({}, &out);
+  return AfterWrite(end, s.ok());
+}
+
+bool Connection::AfterWrite(bool end, bool ok) {
+  if (!loop_->IsInLoopThread()) {
+    // The handler's worker owns the writer: it flushes streamed writes here
+    // and waits, which is the backpressure for it. The end of a small
+    // response waits for the loop's next pass, which flushes it together
+    // with the responses to requests pipelined behind it.
+    PipeWriter& out = transport_->output();
+    bool alive = true;
+    if (!end || out.unflushed_bytes() >= kWorkerCoalesceLimit) {
+      counters_->flushes.fetch_add(1, std::memory_order_relaxed);
+      alive = !out.FlushAndWait().is_completed;
+    }
+    if (end) response_ended_ = true;  // the worker's completion task kicks the loop
+    return ok && alive;
+  }
+  if (end) response_ended_ = true;
+  if (closed_) return false;
+  // Posted, not called: the caller is inside Response, which must not see
+  // the next exchange start under it.
+  if (!in_pass_) PostKick();
+  return ok;
+}
+
+void Connection::StartBody(http::BodyDataCallback on_data, http::BodyEndCallback on_end) {
+  if (!OwnsExchange()) {
+    std::shared_ptr<Connection> self = shared_from_this();
+    loop_->Post([self, on_data = std::move(on_data), on_end = std::move(on_end)]() mutable {
+      self->StartBody(std::move(on_data), std::move(on_end));
+    });
+    return;
+  }
+  const bool on_loop = loop_->IsInLoopThread();
+  if (body_state_ != BodyState::kUnclaimed) {
+    on_end(on_loop && closed_ ? UnavailableError("connection closed") : OkStatus());
+    return;
+  }
+  if (expect_continue_) {
+    expect_continue_ = false;
+    Status s = WriteContinue(&transport_->output());
+    if (s.ok() && !on_loop) {
+      // The client waits for it before it sends the body.
+      counters_->flushes.fetch_add(1, std::memory_order_relaxed);
+      if (transport_->output().FlushAndWait().is_completed) {
+        s = UnavailableError("connection closed");
+      }
+    }
+    if (!s.ok()) {
+      on_end(s);
+      return;
+    }
+  }
+  on_body_data_ = std::move(on_data);
+  on_body_end_ = std::move(on_end);
+  body_state_ = BodyState::kStreaming;
+  // A worker's completion task kicks the loop; on the loop, a pass in
+  // progress goes on with the body by itself.
+  if (on_loop && !in_pass_) PostKick();
+}
+
+void Connection::PostKick() {
+  std::shared_ptr<Connection> self = shared_from_this();
+  loop_->Post([self] { self->Kick(); });
+}
+
+}  // namespace sluice::http1

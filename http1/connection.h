@@ -1,0 +1,261 @@
+// One HTTP/1.1 connection: parses requests from a Transport's input, runs
+// their handlers, and writes the responses to its output.
+//
+// The connection works in passes on its loop thread. A pass takes all that
+// is buffered: it parses every complete request head, runs inline handlers,
+// streams bodies to the handlers that asked for them, and appends every
+// response to the output pipe; at the end of the pass it flushes once, so a
+// burst of pipelined requests costs one writev (shared/DESIGN.md §8). If the
+// output is over its pause threshold the connection stops reading until the
+// peer catches up: that is the backpressure an echo of any size relies on.
+//
+// With a worker pool, a request's handler runs on a worker; the connection
+// stops parsing until that exchange ends (responses of pipelined requests
+// must leave in order), and the worker owns the exchange and the output
+// pipe's writer while the handler runs. It flushes (and waits: backpressure)
+// for streamed writes, but leaves the end of a small response to the loop's
+// next pass, so pipelined requests still cost one flush per burst.
+//
+// Any other thread that carries on a deferred response (Write/End after the
+// handler returned) has its calls run on the loop thread (posted, waited
+// for), and then waits while the output is over its pause threshold. So the
+// exchange state and the output writer only ever have one user at a time.
+//
+// Errors in the request (the parser's 400/414/417/431/501/505, a 413 body,
+// a malformed chunked body) are answered with the status and
+// "Connection: close", and the connection closes after that response; a
+// handler that had not answered yet sees its body end with an error and its
+// later writes dropped. A response head the handler made invalid (a framing
+// or malformed field) is answered with 500 and the connection closes. Slow
+// clients are cut by two timers: the head of a request must arrive within
+// `header_timeout` of its first byte (408), and an idle keep-alive
+// connection closes after `keep_alive_timeout`.
+//
+// Closing is lingering: after the last response the output completes (the
+// peer gets FIN after everything sent) and the connection reads and drops
+// what the peer still sends, so that unread bytes do not turn the close into
+// a reset that destroys the response; when the peer closes too, or after
+// `linger_timeout`, the socket is released.
+//
+//   auto conn = std::make_shared<sluice::http1::Connection>(
+//       std::move(transport), options, &dispatcher, &counters);
+//   conn->Start();  // on the transport's loop thread
+//
+// Thread-safety: owned by the transport's loop thread. Response and Request
+// body methods may be called from the handler's worker thread while it runs,
+// and from any other thread afterwards (see above and http/exchange.h);
+// everything else is loop-thread only.
+#ifndef SLUICE_HTTP1_CONNECTION_H_
+#define SLUICE_HTTP1_CONNECTION_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "core/event_loop.h"
+#include "core/transport.h"
+#include "core/worker_pool.h"
+#include "http/exchange.h"
+#include "http1/chunked_decoder.h"
+#include "http1/request_parser.h"
+
+namespace sluice::http1 {
+
+// Routes a request and says where its handler runs. Implemented by the
+// server. Thread-safe (called from every loop).
+class RequestDispatcher {
+ public:
+  virtual ~RequestDispatcher() = default;
+  // Returns the handler for `req` (after setting its route and path
+  // parameters), or null after writing a complete answer (404, 405) into
+  // `res`.
+  virtual const http::Handler* Route(http::Request& req, http::Response& res) = 0;
+  // Where handlers run: null for inline on the loop thread.
+  virtual WorkerPool* workers() = 0;
+};
+
+struct ConnectionOptions {
+  ParseLimits limits;
+  // Chunked bodies: framing limits and the body size limit (413).
+  ChunkedLimits chunked;
+  // Content-Length bodies larger than this get 413 before the handler runs.
+  uint64_t max_body_bytes = 30'000'000;
+  // A request head must be complete this long after its first byte (408).
+  std::chrono::milliseconds header_timeout{10'000};
+  // An idle connection between requests closes after this long.
+  std::chrono::milliseconds keep_alive_timeout{60'000};
+  // An unread request body up to this size is read and dropped so the
+  // connection can be kept; a larger one closes the connection instead.
+  uint64_t max_discard_bytes = 1 << 20;
+  // How long a closing connection keeps reading (and dropping) the peer's
+  // bytes after its last response, waiting for the peer to close. Past it
+  // the socket is released (with a reset if the peer still had not taken
+  // all of the response: ConnectionCounters::linger_timeouts).
+  std::chrono::milliseconds linger_timeout{2'000};
+};
+
+// Counters shared by all connections of a server; relaxed atomics.
+struct ConnectionCounters {
+  std::atomic<uint64_t> connections{0};
+  std::atomic<uint64_t> requests{0};
+  std::atomic<uint64_t> bad_requests{0};       // 400, 417, 501, 505 from the parser
+  std::atomic<uint64_t> uri_too_long{0};       // 414
+  std::atomic<uint64_t> headers_too_large{0};  // 431
+  std::atomic<uint64_t> body_too_large{0};     // 413
+  std::atomic<uint64_t> header_timeouts{0};    // 408
+  std::atomic<uint64_t> idle_timeouts{0};
+  std::atomic<uint64_t> peer_resets{0};
+  std::atomic<uint64_t> linger_timeouts{0};   // closing peers that did not close in time
+  std::atomic<uint64_t> invalid_responses{0};  // 500: a handler's head could not be written
+  std::atomic<uint64_t> passes{0};   // processing passes (each ends in at most one flush)
+  std::atomic<uint64_t> flushes{0};  // output flushes
+};
+
+class Connection : public std::enable_shared_from_this<Connection>,
+                   private http::ResponseSink,
+                   private http::BodySource {
+ public:
+  // `dispatcher` and `counters` must outlive the connection.
+  Connection(std::unique_ptr<Transport> transport, const ConnectionOptions& options,
+             RequestDispatcher* dispatcher, ConnectionCounters* counters);
+  ~Connection() override;
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Starts reading. Loop thread.
+  void Start();
+  // Graceful: an idle connection closes now; a busy one after its current
+  // response, which carries "Connection: close". Loop thread.
+  void BeginShutdown();
+  // Closes at once (server shutdown past its grace period). Loop thread.
+  void Abort() { CloseNow(); }
+  // Called once, on the loop thread, when the connection has closed.
+  void SetOnClosed(std::function<void()> on_closed) { on_closed_ = std::move(on_closed); }
+  bool closed() const { return closed_; }
+
+ private:
+  enum class State : uint8_t { kHead, kExchange, kClosing };
+  enum class BodyState : uint8_t {
+    kNone,        // no body, or fully read
+    kUnclaimed,   // the handler has not asked for it (yet)
+    kStreaming,   // delivering to the handler's callbacks
+    kDiscarding,  // response ended without reading it: drop it
+  };
+
+  // Reads and processes until a read or flush must wait.
+  void Pump();
+  // One pass over the buffered input, ending in one flush. Returns whether
+  // it made progress (consumed input or changed state).
+  bool ProcessPass(const ReadResult& read);
+  // Handles one parsed head: sets up and dispatches the exchange.
+  void StartExchange();
+  // Delivers or drops body bytes from `offset`. Returns the new offset.
+  size_t PumpBody(const BufferSequence& buffer, size_t offset);
+  void EndBody(Status status);
+  // If the exchange is over, goes back to reading heads (or closes) and
+  // returns true.
+  bool MaybeFinishExchange();
+  // Counts an error answer by its status code.
+  void CountError(uint16_t status);
+  // Appends a complete error response with "Connection: close".
+  void WriteErrorResponse(uint16_t status, std::string_view reason);
+  // Answers an error status with Connection: close, then closes.
+  void FailRequest(uint16_t status, std::string_view reason);
+  // Ends the connection after the output drains (lingering close).
+  void CloseAfterFlush();
+  void OnLingerTimeout();
+  void CloseNow();
+  // Runs on_closed once both of our pipe sides are done.
+  void MarkClosedWhenDone();
+  void FlushOutput();
+  // Resumes processing (after a handler, a flush or a body claim). Loop
+  // thread; from elsewhere it posts itself.
+  void Kick();
+  void PostKick();
+  // Stops reading input: ours is done (the peer's EOF, or lingering ended).
+  void CompleteInput();
+  void ArmTimer(std::chrono::milliseconds after, bool header_timer);
+  void CancelTimer();
+  void OnTimer(bool header_timer);
+
+  // Whether the calling thread may use the exchange state and the output
+  // writer: the loop thread, or the worker while it runs this handler.
+  bool OwnsExchange() const;
+  // For any other thread: runs `send` on the loop thread and waits for it,
+  // then waits while the output is over its pause threshold. Returns what
+  // `send` returned (false if the loop is gone).
+  bool SendFromOtherThread(const std::function<bool()>& send);
+  // Lets the threads waiting in SendFromOtherThread go on.
+  void WakeRoomWaiters();
+
+  // http::ResponseSink
+  bool SendHead(uint16_t status, std::span<const std::pair<std::string, std::string>> headers,
+                std::optional<uint64_t> content_length, std::span<const uint8_t> body,
+                bool end) override;
+  bool SendData(std::span<const uint8_t> data, bool end) override;
+  // After a sink call by the owner: flush (unless a pass will) and notice
+  // the end. Returns `ok` unless the peer is gone.
+  bool AfterWrite(bool end, bool ok);
+  // http::BodySource
+  void StartBody(http::BodyDataCallback on_data, http::BodyEndCallback on_end) override;
+
+  std::unique_ptr<Transport> transport_;
+  EventLoop* const loop_;
+  const ConnectionOptions options_;
+  RequestDispatcher* const dispatcher_;
+  ConnectionCounters* const counters_;
+  std::function<void()> on_closed_;
+
+  RequestParser parser_;
+  RequestHead head_;
+  ChunkedDecoder chunked_;
+  std::vector<std::span<const uint8_t>> body_pieces_;
+
+  State state_ = State::kHead;
+  // Exchange state (loop thread, or the handler's worker while it runs).
+  http::Request request_;
+  http::Response response_;
+  bool head_request_ = false;  // HEAD: no body bytes in the response
+  bool http10_ = false;
+  bool keep_alive_ = false;       // this exchange allows another request
+  bool expect_continue_ = false;  // 100 Continue not yet sent
+  bool chunked_response_ = false;
+  bool head_written_ = false;  // the response head is in the output
+  // The connection answered for the handler (an error in the request body,
+  // an invalid response head): the handler's writes are dropped.
+  bool response_superseded_ = false;
+  // Read by the handler's worker too.
+  std::atomic<bool> shutting_down_{false};
+  // Written by whichever thread ends the response (a worker's too).
+  std::atomic<bool> response_ended_{false};
+  // Loop thread; while set, the worker owns the exchange and the writer.
+  bool handler_on_worker_ = false;
+  BodyState body_state_ = BodyState::kNone;
+  bool body_chunked_ = false;
+  uint64_t body_remaining_ = 0;  // Content-Length bodies
+  uint64_t body_discarded_ = 0;
+  http::BodyDataCallback on_body_data_;
+  http::BodyEndCallback on_body_end_;
+  std::vector<Header> response_headers_;  // scratch for SendHead
+
+  // Loop-thread state.
+  bool in_pass_ = false;
+  bool read_pending_ = false;
+  bool output_blocked_ = false;
+  bool peer_done_ = false;  // input completed (EOF or error)
+  bool output_completed_ = false;
+  bool input_completed_ = false;
+  bool closed_ = false;
+  // Threads waiting in SendFromOtherThread for the output to drain.
+  std::vector<std::function<void()>> room_waiters_;
+  EventLoop::TimerId timer_ = 0;
+  bool header_timer_ = false;  // timer_ is the header timeout (else idle or linger)
+};
+
+}  // namespace sluice::http1
+
+#endif  // SLUICE_HTTP1_CONNECTION_H_

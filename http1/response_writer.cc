@@ -1,0 +1,267 @@
+#include "http1/response_writer.h"
+
+#include <charconv>
+#include <cstring>
+
+namespace sluice::http1 {
+
+namespace {
+
+constexpr std::string_view kCrlf = "\r\n";
+
+// Copies `s` to *p and moves *p past it.
+void Put(std::string_view s, char** p) {
+  if (s.empty()) return;  // an empty view may be null, which memcpy must not get
+  std::memcpy(*p, s.data(), s.size());
+  *p += s.size();
+}
+
+bool IsValidText(std::string_view s) {
+  for (char c : s) {
+    if (!IsFieldValueChar(static_cast<uint8_t>(c))) return false;
+  }
+  return true;
+}
+
+// Checks the fields a caller passes: tokens for names, no CR/LF/NUL/controls in values (no
+// response splitting), and nothing that would fight the writer's framing.
+Status CheckFields(std::span<const Header> fields) {
+  for (const Header& h : fields) {
+    if (!IsToken(h.name)) return InvalidArgumentError("field name is not a token");
+    if (!IsValidText(h.value)) return InvalidArgumentError("invalid character in field value");
+    if (EqualsIgnoreCase(h.name, "content-length") ||
+        EqualsIgnoreCase(h.name, "transfer-encoding")) {
+      return InvalidArgumentError("framing fields are written by the response writer");
+    }
+  }
+  return OkStatus();
+}
+
+// Bytes of "name: value\r\n" for every field.
+size_t FieldsSize(std::span<const Header> fields) {
+  size_t n = 0;
+  for (const Header& h : fields) n += h.name.size() + 2 + h.value.size() + 2;
+  return n;
+}
+
+void PutFields(std::span<const Header> fields, char** p) {
+  for (const Header& h : fields) {
+    Put(h.name, p);
+    Put(": ", p);
+    Put(h.value, p);
+    Put(kCrlf, p);
+  }
+}
+
+// Reserves exactly `size` contiguous bytes, lets `fill` write them, commits them.
+template <typename Fill>
+Status WriteMeasured(size_t size, PipeWriter* out, Fill fill) {
+  std::span<uint8_t> span = out->GetSpan(size);
+  if (span.size() < size) return FailedPreconditionError("response writer: pipe completed");
+  char* p = reinterpret_cast<char*>(span.data());
+  fill(&p);
+  return out->Advance(size);
+}
+
+}  // namespace
+
+std::string_view ReasonPhrase(uint16_t status_code) {
+  switch (status_code) {
+    case 100:
+      return "Continue";
+    case 101:
+      return "Switching Protocols";
+    case 200:
+      return "OK";
+    case 201:
+      return "Created";
+    case 202:
+      return "Accepted";
+    case 203:
+      return "Non-Authoritative Information";
+    case 204:
+      return "No Content";
+    case 205:
+      return "Reset Content";
+    case 206:
+      return "Partial Content";
+    case 300:
+      return "Multiple Choices";
+    case 301:
+      return "Moved Permanently";
+    case 302:
+      return "Found";
+    case 303:
+      return "See Other";
+    case 304:
+      return "Not Modified";
+    case 307:
+      return "Temporary Redirect";
+    case 308:
+      return "Permanent Redirect";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 402:
+      return "Payment Required";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 406:
+      return "Not Acceptable";
+    case 407:
+      return "Proxy Authentication Required";
+    case 408:
+      return "Request Timeout";
+    case 409:
+      return "Conflict";
+    case 410:
+      return "Gone";
+    case 411:
+      return "Length Required";
+    case 412:
+      return "Precondition Failed";
+    case 413:
+      return "Content Too Large";
+    case 414:
+      return "URI Too Long";
+    case 415:
+      return "Unsupported Media Type";
+    case 416:
+      return "Range Not Satisfiable";
+    case 417:
+      return "Expectation Failed";
+    case 421:
+      return "Misdirected Request";
+    case 422:
+      return "Unprocessable Content";
+    case 426:
+      return "Upgrade Required";
+    case 428:
+      return "Precondition Required";
+    case 429:
+      return "Too Many Requests";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 451:
+      return "Unavailable For Legal Reasons";
+    case 500:
+      return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
+    case 502:
+      return "Bad Gateway";
+    case 503:
+      return "Service Unavailable";
+    case 504:
+      return "Gateway Timeout";
+    case 505:
+      return "HTTP Version Not Supported";
+    default:
+      return "";
+  }
+}
+
+Status WriteResponseHead(const ResponseHead& head, PipeWriter* out) {
+  if (head.status_code < 100 || head.status_code > 999) {
+    return InvalidArgumentError("status code outside 100..999");
+  }
+  if ((head.status_code < 200 || head.status_code == 204) &&
+      head.framing != ResponseFraming::kNone) {
+    return InvalidArgumentError("1xx and 204 responses have no body framing");
+  }
+  const std::string_view reason =
+      head.reason.empty() ? ReasonPhrase(head.status_code) : head.reason;
+  if (!IsValidText(reason)) return InvalidArgumentError("invalid character in reason phrase");
+  const std::string_view date = head.date.empty() ? DateCache::ForThisThread().Now() : head.date;
+  if (!IsValidText(date)) return InvalidArgumentError("invalid character in Date");
+  if (Status s = CheckFields(head.headers); !s.ok()) return s;
+
+  char length[24];
+  size_t length_size = 0;
+  if (head.framing == ResponseFraming::kContentLength) {
+    length_size = static_cast<size_t>(
+        std::to_chars(length, length + sizeof(length), head.content_length).ptr - length);
+  }
+  constexpr std::string_view kDate = "Date: ";
+  constexpr std::string_view kContentLength = "Content-Length: ";
+  constexpr std::string_view kChunked = "Transfer-Encoding: chunked\r\n";
+  constexpr std::string_view kClose = "Connection: close\r\n";
+  constexpr std::string_view kKeepAlive = "Connection: keep-alive\r\n";
+  const std::string_view connection = head.connection == ConnectionOption::kClose ? kClose
+                                      : head.connection == ConnectionOption::kKeepAlive
+                                          ? kKeepAlive
+                                          : std::string_view();
+
+  // "HTTP/1.1 200 OK\r\n"
+  size_t size = 9 + 3 + 1 + reason.size() + 2;
+  size += kDate.size() + date.size() + 2;
+  size += FieldsSize(head.headers);
+  if (head.framing == ResponseFraming::kContentLength) {
+    size += kContentLength.size() + length_size + 2;
+  } else if (head.framing == ResponseFraming::kChunked) {
+    size += kChunked.size();
+  }
+  size += connection.size() + 2;
+
+  return WriteMeasured(size, out, [&](char** p) {
+    Put("HTTP/1.1 ", p);
+    char* code = *p;
+    code[0] = static_cast<char>('0' + head.status_code / 100);
+    code[1] = static_cast<char>('0' + head.status_code / 10 % 10);
+    code[2] = static_cast<char>('0' + head.status_code % 10);
+    code[3] = ' ';
+    *p += 4;
+    Put(reason, p);
+    Put(kCrlf, p);
+    Put(kDate, p);
+    Put(date, p);
+    Put(kCrlf, p);
+    PutFields(head.headers, p);
+    if (head.framing == ResponseFraming::kContentLength) {
+      Put(kContentLength, p);
+      Put({length, length_size}, p);
+      Put(kCrlf, p);
+    } else if (head.framing == ResponseFraming::kChunked) {
+      Put(kChunked, p);
+    }
+    Put(connection, p);
+    Put(kCrlf, p);
+  });
+}
+
+Status WriteContinue(PipeWriter* out) { return out->Write("HTTP/1.1 100 Continue\r\n\r\n"); }
+
+Status WriteChunk(std::span<const uint8_t> data, PipeWriter* out) {
+  if (data.empty()) return OkStatus();
+  char line[20];
+  char* end = std::to_chars(line, line + 16, data.size(), 16).ptr;
+  *end++ = '\r';
+  *end++ = '\n';
+  if (Status s = out->Write(std::string_view(line, static_cast<size_t>(end - line))); !s.ok()) {
+    return s;
+  }
+  if (Status s = out->Write(data); !s.ok()) return s;
+  return out->Write(kCrlf);
+}
+
+Status WriteChunk(std::string_view data, PipeWriter* out) {
+  return WriteChunk(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(data.data()), data.size()), out);
+}
+
+Status WriteLastChunk(std::span<const Header> trailers, PipeWriter* out) {
+  if (Status s = CheckFields(trailers); !s.ok()) return s;
+  const size_t size = 3 + FieldsSize(trailers) + 2;
+  return WriteMeasured(size, out, [&](char** p) {
+    Put("0\r\n", p);
+    PutFields(trailers, p);
+    Put(kCrlf, p);
+  });
+}
+
+}  // namespace sluice::http1

@@ -1,0 +1,89 @@
+// Serializes HTTP/1.1 responses straight into a PipeWriter: status line, fields, the Date from a
+// DateCache, the framing field (Content-Length or Transfer-Encoding: chunked) and Connection,
+// then (for chunked bodies) chunks and the last chunk. Nothing goes through an intermediate
+// string: a head is measured, then written into one span of the pipe.
+//
+// Responses to pipelined requests are appended to the same writer and flushed once: that single
+// Flush (and the single writev behind it) is the coalescing the connection relies on.
+//
+//   const sluice::http1::Header fields[] = {{"Content-Type", "text/plain"}};
+//   sluice::Status s = sluice::http1::WriteResponseHead(
+//       {.status_code = 200, .headers = fields, .content_length = 13}, &pipe.writer());
+//   if (s.ok()) s = pipe.writer().Write("Hello, World!");
+//   ... more responses ...
+//   pipe.writer().Flush(...);
+//
+// Every function returns INVALID_ARGUMENT (writing nothing) for input that would make an invalid
+// or ambiguous message: a status code outside 100..999, a reason or field with CR, LF, NUL or
+// other controls, a field name that is not a token, a Content-Length or Transfer-Encoding field
+// among `headers` (framing belongs to the writer), a body framing on a 1xx or 204 response. They
+// return FAILED_PRECONDITION if the writer was completed.
+//
+// Thread-safety: stateless functions (the default Date comes from the calling thread's
+// DateCache); a PipeWriter is used by one thread at a time, as always.
+#ifndef SLUICE_HTTP1_RESPONSE_WRITER_H_
+#define SLUICE_HTTP1_RESPONSE_WRITER_H_
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "core/pipe.h"
+#include "core/status.h"
+#include "http1/date_cache.h"
+#include "http1/field.h"
+
+namespace sluice::http1 {
+
+// How the body of a response is delimited.
+enum class ResponseFraming : uint8_t {
+  kContentLength,  // "Content-Length: <content_length>" (also for a HEAD response: the length
+                   // the GET would have, and no body written)
+  kChunked,        // "Transfer-Encoding: chunked"; then WriteChunk... WriteLastChunk
+  kNone,           // neither: 1xx, 204, 304
+};
+
+// What the Connection field says.
+enum class ConnectionOption : uint8_t {
+  kDefault,    // no Connection field: HTTP/1.1 keep-alive
+  kClose,      // "Connection: close": the connection closes after this response
+  kKeepAlive,  // "Connection: keep-alive": for HTTP/1.0 clients that asked for it
+};
+
+struct ResponseHead {
+  uint16_t status_code = 200;
+  // Empty: the standard phrase for status_code (ReasonPhrase).
+  std::string_view reason = {};
+  // Sent in order, after Date and before the framing and Connection fields.
+  std::span<const Header> headers = {};
+  ResponseFraming framing = ResponseFraming::kContentLength;
+  // With kContentLength.
+  uint64_t content_length = 0;
+  ConnectionOption connection = ConnectionOption::kDefault;
+  // The Date field's value. Empty: DateCache::ForThisThread().Now(). Every response carries a
+  // Date (RFC 9110 §6.6.1: an origin server with a clock sends one).
+  std::string_view date = {};
+};
+
+// The RFC 9110 reason phrase for `status_code` ("OK", "Not Found", ...), or "" for a code it
+// does not name (the status line then ends in "NNN \r\n", which is valid).
+std::string_view ReasonPhrase(uint16_t status_code);
+
+// Appends the head: "HTTP/1.1 NNN Reason", Date, `headers`, the framing field, the Connection
+// field and the empty line, all in one span of `out`. Does not flush.
+[[nodiscard]] Status WriteResponseHead(const ResponseHead& head, PipeWriter* out);
+
+// Appends "HTTP/1.1 100 Continue" (the interim answer to Expect: 100-continue).
+[[nodiscard]] Status WriteContinue(PipeWriter* out);
+
+// Appends one chunk: hex size, CRLF, `data`, CRLF. Empty data writes nothing (a zero-size chunk
+// would end the body).
+[[nodiscard]] Status WriteChunk(std::span<const uint8_t> data, PipeWriter* out);
+[[nodiscard]] Status WriteChunk(std::string_view data, PipeWriter* out);
+
+// Appends the last chunk ("0" CRLF), the trailer fields and the final CRLF.
+[[nodiscard]] Status WriteLastChunk(std::span<const Header> trailers, PipeWriter* out);
+
+}  // namespace sluice::http1
+
+#endif  // SLUICE_HTTP1_RESPONSE_WRITER_H_
