@@ -1,0 +1,1187 @@
+#include "core/tls.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <openssl/bio.h>
+#include <openssl/bn.h>
+#include <openssl/crypto.h>
+#include <openssl/ec.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/obj_mac.h>
+#include <openssl/pem.h>
+#include <openssl/rand.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
+#include <openssl/x509v3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <optional>
+#include <utility>
+
+#if defined(SLUICE_TLS_OPENSSL) == defined(OPENSSL_IS_BORINGSSL)
+#error "core/tls.cc was compiled against the other TLS library's headers than it links"
+#endif
+
+namespace sluice {
+namespace {
+
+// Largest plaintext in one TLS record (RFC 8446 §5.1): one SSL_write call
+// seals at most this much, so each call makes exactly one record.
+constexpr size_t kMaxRecordPlaintext = 16 * 1024;
+
+// A contiguous plaintext chunk at least this long (a pool block) is sealed in
+// place; shorter fragments are first copied together into one record of up
+// to kMaxRecordPlaintext, since a record per fragment would cost a library
+// call, an AEAD setup and 22 bytes on the wire each.
+constexpr size_t kDirectWriteMin = 4096;
+
+// PEM files larger than this are refused rather than read.
+constexpr size_t kMaxPemFileSize = 1 << 20;
+
+struct BioDeleter {
+  void operator()(BIO* bio) const { BIO_free(bio); }
+};
+struct X509Deleter {
+  void operator()(X509* certificate) const { X509_free(certificate); }
+};
+struct EvpPkeyDeleter {
+  void operator()(EVP_PKEY* key) const { EVP_PKEY_free(key); }
+};
+struct EvpPkeyCtxDeleter {
+  void operator()(EVP_PKEY_CTX* context) const { EVP_PKEY_CTX_free(context); }
+};
+struct X509ExtensionDeleter {
+  void operator()(X509_EXTENSION* extension) const { X509_EXTENSION_free(extension); }
+};
+struct BignumDeleter {
+  void operator()(BIGNUM* number) const { BN_free(number); }
+};
+struct SslCtxDeleter {
+  void operator()(SSL_CTX* context) const { SSL_CTX_free(context); }
+};
+using BioPtr = std::unique_ptr<BIO, BioDeleter>;
+using X509Ptr = std::unique_ptr<X509, X509Deleter>;
+using EvpPkeyPtr = std::unique_ptr<EVP_PKEY, EvpPkeyDeleter>;
+using SslCtxPtr = std::unique_ptr<SSL_CTX, SslCtxDeleter>;
+
+// Drains this thread's error queue into one line.
+std::string LibraryErrors() {
+  std::string text;
+  while (const unsigned long error = ERR_get_error()) {
+    char line[256];
+    ERR_error_string_n(error, line, sizeof(line));
+    if (!text.empty()) text += "; ";
+    text += line;
+  }
+  if (text.empty()) text = "no error reported by " + std::string(TlsLibraryName());
+  return text;
+}
+
+// PEM reads never prompt for a passphrase (OpenSSL's default callback reads
+// the terminal): an encrypted key fails with the library's error instead.
+int NoPassphrase(char*, int, int, void*) { return 0; }
+
+std::string Quoted(std::string_view text) { return "\"" + std::string(text) + "\""; }
+
+Status FileError(std::string_view what, const std::string& path, int err) {
+  std::string text = std::string(what) + " " + Quoted(path) + ": " + std::strerror(err);
+  if (err == ENOENT || err == ENOTDIR) return NotFoundError(text);
+  return InvalidArgumentError(text);
+}
+
+StatusOr<std::string> ReadFile(std::string_view what, const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return FileError(what, path, errno);
+  std::string contents;
+  char chunk[16384];
+  while (true) {
+    const ssize_t n = read(fd, chunk, sizeof(chunk));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      close(fd);
+      return FileError(what, path, err);
+    }
+    if (n == 0) break;
+    contents.append(chunk, static_cast<size_t>(n));
+    if (contents.size() > kMaxPemFileSize) {
+      close(fd);
+      return InvalidArgumentError(std::string(what) + " " + Quoted(path) + ": larger than " +
+                                  std::to_string(kMaxPemFileSize) + " bytes");
+    }
+  }
+  close(fd);
+  return contents;
+}
+
+// Writes `path` through a temporary file and a rename, so that a reader never
+// sees a partial file.
+Status WriteFileAtomically(std::string_view what, const std::string& path,
+                           std::string_view contents) {
+  const std::string temporary = path + ".tmp." + std::to_string(getpid());
+  const int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return FileError(what, path, errno);
+  while (!contents.empty()) {
+    const ssize_t n = write(fd, contents.data(), contents.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      close(fd);
+      unlink(temporary.c_str());
+      return FileError(what, path, err);
+    }
+    contents.remove_prefix(static_cast<size_t>(n));
+  }
+  if (close(fd) != 0 || rename(temporary.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    unlink(temporary.c_str());
+    return FileError(what, path, err);
+  }
+  return OkStatus();
+}
+
+bool IsIpAddress(const std::string& name) {
+  unsigned char address[sizeof(struct in6_addr)];
+  return inet_pton(AF_INET, name.c_str(), address) == 1 ||
+         inet_pton(AF_INET6, name.c_str(), address) == 1;
+}
+
+// ALPN names in wire format: each prefixed by its length (RFC 7301 §3.1).
+StatusOr<std::string> AlpnWire(const std::vector<std::string>& names) {
+  std::string wire;
+  for (const std::string& name : names) {
+    if (name.empty() || name.size() > 255) {
+      return InvalidArgumentError("ALPN protocol names must be 1 to 255 bytes long: " +
+                                  Quoted(name));
+    }
+    wire += static_cast<char>(name.size());
+    wire += name;
+  }
+  return wire;
+}
+
+StatusOr<SslCtxPtr> NewSslContext(TlsVersion min_version) {
+  SslCtxPtr context(SSL_CTX_new(TLS_method()));
+  if (context == nullptr) return InternalError("SSL_CTX_new: " + LibraryErrors());
+  const int version = min_version == TlsVersion::kTls13 ? TLS1_3_VERSION : TLS1_2_VERSION;
+  if (SSL_CTX_set_min_proto_version(context.get(), version) != 1) {
+    return InternalError("SSL_CTX_set_min_proto_version: " + LibraryErrors());
+  }
+  // A write retried after WANT_READ may come from another buffer (the
+  // plaintext is re-read from the pipe), with at least the same length.
+  // Idle connections return their record buffers (BoringSSL always does).
+  SSL_CTX_set_mode(context.get(), SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
+#ifndef OPENSSL_IS_BORINGSSL
+  // BoringSSL never renegotiates by default; OpenSSL must be told.
+  SSL_CTX_set_options(context.get(), SSL_OP_NO_RENEGOTIATION);
+#endif
+  return context;
+}
+
+bool IsEndOfPem() {
+  const unsigned long error = ERR_peek_last_error();
+  return ERR_GET_LIB(error) == ERR_LIB_PEM && ERR_GET_REASON(error) == PEM_R_NO_START_LINE;
+}
+
+// Adds every certificate of `pem` to the context's trust store.
+Status AddTrustedCertificates(SSL_CTX* context, std::string_view pem, std::string_view source) {
+  BioPtr bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  if (bio == nullptr) return InternalError("BIO_new_mem_buf: " + LibraryErrors());
+  X509_STORE* store = SSL_CTX_get_cert_store(context);
+  int added = 0;
+  while (X509Ptr certificate{PEM_read_bio_X509(bio.get(), nullptr, NoPassphrase, nullptr)}) {
+    if (X509_STORE_add_cert(store, certificate.get()) != 1) {
+      return InvalidArgumentError("adding a certificate of " + std::string(source) +
+                                  " to the trust store: " + LibraryErrors());
+    }
+    ++added;
+  }
+  if (added == 0 || !IsEndOfPem()) {
+    return InvalidArgumentError("no valid PEM certificate in " + std::string(source) + ": " +
+                                LibraryErrors());
+  }
+  ERR_clear_error();
+  return OkStatus();
+}
+
+// Loads the leaf certificate and its chain from PEM text.
+Status UseCertificateChain(SSL_CTX* context, std::string_view pem, const std::string& path) {
+  const std::string source = "certificate chain file " + Quoted(path);
+  BioPtr bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  if (bio == nullptr) return InternalError("BIO_new_mem_buf: " + LibraryErrors());
+  X509Ptr leaf(PEM_read_bio_X509_AUX(bio.get(), nullptr, NoPassphrase, nullptr));
+  if (leaf == nullptr) {
+    return InvalidArgumentError("no valid PEM certificate in " + source + ": " + LibraryErrors());
+  }
+  if (SSL_CTX_use_certificate(context, leaf.get()) != 1) {
+    return InvalidArgumentError("cannot use the certificate in " + source + ": " + LibraryErrors());
+  }
+  while (X509Ptr intermediate{PEM_read_bio_X509(bio.get(), nullptr, NoPassphrase, nullptr)}) {
+    // add0 takes ownership on success.
+    if (SSL_CTX_add0_chain_cert(context, intermediate.get()) != 1) {
+      return InvalidArgumentError("cannot use an intermediate certificate in " + source + ": " +
+                                  LibraryErrors());
+    }
+    (void)intermediate.release();
+  }
+  if (!IsEndOfPem()) {
+    return InvalidArgumentError("malformed intermediate certificate in " + source + ": " +
+                                LibraryErrors());
+  }
+  ERR_clear_error();
+  return OkStatus();
+}
+
+Status UsePrivateKey(SSL_CTX* context, std::string_view pem, const std::string& key_path,
+                     const std::string& certificate_path) {
+  const std::string source = "private key file " + Quoted(key_path);
+  BioPtr bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  if (bio == nullptr) return InternalError("BIO_new_mem_buf: " + LibraryErrors());
+  EvpPkeyPtr key(PEM_read_bio_PrivateKey(bio.get(), nullptr, NoPassphrase, nullptr));
+  if (key == nullptr) {
+    const bool encrypted = pem.find("ENCRYPTED") != std::string_view::npos;
+    return InvalidArgumentError(
+        "no valid PEM private key in " + source +
+        (encrypted ? " (it is encrypted; an unencrypted key is needed)" : "") + ": " +
+        LibraryErrors());
+  }
+  X509* certificate = SSL_CTX_get0_certificate(context);
+  if (certificate != nullptr && X509_check_private_key(certificate, key.get()) != 1) {
+    return InvalidArgumentError("the " + source + " does not match the certificate in " +
+                                Quoted(certificate_path) + ": " + LibraryErrors());
+  }
+  if (SSL_CTX_use_PrivateKey(context, key.get()) != 1 || SSL_CTX_check_private_key(context) != 1) {
+    return InvalidArgumentError("cannot use the " + source + " with the certificate in " +
+                                Quoted(certificate_path) + ": " + LibraryErrors());
+  }
+  return OkStatus();
+}
+
+EvpPkeyPtr NewP256Key() {
+  std::unique_ptr<EVP_PKEY_CTX, EvpPkeyCtxDeleter> context(
+      EVP_PKEY_CTX_new_id(EVP_PKEY_EC, nullptr));
+  EVP_PKEY* key = nullptr;
+  if (context == nullptr || EVP_PKEY_keygen_init(context.get()) != 1 ||
+      EVP_PKEY_CTX_set_ec_paramgen_curve_nid(context.get(), NID_X9_62_prime256v1) != 1 ||
+      EVP_PKEY_keygen(context.get(), &key) != 1) {
+    return nullptr;
+  }
+  return EvpPkeyPtr(key);
+}
+
+bool AddExtension(X509* certificate, int nid, const std::string& value) {
+  X509V3_CTX context;
+  X509V3_set_ctx_nodb(&context);
+  X509V3_set_ctx(&context, certificate, certificate, nullptr, nullptr, 0);
+  std::unique_ptr<X509_EXTENSION, X509ExtensionDeleter> extension(
+      X509V3_EXT_nconf_nid(nullptr, &context, nid, value.c_str()));
+  return extension != nullptr && X509_add_ext(certificate, extension.get(), -1) == 1;
+}
+
+// A random positive 127-bit serial number (RFC 5280 §4.1.2.2: unique per
+// issuer, at most 20 bytes).
+bool SetRandomSerial(X509* certificate) {
+  unsigned char bytes[16];
+  if (RAND_bytes(bytes, sizeof(bytes)) != 1) return false;
+  bytes[0] &= 0x7f;
+  bytes[0] |= 0x40;  // never zero, never shortened
+  std::unique_ptr<BIGNUM, BignumDeleter> number(BN_bin2bn(bytes, sizeof(bytes), nullptr));
+  return number != nullptr &&
+         BN_to_ASN1_INTEGER(number.get(), X509_get_serialNumber(certificate)) != nullptr;
+}
+
+struct SelfSigned {
+  EvpPkeyPtr key;
+  X509Ptr certificate;
+  std::string certificate_pem;
+};
+
+StatusOr<SelfSigned> MakeSelfSigned(const TlsServerOptions& options) {
+  const std::string& host = options.self_signed_host_name;
+  if (host.empty() || host.find_first_of(",\n\r\"") != std::string::npos) {
+    return InvalidArgumentError("self_signed_host_name must be a host name or an IP address: " +
+                                Quoted(host));
+  }
+  if (options.self_signed_validity.count() <= 0) {
+    return InvalidArgumentError("self_signed_validity must be positive");
+  }
+  SelfSigned result;
+  result.key = NewP256Key();
+  if (result.key == nullptr) return InternalError("generating a P-256 key: " + LibraryErrors());
+  result.certificate.reset(X509_new());
+  if (result.certificate == nullptr) return InternalError("X509_new: " + LibraryErrors());
+  X509* certificate = result.certificate.get();
+
+  std::string alt_names = (IsIpAddress(host) ? "IP:" : "DNS:") + host;
+  for (const char* loopback : {"127.0.0.1", "::1"}) {
+    if (host != loopback) alt_names += std::string(",IP:") + loopback;
+  }
+  X509_NAME* name = X509_get_subject_name(certificate);
+  const bool built =
+      X509_set_version(certificate, 2) == 1 &&  // 2 means X.509 v3
+      SetRandomSerial(certificate) &&
+      X509_gmtime_adj(X509_getm_notBefore(certificate), -3600) != nullptr &&
+      X509_gmtime_adj(X509_getm_notAfter(certificate),
+                      static_cast<long>(options.self_signed_validity.count())) != nullptr &&
+      X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
+                                 reinterpret_cast<const unsigned char*>(host.c_str()), -1, -1,
+                                 0) == 1 &&
+      X509_set_issuer_name(certificate, name) == 1 &&
+      X509_set_pubkey(certificate, result.key.get()) == 1 &&
+      // Its own trust anchor: clients load it with --cacert.
+      AddExtension(certificate, NID_basic_constraints, "critical,CA:TRUE") &&
+      AddExtension(certificate, NID_key_usage, "critical,digitalSignature,keyCertSign") &&
+      AddExtension(certificate, NID_ext_key_usage, "serverAuth") &&
+      AddExtension(certificate, NID_subject_alt_name, alt_names) &&
+      X509_sign(certificate, result.key.get(), EVP_sha256()) > 0;
+  if (!built) return InternalError("building a self-signed certificate: " + LibraryErrors());
+
+  BioPtr bio(BIO_new(BIO_s_mem()));
+  char* data = nullptr;
+  if (bio == nullptr || PEM_write_bio_X509(bio.get(), certificate) != 1) {
+    return InternalError("PEM_write_bio_X509: " + LibraryErrors());
+  }
+  const long size = BIO_get_mem_data(bio.get(), &data);
+  if (size <= 0) return InternalError("PEM_write_bio_X509 wrote nothing");
+  result.certificate_pem.assign(data, static_cast<size_t>(size));
+  return result;
+}
+
+}  // namespace
+
+std::string_view TlsLibraryName() { return OpenSSL_version(OPENSSL_VERSION); }
+
+// ---------------------------------------------------------------------------
+// TlsContext
+
+TlsContext::TlsContext(ssl_ctx_st* context, bool is_server)
+    : context_(context), is_server_(is_server) {}
+
+TlsContext::~TlsContext() { SSL_CTX_free(context_); }
+
+StatusOr<std::shared_ptr<TlsContext>> TlsContext::CreateServer(const TlsServerOptions& options) {
+  const bool has_files =
+      !options.certificate_chain_file.empty() || !options.private_key_file.empty();
+  if (options.self_signed && has_files) {
+    return InvalidArgumentError(
+        "TlsServerOptions: self_signed excludes certificate_chain_file and private_key_file");
+  }
+  if (!options.self_signed &&
+      (options.certificate_chain_file.empty() || options.private_key_file.empty())) {
+    return InvalidArgumentError(
+        "TlsServerOptions: certificate_chain_file and private_key_file are required unless "
+        "self_signed");
+  }
+  StatusOr<std::string> alpn_wire = AlpnWire(options.alpn);
+  if (!alpn_wire.ok()) return alpn_wire.status();
+  ERR_clear_error();
+  StatusOr<SslCtxPtr> ssl_context = NewSslContext(options.min_version);
+  if (!ssl_context.ok()) return ssl_context.status();
+  std::shared_ptr<TlsContext> context(new TlsContext(ssl_context->release(), /*is_server=*/true));
+  SSL_CTX* ctx = context->context_;
+  context->alpn_wire_ = std::move(*alpn_wire);
+
+  if (options.self_signed) {
+    StatusOr<SelfSigned> generated = MakeSelfSigned(options);
+    if (!generated.ok()) return generated.status();
+    if (SSL_CTX_use_certificate(ctx, generated->certificate.get()) != 1 ||
+        SSL_CTX_use_PrivateKey(ctx, generated->key.get()) != 1) {
+      return InternalError("using the self-signed certificate: " + LibraryErrors());
+    }
+    context->certificate_pem_ = std::move(generated->certificate_pem);
+    if (!options.self_signed_certificate_file.empty()) {
+      Status written =
+          WriteFileAtomically("self_signed_certificate_file", options.self_signed_certificate_file,
+                              context->certificate_pem_);
+      if (!written.ok()) return written;
+    }
+  } else {
+    StatusOr<std::string> chain =
+        ReadFile("certificate chain file", options.certificate_chain_file);
+    if (!chain.ok()) return chain.status();
+    StatusOr<std::string> key = ReadFile("private key file", options.private_key_file);
+    if (!key.ok()) return key.status();
+    Status used = UseCertificateChain(ctx, *chain, options.certificate_chain_file);
+    if (!used.ok()) return used;
+    used = UsePrivateKey(ctx, *key, options.private_key_file, options.certificate_chain_file);
+    if (!used.ok()) return used;
+    BioPtr bio(BIO_new(BIO_s_mem()));
+    char* data = nullptr;
+    if (bio != nullptr && PEM_write_bio_X509(bio.get(), SSL_CTX_get0_certificate(ctx)) == 1) {
+      const long size = BIO_get_mem_data(bio.get(), &data);
+      if (size > 0) context->certificate_pem_.assign(data, static_cast<size_t>(size));
+    }
+    ERR_clear_error();
+  }
+  if (!context->alpn_wire_.empty()) {
+    SSL_CTX_set_alpn_select_cb(ctx, &TlsContext::SelectAlpn, context.get());
+  }
+  return context;
+}
+
+StatusOr<std::shared_ptr<TlsContext>> TlsContext::CreateClient(const TlsClientOptions& options) {
+  StatusOr<std::string> alpn_wire = AlpnWire(options.alpn);
+  if (!alpn_wire.ok()) return alpn_wire.status();
+  ERR_clear_error();
+  StatusOr<SslCtxPtr> ssl_context = NewSslContext(options.min_version);
+  if (!ssl_context.ok()) return ssl_context.status();
+  std::shared_ptr<TlsContext> context(new TlsContext(ssl_context->release(), /*is_server=*/false));
+  SSL_CTX* ctx = context->context_;
+  context->server_name_ = options.server_name;
+  // SSL_CTX_set_alpn_protos returns 0 on success, unlike most of the API.
+  if (!alpn_wire->empty() &&
+      SSL_CTX_set_alpn_protos(ctx, reinterpret_cast<const unsigned char*>(alpn_wire->data()),
+                              static_cast<unsigned>(alpn_wire->size())) != 0) {
+    return InternalError("SSL_CTX_set_alpn_protos: " + LibraryErrors());
+  }
+  SSL_CTX_set_verify(ctx, options.verify_peer ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, nullptr);
+  if (!options.ca_file.empty()) {
+    StatusOr<std::string> pem = ReadFile("CA file", options.ca_file);
+    if (!pem.ok()) return pem.status();
+    Status added = AddTrustedCertificates(ctx, *pem, "CA file " + Quoted(options.ca_file));
+    if (!added.ok()) return added;
+  }
+  if (!options.ca_certificate_pem.empty()) {
+    Status added = AddTrustedCertificates(ctx, options.ca_certificate_pem, "ca_certificate_pem");
+    if (!added.ok()) return added;
+  }
+  if (options.verify_peer && options.ca_file.empty() && options.ca_certificate_pem.empty()) {
+    // Best effort: without trust anchors verification fails at the handshake,
+    // with a message that says so.
+    (void)SSL_CTX_set_default_verify_paths(ctx);
+    ERR_clear_error();
+  }
+  return context;
+}
+
+int TlsContext::SelectAlpn(ssl_st*, const unsigned char** out, unsigned char* out_length,
+                           const unsigned char* in, unsigned int in_length, void* arg) {
+  const auto* self = static_cast<const TlsContext*>(arg);
+  const std::string_view ours = self->alpn_wire_;
+  // Server preference: our first protocol that the client offers.
+  for (size_t i = 0; i < ours.size(); i += 1 + static_cast<uint8_t>(ours[i])) {
+    const std::string_view name = ours.substr(i + 1, static_cast<uint8_t>(ours[i]));
+    for (unsigned int j = 0; j < in_length;) {
+      const unsigned int length = in[j];
+      if (length == 0 || j + 1 + length > in_length) break;  // malformed: the library rejects it
+      if (length == name.size() && std::memcmp(in + j + 1, name.data(), length) == 0) {
+        *out = in + j + 1;  // must point into `in`
+        *out_length = static_cast<unsigned char>(length);
+        return SSL_TLSEXT_ERR_OK;
+      }
+      j += 1 + length;
+    }
+  }
+  return SSL_TLSEXT_ERR_ALERT_FATAL;  // no_application_protocol
+}
+
+// ---------------------------------------------------------------------------
+// The BIO between the library and the socket's pipes. Its callbacks run inside
+// the connection's library calls, on the loop thread.
+
+struct TlsBio {
+  static BIO_METHOD* Method() {
+    // Created once, never freed: one per process.
+    static BIO_METHOD* const method = [] {
+      BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "sluice pipes");
+      if (m != nullptr) {
+        BIO_meth_set_write(m, &Write);
+        BIO_meth_set_read(m, &Read);
+        BIO_meth_set_ctrl(m, &Control);
+        BIO_meth_set_create(m, &Create);
+        BIO_meth_set_destroy(m, &Destroy);
+      }
+      return m;
+    }();
+    return method;
+  }
+
+  static int Create(BIO* bio) {
+    BIO_set_init(bio, 1);
+    return 1;
+  }
+  static int Destroy(BIO* bio) {
+    BIO_set_data(bio, nullptr);
+    return 1;
+  }
+  static TlsConnection* Connection(BIO* bio) {
+    return static_cast<TlsConnection*>(BIO_get_data(bio));
+  }
+  // > 0: bytes read; 0: end of stream; -1 with the retry flag: nothing yet.
+  static int Read(BIO* bio, char* out, int length) {
+    BIO_clear_retry_flags(bio);
+    TlsConnection* connection = Connection(bio);
+    if (connection == nullptr || length <= 0) return 0;
+    const int n = connection->BioRead(out, length);
+    if (n < 0) BIO_set_retry_read(bio);
+    return n;
+  }
+  // Always takes everything, unless the socket's output is gone (-1).
+  static int Write(BIO* bio, const char* in, int length) {
+    BIO_clear_retry_flags(bio);
+    TlsConnection* connection = Connection(bio);
+    if (connection == nullptr) return -1;
+    return connection->BioWrite(in, length);
+  }
+  static long Control(BIO*, int command, long, void*) {
+    // The library flushes after each flight; the pipe is flushed by the
+    // adapter once the library call returns.
+    return command == BIO_CTRL_FLUSH ? 1 : 0;
+  }
+};
+
+int TlsConnection::BioRead(char* out, int length) {
+  if (ciphertext_held_) {
+    const size_t available = ciphertext_.buffer.size() - ciphertext_offset_;
+    if (available > 0) {
+      const size_t n = ciphertext_.buffer.CopyTo(
+          ciphertext_offset_,
+          {reinterpret_cast<uint8_t*>(out), std::min(available, static_cast<size_t>(length))});
+      ciphertext_offset_ += n;
+      ciphertext_bytes_read_.fetch_add(n, std::memory_order_relaxed);
+      return static_cast<int>(n);
+    }
+    if (ciphertext_.is_completed) {
+      ciphertext_eof_ = true;
+      socket_input_status_ = ciphertext_.status;
+      return 0;
+    }
+    return -1;
+  }
+  if (ciphertext_eof_ || input_ended_) return 0;
+  return -1;
+}
+
+int TlsConnection::BioWrite(const char* in, int length) {
+  if (length <= 0) return 0;
+  Status written = socket_->output().Write(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(in), static_cast<size_t>(length)));
+  if (!written.ok()) return -1;
+  ciphertext_bytes_written_.fetch_add(static_cast<uint64_t>(length), std::memory_order_relaxed);
+  return length;
+}
+
+// ---------------------------------------------------------------------------
+// TlsConnection
+
+TlsConnection::TlsConnection(std::shared_ptr<TlsContext> context,
+                             std::shared_ptr<SocketConnection> socket,
+                             const TlsConnectionOptions& options, ssl_st* ssl,
+                             size_t read_size_hint)
+    : context_(std::move(context)),
+      socket_(std::move(socket)),
+      options_(options),
+      ssl_(ssl),
+      read_size_hint_(read_size_hint),
+      input_(PipeOptions{.pool = options.pool,
+                         .pause_threshold = options.input_pause_threshold,
+                         .resume_threshold = options.input_resume_threshold}),
+      output_(PipeOptions{.pool = options.pool,
+                          .pause_threshold = options.output_pause_threshold,
+                          .resume_threshold = options.output_resume_threshold}) {}
+
+TlsConnection::~TlsConnection() {
+  if (!socket_released_) socket_->Close();
+  SSL_free(ssl_);
+}
+
+StatusOr<std::shared_ptr<TlsConnection>> TlsConnection::Create(
+    std::shared_ptr<TlsContext> context, std::shared_ptr<SocketConnection> socket,
+    const TlsConnectionOptions& options) {
+  if (socket == nullptr) return InvalidArgumentError("TlsConnection::Create: null socket");
+  if (context == nullptr) {
+    socket->Close();
+    return InvalidArgumentError("TlsConnection::Create: null context");
+  }
+  ERR_clear_error();
+  SSL* ssl = SSL_new(context->context_);
+  if (ssl == nullptr) {
+    socket->Close();
+    return InternalError("SSL_new: " + LibraryErrors());
+  }
+  MemoryPool* pool = options.pool != nullptr ? options.pool : &MemoryPool::Default();
+  const size_t read_size_hint = options.read_size_hint != 0
+                                    ? options.read_size_hint
+                                    : std::max<size_t>(1, pool->block_size() / 4);
+  const bool is_server = context->is_server();
+  // From here on ~TlsConnection frees `ssl` and closes the socket on failure.
+  std::shared_ptr<TlsConnection> connection(
+      new TlsConnection(context, std::move(socket), options, ssl, read_size_hint));
+  BIO* bio = TlsBio::Method() != nullptr ? BIO_new(TlsBio::Method()) : nullptr;
+  if (bio == nullptr) return InternalError("creating the pipe BIO: " + LibraryErrors());
+  BIO_set_data(bio, connection.get());
+  SSL_set_bio(ssl, bio, bio);  // one reference, owned by `ssl`
+  if (is_server) {
+    SSL_set_accept_state(ssl);
+    return connection;
+  }
+  SSL_set_connect_state(ssl);
+  const std::string& name =
+      !options.server_name.empty() ? options.server_name : context->server_name();
+  if (!name.empty()) {
+    X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
+    bool configured;
+    if (IsIpAddress(name)) {
+      // No SNI for addresses (RFC 6066 §3); the certificate needs an IP SAN.
+      configured = X509_VERIFY_PARAM_set1_ip_asc(param, name.c_str()) == 1;
+    } else {
+      configured = SSL_set_tlsext_host_name(ssl, name.c_str()) == 1 &&
+                   X509_VERIFY_PARAM_set1_host(param, name.c_str(), name.size()) == 1;
+    }
+    if (!configured) {
+      return InvalidArgumentError("TLS server name " + Quoted(name) + ": " + LibraryErrors());
+    }
+  }
+  return connection;
+}
+
+void TlsConnection::Connect(EventLoop* loop, std::string_view address,
+                            std::shared_ptr<TlsContext> context,
+                            const SocketConnectionOptions& socket_options,
+                            const TlsConnectionOptions& options, ConnectCallback callback) {
+  SocketConnection::Connect(loop, address, socket_options,
+                            [context = std::move(context), options, callback = std::move(callback)](
+                                StatusOr<std::shared_ptr<SocketConnection>> socket) {
+                              if (!socket.ok()) {
+                                callback(socket.status());
+                                return;
+                              }
+                              StatusOr<std::shared_ptr<TlsConnection>> created =
+                                  Create(context, std::move(*socket), options);
+                              if (!created.ok()) {
+                                callback(created.status());
+                                return;
+                              }
+                              std::shared_ptr<TlsConnection> connection = std::move(*created);
+                              // The callback holds the connection until the handshake reports.
+                              connection->Start([connection, callback](Status handshake) {
+                                if (handshake.ok()) {
+                                  callback(connection);
+                                } else {
+                                  callback(std::move(handshake));
+                                }
+                              });
+                            });
+}
+
+void TlsConnection::Start(HandshakeCallback on_handshake) {
+  loop()->Post([self = shared_from_this(), on_handshake = std::move(on_handshake)]() mutable {
+    self->StartOnLoop(std::move(on_handshake));
+  });
+}
+
+void TlsConnection::StartOnLoop(HandshakeCallback on_handshake) {
+  if (started_) {
+    if (on_handshake) on_handshake(FailedPreconditionError("TlsConnection::Start called twice"));
+    return;
+  }
+  started_ = true;
+  if (terminated_) {
+    if (on_handshake) on_handshake(end_status_);
+    return;
+  }
+  self_ = shared_from_this();
+  on_handshake_ = std::move(on_handshake);
+  start_time_ = EventLoop::Clock::now();
+  if (options_.handshake_timeout.count() > 0) {
+    handshake_timer_ = loop()->RunAfter(options_.handshake_timeout, [weak = weak_from_this()] {
+      std::shared_ptr<TlsConnection> self = weak.lock();
+      if (self == nullptr) return;
+      self->handshake_timer_ = 0;
+      self->OnHandshakeTimeout();
+    });
+  }
+  PumpInput();
+}
+
+void TlsConnection::OnHandshakeTimeout() {
+  if (handshake_done_ || terminated_) return;
+  Terminate(DeadlineExceededError("TLS handshake timed out after " +
+                                  std::to_string(options_.handshake_timeout.count()) + " ms"),
+            /*reset=*/true);
+}
+
+void TlsConnection::Close() {
+  loop()->Post([self = shared_from_this()] {
+    self->Terminate(AbortedError("connection closed by TlsConnection::Close"), /*reset=*/true);
+  });
+}
+
+TlsConnectionStats TlsConnection::stats() const {
+  TlsConnectionStats s;
+  s.handshake_time = std::chrono::nanoseconds(handshake_ns_.load(std::memory_order_relaxed));
+  s.plaintext_bytes_read = plaintext_bytes_read_.load(std::memory_order_relaxed);
+  s.plaintext_bytes_written = plaintext_bytes_written_.load(std::memory_order_relaxed);
+  s.ciphertext_bytes_read = ciphertext_bytes_read_.load(std::memory_order_relaxed);
+  s.ciphertext_bytes_written = ciphertext_bytes_written_.load(std::memory_order_relaxed);
+  s.records_written = records_written_.load(std::memory_order_relaxed);
+  s.ciphertext_flushes = ciphertext_flushes_.load(std::memory_order_relaxed);
+  s.unflushed_limit_flushes = unflushed_limit_flushes_.load(std::memory_order_relaxed);
+  s.input_pauses = input_pauses_.load(std::memory_order_relaxed);
+  s.output_waits = output_waits_.load(std::memory_order_relaxed);
+  return s;
+}
+
+// Pipe callbacks run on whichever thread made the operation ready (often a
+// worker writing output); the connection continues on its loop. Weak
+// references: the callbacks are stored in pipes this connection reaches.
+
+ReadCallback TlsConnection::MakeCiphertextReadCallback() {
+  return [weak = weak_from_this()](ReadResult) {
+    std::shared_ptr<TlsConnection> self = weak.lock();
+    if (self == nullptr) return;
+    EventLoop* loop = self->loop();
+    loop->Post([self = std::move(self)] { self->OnCiphertextReadable(); });
+  };
+}
+
+FlushCallback TlsConnection::MakeCiphertextFlushCallback() {
+  return [weak = weak_from_this()](FlushResult result) {
+    std::shared_ptr<TlsConnection> self = weak.lock();
+    if (self == nullptr) return;
+    EventLoop* loop = self->loop();
+    loop->Post([self = std::move(self), result] { self->OnCiphertextFlushed(result); });
+  };
+}
+
+FlushCallback TlsConnection::MakePlaintextInputFlushCallback() {
+  return [weak = weak_from_this()](FlushResult result) {
+    std::shared_ptr<TlsConnection> self = weak.lock();
+    if (self == nullptr) return;
+    EventLoop* loop = self->loop();
+    loop->Post([self = std::move(self), result] { self->OnPlaintextInputFlushed(result); });
+  };
+}
+
+ReadCallback TlsConnection::MakePlaintextOutputReadCallback() {
+  return [weak = weak_from_this()](ReadResult) {
+    std::shared_ptr<TlsConnection> self = weak.lock();
+    if (self == nullptr) return;
+    EventLoop* loop = self->loop();
+    loop->Post([self = std::move(self)] { self->OnPlaintextOutputReadable(); });
+  };
+}
+
+// ---------------------------------------------------------------------------
+// Input: socket input pipe → library → input_.
+
+void TlsConnection::PumpInput() {
+  while (!input_ended_ && !terminated_) {
+    if (input_flush_pending_) {
+      ReleaseCiphertext(/*examined_all=*/false);
+      break;
+    }
+    if (!ciphertext_held_ && !ciphertext_waiting_ && !AcquireCiphertext() && terminated_) break;
+    const InputStep step = handshake_done_ ? ReadPlaintext() : ContinueHandshake();
+    // Handshake flights, alerts and post-handshake messages.
+    (void)FlushCiphertext();
+    if (step == InputStep::kProgress) continue;
+    if (step == InputStep::kBlocked) {
+      ReleaseCiphertext(/*examined_all=*/false);
+      break;
+    }
+    if (step == InputStep::kEnded || !ciphertext_held_) break;
+    // kNeedInput with everything held consumed: ask the socket for more.
+    ReleaseCiphertext(/*examined_all=*/true);
+    if (!AcquireCiphertext()) break;
+  }
+  if (write_needs_input_ && !terminated_) {
+    write_needs_input_ = false;
+    PumpOutput();
+  }
+}
+
+bool TlsConnection::AcquireCiphertext() {
+  ReadResult result;
+  if (!socket_->input().Read(&result, MakeCiphertextReadCallback())) {
+    ciphertext_waiting_ = true;
+    return false;
+  }
+  if (!result.is_completed && !result.status.ok()) {
+    // Our own misuse of the pipe; never the peer's doing.
+    Terminate(InternalError("socket input pipe: " + result.status.ToString()), /*reset=*/true);
+    return false;
+  }
+  ciphertext_ = std::move(result);
+  ciphertext_held_ = true;
+  ciphertext_offset_ = 0;
+  return true;
+}
+
+void TlsConnection::ReleaseCiphertext(bool examined_all) {
+  if (!ciphertext_held_) return;
+  ciphertext_held_ = false;
+  const size_t examined = examined_all ? ciphertext_.buffer.size() : ciphertext_offset_;
+  socket_->input().AdvanceTo(ciphertext_offset_, examined).IgnoreError();
+  ciphertext_ = ReadResult();
+  ciphertext_offset_ = 0;
+}
+
+void TlsConnection::OnCiphertextReadable() {
+  ciphertext_waiting_ = false;
+  if (input_ended_ || terminated_) return;
+  // The callback's read is still outstanding: hand it back unconsumed so that
+  // AcquireCiphertext's Read takes everything published since.
+  socket_->input().AdvanceTo(0, 0).IgnoreError();
+  PumpInput();
+}
+
+TlsConnection::InputStep TlsConnection::ContinueHandshake() {
+  ERR_clear_error();
+  const int result = SSL_do_handshake(ssl_);
+  if (result == 1) {
+    FinishHandshake(OkStatus());
+    return terminated_ ? InputStep::kEnded : InputStep::kProgress;
+  }
+  const int error = SSL_get_error(ssl_, result);
+  if (error == SSL_ERROR_WANT_READ) return InputStep::kNeedInput;
+  Terminate(LibraryFailure("TLS handshake failed", error), /*reset=*/false);
+  return InputStep::kEnded;
+}
+
+TlsConnection::InputStep TlsConnection::ReadPlaintext() {
+  size_t unflushed = 0;
+  while (true) {
+    std::span<uint8_t> span = input_.writer().GetSpan(read_size_hint_);
+    if (span.empty()) return InputStep::kEnded;  // input_ completed
+    ERR_clear_error();
+    const int n =
+        SSL_read(ssl_, span.data(), static_cast<int>(std::min<size_t>(span.size(), INT_MAX)));
+    if (n > 0) {
+      input_.writer().Advance(static_cast<size_t>(n)).IgnoreError();
+      plaintext_bytes_read_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+      unflushed += static_cast<size_t>(n);
+      // Publish a record's worth at a time, so that the flush's backpressure
+      // bounds what is decrypted ahead of the application.
+      if (unflushed >= kMaxRecordPlaintext) {
+        unflushed = 0;
+        if (!FlushPlaintextInput()) return input_ended_ ? InputStep::kEnded : InputStep::kBlocked;
+      }
+      continue;
+    }
+    const int error = SSL_get_error(ssl_, n);
+    if (error == SSL_ERROR_WANT_READ) {
+      if (unflushed > 0 && !FlushPlaintextInput()) {
+        return input_ended_ ? InputStep::kEnded : InputStep::kBlocked;
+      }
+      return InputStep::kNeedInput;
+    }
+    if (error == SSL_ERROR_ZERO_RETURN) {
+      // close_notify: the peer sends nothing more. Complete publishes what
+      // was decrypted before it.
+      EndInput(OkStatus());
+      return InputStep::kEnded;
+    }
+    if (ciphertext_eof_) {
+      // The socket ended without close_notify: a truncation (or a reset).
+      // The output direction stays usable unless the socket failed.
+      // A socket failure keeps its code (UNAVAILABLE for a reset, ABORTED for
+      // SocketConnection::Close).
+      Status failure =
+          !socket_input_status_.ok()
+              ? Status(socket_input_status_.code(),
+                       "TLS read failed: " + socket_input_status_.message())
+              : UnavailableError(
+                    "TLS read failed: the peer closed the connection without close_notify");
+      ERR_clear_error();
+      if (!socket_input_status_.ok()) {
+        Terminate(std::move(failure), /*reset=*/false);
+      } else {
+        EndInput(std::move(failure));
+      }
+      return InputStep::kEnded;
+    }
+    Terminate(LibraryFailure("TLS read failed", error), /*reset=*/false);
+    return InputStep::kEnded;
+  }
+}
+
+bool TlsConnection::FlushPlaintextInput() {
+  FlushResult result;
+  if (!input_.writer().Flush(&result, MakePlaintextInputFlushCallback())) {
+    input_flush_pending_ = true;
+    input_pauses_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  if (result.is_completed) {
+    // The application completed input(): it wants nothing more.
+    EndInput(OkStatus());
+    return false;
+  }
+  return true;
+}
+
+void TlsConnection::OnPlaintextInputFlushed(FlushResult result) {
+  input_flush_pending_ = false;
+  if (input_ended_ || terminated_) return;
+  if (result.is_completed) {
+    EndInput(OkStatus());
+    return;
+  }
+  PumpInput();
+}
+
+void TlsConnection::EndInput(Status status) {
+  if (input_ended_) return;
+  input_ended_ = true;
+  input_.writer().Complete(std::move(status));
+  // Nothing more is read from the socket; this also drops an outstanding
+  // read or a registered read callback.
+  ciphertext_held_ = false;
+  ciphertext_waiting_ = false;
+  ciphertext_ = ReadResult();
+  socket_->input().Complete();
+  MaybeFinish();
+}
+
+// ---------------------------------------------------------------------------
+// Output: output_ → library → socket output pipe.
+
+void TlsConnection::PumpOutput() {
+  while (handshake_done_ && !output_ended_ && !terminated_ && !output_read_waiting_ &&
+         !ciphertext_flush_pending_ && !write_needs_input_) {
+    ReadResult result;
+    if (!output_.reader().Read(&result, MakePlaintextOutputReadCallback())) {
+      output_read_waiting_ = true;
+      break;
+    }
+    if (!result.is_completed && !result.status.ok()) {
+      Terminate(InternalError("plaintext output pipe: " + result.status.ToString()),
+                /*reset=*/true);
+      return;
+    }
+    const size_t size = result.buffer.size();
+    const size_t written = WritePlaintext(result.buffer);
+    if (terminated_) return;
+    // Frees what was sealed (and may resume the application's flush).
+    output_.reader().AdvanceTo(written, written).IgnoreError();
+    if (written < size) break;  // the library must read first
+    if (result.is_completed) {
+      EndOutput(std::move(result.status));
+      return;
+    }
+    // Bound the socket's output beyond its pause threshold.
+    if (socket_->output().unflushed_bytes() >= options_.max_unflushed_ciphertext) {
+      unflushed_limit_flushes_.fetch_add(1, std::memory_order_relaxed);
+      if (!FlushCiphertext()) return;
+    }
+  }
+  // Everything readable is sealed: one flush, so one writev, for all of it.
+  (void)FlushCiphertext();
+}
+
+size_t TlsConnection::WritePlaintext(const BufferSequence& buffer) {
+  const size_t size = buffer.size();
+  size_t written = 0;
+  BufferSequence::Iterator chunk_it = buffer.begin();
+  size_t chunk_offset = 0;
+  uint8_t staging[kMaxRecordPlaintext];
+  while (written < size) {
+    const std::span<const uint8_t> chunk = (*chunk_it).subspan(chunk_offset);
+    const size_t wanted = std::min(kMaxRecordPlaintext, size - written);
+    const uint8_t* data;
+    size_t length;
+    if (chunk.size() >= wanted || chunk.size() >= kDirectWriteMin) {
+      data = chunk.data();
+      length = std::min(chunk.size(), wanted);
+    } else {
+      // Copied: see kDirectWriteMin.
+      length = buffer.CopyTo(written, {staging, wanted});
+      data = staging;
+    }
+    ERR_clear_error();
+    const int n = SSL_write(ssl_, data, static_cast<int>(length));
+    if (n <= 0) {
+      const int error = SSL_get_error(ssl_, n);
+      if (error == SSL_ERROR_WANT_READ) {
+        // Retried with the same first bytes (at least as many) once input
+        // progressed (SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER).
+        write_needs_input_ = true;
+        ERR_clear_error();
+        return written;
+      }
+      Terminate(LibraryFailure("TLS write failed", error), /*reset=*/false);
+      return written;
+    }
+    records_written_.fetch_add(1, std::memory_order_relaxed);
+    plaintext_bytes_written_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+    written += static_cast<size_t>(n);
+    for (size_t left = static_cast<size_t>(n); left > 0;) {
+      const size_t in_chunk = (*chunk_it).size() - chunk_offset;
+      if (left < in_chunk) {
+        chunk_offset += left;
+        break;
+      }
+      left -= in_chunk;
+      ++chunk_it;
+      chunk_offset = 0;
+    }
+  }
+  return written;
+}
+
+void TlsConnection::OnPlaintextOutputReadable() {
+  output_read_waiting_ = false;
+  if (output_ended_ || terminated_) return;
+  // Hand the callback's read back unconsumed, so that PumpOutput's Read takes
+  // everything flushed since: one batch of records for all of it.
+  output_.reader().AdvanceTo(0, 0).IgnoreError();
+  PumpOutput();
+}
+
+bool TlsConnection::FlushCiphertext() {
+  PipeWriter& socket_output = socket_->output();
+  if (socket_output.unflushed_bytes() == 0) return !ciphertext_flush_pending_;
+  ciphertext_flushes_.fetch_add(1, std::memory_order_relaxed);
+  FlushResult result;
+  if (ciphertext_flush_pending_) {
+    // Publishes the bytes; the waiting flush keeps its callback.
+    (void)socket_output.Flush(&result, nullptr);
+    return false;
+  }
+  if (!socket_output.Flush(&result, MakeCiphertextFlushCallback())) {
+    ciphertext_flush_pending_ = true;
+    output_waits_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  if (result.is_completed && !output_ended_) {
+    Terminate(UnavailableError("TLS: the socket's output ended (connection reset or closed)"),
+              /*reset=*/false);
+    return false;
+  }
+  return true;
+}
+
+void TlsConnection::OnCiphertextFlushed(FlushResult result) {
+  ciphertext_flush_pending_ = false;
+  if (terminated_ || output_ended_) return;
+  if (result.is_completed) {
+    Terminate(UnavailableError("TLS: the socket's output ended (connection reset or closed)"),
+              /*reset=*/false);
+    return;
+  }
+  PumpOutput();
+}
+
+void TlsConnection::EndOutput(Status status) {
+  if (!status.ok()) {
+    Terminate(AbortedError("output completed with " + status.ToString()), /*reset=*/true);
+    return;
+  }
+  output_ended_ = true;
+  output_.reader().Complete();
+  ERR_clear_error();
+  // Sends close_notify (returns 0 until the peer's arrives; nothing to wait
+  // for here).
+  (void)SSL_shutdown(ssl_);
+  ERR_clear_error();
+  (void)FlushCiphertext();
+  socket_->output().Complete();
+  // The application may have completed input() without a flush noticing; an
+  // empty flush tells.
+  if (!input_ended_ && !input_flush_pending_) (void)FlushPlaintextInput();
+  MaybeFinish();
+}
+
+// ---------------------------------------------------------------------------
+// Endings.
+
+void TlsConnection::FinishHandshake(Status status) {
+  HandshakeCallback callback = std::move(on_handshake_);
+  on_handshake_ = nullptr;
+  if (handshake_timer_ != 0) {
+    loop()->CancelTimer(handshake_timer_);
+    handshake_timer_ = 0;
+  }
+  if (status.ok()) {
+    handshake_done_ = true;
+    handshake_ns_.store(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(EventLoop::Clock::now() - start_time_)
+            .count(),
+        std::memory_order_relaxed);
+    const unsigned char* protocol = nullptr;
+    unsigned int protocol_length = 0;
+    SSL_get0_alpn_selected(ssl_, &protocol, &protocol_length);
+    if (protocol != nullptr) alpn_.assign(reinterpret_cast<const char*>(protocol), protocol_length);
+    version_ = SSL_get_version(ssl_);
+    if (const SSL_CIPHER* cipher = SSL_get_current_cipher(ssl_)) {
+      cipher_ = SSL_CIPHER_get_name(cipher);
+    }
+  }
+  if (callback) callback(status);
+  // Output written before the handshake ended goes out now.
+  if (status.ok()) PumpOutput();
+}
+
+void TlsConnection::Terminate(Status status, bool reset) {
+  if (terminated_) return;
+  terminated_ = true;
+  end_status_ = status;
+  if (!input_ended_) {
+    input_ended_ = true;
+    input_.writer().Complete(status);
+  }
+  if (!output_ended_) {
+    output_ended_ = true;
+    output_.reader().Complete(status);
+  }
+  ciphertext_held_ = false;
+  ciphertext_waiting_ = false;
+  ciphertext_ = ReadResult();
+  if (reset) {
+    socket_->Close();
+  } else {
+    // Any alert the library wrote goes out before the FIN.
+    (void)FlushCiphertext();
+    socket_->output().Complete();
+    socket_->input().Complete();
+  }
+  socket_released_ = true;
+  if (!handshake_done_) FinishHandshake(std::move(status));
+  MaybeFinish();
+}
+
+void TlsConnection::MaybeFinish() {
+  if (finished_ || !input_ended_ || !output_ended_) return;
+  finished_ = true;
+  // Both socket sides were completed by EndInput/EndOutput or Terminate.
+  socket_released_ = true;
+  if (handshake_timer_ != 0) {
+    loop()->CancelTimer(handshake_timer_);
+    handshake_timer_ = 0;
+  }
+  // Released in a task: this object's methods are still on the stack.
+  if (self_ != nullptr) loop()->Post([keep = std::move(self_)] {});
+}
+
+Status TlsConnection::LibraryFailure(std::string_view what, int ssl_error) {
+  std::string text(what);
+  text += ": ";
+  if (ssl_error == SSL_ERROR_SYSCALL && ERR_peek_error() == 0) {
+    text += ciphertext_eof_ ? "the peer closed the connection" : "I/O error on the socket pipes";
+    if (!socket_input_status_.ok()) text += " (" + socket_input_status_.message() + ")";
+  } else {
+    text += LibraryErrors();
+  }
+  if (!context_->is_server()) {
+    // X509_V_ERR_INVALID_CALL: verification never ran (BoringSSL's initial
+    // value; OpenSSL starts at X509_V_OK).
+    const long verify = SSL_get_verify_result(ssl_);
+    if (verify != X509_V_OK && verify != X509_V_ERR_INVALID_CALL) {
+      text += " (certificate verification: ";
+      text += X509_verify_cert_error_string(verify);
+      text += ")";
+    }
+  }
+  ERR_clear_error();
+  return UnavailableError(text);
+}
+
+}  // namespace sluice
