@@ -19,6 +19,7 @@
 #include "core/event_loop.h"
 #include "core/pipe.h"
 #include "core/socket_transport.h"
+#include "core/tls.h"
 
 namespace sluice {
 
@@ -38,6 +39,9 @@ class Transport {
 
 // Presents a plain socket connection as a Transport.
 std::unique_ptr<Transport> MakeSocketTransport(std::shared_ptr<SocketConnection> connection);
+
+// Presents a TLS connection whose handshake succeeded as a Transport.
+std::unique_ptr<Transport> MakeTlsTransport(std::shared_ptr<TlsConnection> connection);
 
 }  // namespace sluice
 
