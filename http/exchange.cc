@@ -86,10 +86,14 @@ void Response::SetHeader(std::string_view name, std::string_view value) {
 bool Response::SendHeadNow(bool end) {
   std::optional<uint64_t> length;
   if (end) length = body_.size();
-  bool ok = sink_->SendHead(
-      status_, std::span(headers_.data(), header_count_), length,
-      {reinterpret_cast<const uint8_t*>(body_.data()), body_.size()}, end);
   head_sent_ = true;
+  const std::span<const uint8_t> body(reinterpret_cast<const uint8_t*>(body_.data()), body_.size());
+  if (end) {
+    // The last use of *this (see End).
+    return sink_->SendHead(status_, std::span(headers_.data(), header_count_), length, body, true);
+  }
+  bool ok = sink_->SendHead(status_, std::span(headers_.data(), header_count_), length, body,
+                            /*end=*/false);
   body_.clear();
   if (!ok) peer_gone_ = true;
   return ok;
@@ -118,16 +122,15 @@ bool Response::Flush() {
 void Response::End() {
   if (ended_) return;
   ended_ = true;
-  if (peer_gone_) {
-    // The sink still needs to learn the exchange is over.
-    sink_->SendData({}, /*end=*/true);
-    return;
-  }
-  if (!head_sent_) {
+  // The sink's call that ends the exchange is the last use of *this: it may
+  // release the exchange (a deferred one is kept alive only until it ends),
+  // so nothing is recorded after it. ended_ makes every later call a no-op.
+  if (!head_sent_ && !peer_gone_) {
     SendHeadNow(/*end=*/true);
     return;
   }
-  if (!sink_->SendData({}, /*end=*/true)) peer_gone_ = true;
+  // After a lost peer too: the sink still needs to learn the exchange is over.
+  sink_->SendData({}, /*end=*/true);
 }
 
 }  // namespace sluice::http

@@ -20,14 +20,28 @@
 //                  [&res](sluice::Status) { res.End(); });
 //   }
 //
+// On a worker pool the body callbacks start once the handler has returned
+// (the worker owns the exchange until then), so a handler there must not
+// block waiting for its own body: DeferEnd() and finish from the callbacks.
+//
 // Backpressure: while the connection's output is over its pause threshold,
 // body callbacks stop (the connection stops reading) until the peer catches
 // up, so an echo of any size keeps memory bounded. A Write from a thread that
-// is not the connection's loop blocks while the output is full.
+// is not the connection's loop blocks while the output is full (a handler on
+// the loop thread that writes a large body in one go has no such brake: its
+// bytes are buffered).
 //
 // Thread-safety: a Request/Response pair belongs to one exchange and is used
 // by one thread at a time: the loop thread, or the handler's worker thread
-// while the handler runs there. Body callbacks run on the loop thread.
+// while the handler runs there, or, once a handler that called DeferEnd()
+// has returned, whichever single thread carries the response on. Body
+// callbacks run on the loop thread.
+//
+// Lifetime: the Request and Response of a deferred exchange stay valid until
+// End() returns, even after the peer has gone (Write then returns false), so
+// a handler that defers must call End() on every path. Server shutdown past
+// its grace period is the exception: it invalidates deferred responses still
+// open, which must then not be touched.
 #ifndef SLUICE_HTTP_EXCHANGE_H_
 #define SLUICE_HTTP_EXCHANGE_H_
 
@@ -102,7 +116,7 @@ class Request {
   void SetPath(std::string_view v) { path_ = Store(v); }
   void SetQuery(std::string_view v) { query_ = Store(v); }
   void SetAuthority(std::string_view v) { authority_ = Store(v); }
-  void SetScheme(std::string_view v) { scheme_ = v; }  // a literal
+  void SetScheme(std::string_view v) { scheme_ = v; }                     // a literal
   void SetProtocolVersion(std::string_view v) { protocol_version_ = v; }  // a literal
   void AddHeader(std::string_view name, std::string_view value) {
     headers_.emplace_back(Store(name), Store(value));
@@ -148,7 +162,8 @@ class ResponseSink {
   // Sends the head, then `body` (may be empty). `content_length` is set when
   // the whole body is known (End before any flush); `end` says the exchange
   // is finished with this call. Returns false if the peer is gone.
-  virtual bool SendHead(uint16_t status, std::span<const std::pair<std::string, std::string>> headers,
+  virtual bool SendHead(uint16_t status,
+                        std::span<const std::pair<std::string, std::string>> headers,
                         std::optional<uint64_t> content_length, std::span<const uint8_t> body,
                         bool end) = 0;
   // More body after the head. Returns false if the peer is gone.
@@ -173,7 +188,8 @@ class Response {
   }
   // Sends what is buffered now (head included), without ending.
   bool Flush();
-  // Finishes the response. Idempotent.
+  // Finishes the response. Idempotent. Once it returns, a deferred
+  // exchange's Request and Response may be gone (see Lifetime above).
   void End();
   bool ended() const { return ended_; }
   bool head_sent() const { return head_sent_; }

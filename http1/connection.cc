@@ -35,6 +35,11 @@ void ForEachPiece(const BufferSequence& buffer, size_t offset, size_t n, Fn&& fn
 
 bool HasNoBody(uint16_t status) { return status < 200 || status == 204 || status == 304; }
 
+ChunkedLimits WithBodyLimit(ChunkedLimits limits, uint64_t max_body_bytes) {
+  limits.max_body_bytes = max_body_bytes;
+  return limits;
+}
+
 }  // namespace
 
 Connection::Connection(std::unique_ptr<Transport> transport, const ConnectionOptions& options,
@@ -45,7 +50,7 @@ Connection::Connection(std::unique_ptr<Transport> transport, const ConnectionOpt
       dispatcher_(dispatcher),
       counters_(counters),
       parser_(options.limits),
-      chunked_(options.chunked) {
+      chunked_(WithBodyLimit(options.chunked, options.max_body_bytes)) {
   counters_->connections.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -212,11 +217,14 @@ void Connection::StartExchange() {
     bool posted = workers->Post([self, handler] {
       t_running_handler = self.get();
       (*handler)(self->request_, self->response_);
-      if (!self->response_.deferred()) self->response_.End();
+      const bool deferred = self->response_.deferred();
+      if (!deferred) self->response_.End();
       t_running_handler = nullptr;
       // Hands the exchange back to the loop.
-      self->loop_->Post([self] {
+      self->loop_->Post([self, deferred] {
         self->handler_on_worker_ = false;
+        self->HoldIfDeferred(deferred);
+        self->NotifyClosedIfDone();  // if the peer left while the handler ran
         self->Kick();
       });
     });
@@ -224,7 +232,30 @@ void Connection::StartExchange() {
     handler_on_worker_ = false;  // the pool is stopping: run it here
   }
   (*handler)(request_, response_);
-  if (!response_.deferred()) response_.End();
+  if (!response_.deferred()) {
+    response_.End();
+  } else {
+    HoldIfDeferred(true);
+  }
+}
+
+void Connection::HoldIfDeferred(bool deferred) {
+  if (deferred && !response_ended_ && !aborted_) deferred_hold_ = shared_from_this();
+}
+
+void Connection::ReleaseDeferredHold() {
+  if (deferred_hold_ == nullptr) return;
+  // Posted: the hold may be the last reference, and this connection's
+  // methods are on the stack.
+  loop_->Post([hold = std::move(deferred_hold_)] {});
+  deferred_hold_ = nullptr;
+  NotifyClosedIfDone();
+}
+
+void Connection::Abort() {
+  aborted_ = true;
+  CloseNow();
+  ReleaseDeferredHold();
 }
 
 size_t Connection::PumpBody(const BufferSequence& buffer, size_t offset) {
@@ -415,11 +446,17 @@ void Connection::MarkClosedWhenDone() {
   closed_ = true;
   CancelTimer();
   WakeRoomWaiters();
-  if (on_closed_) {
-    std::function<void()> cb = std::move(on_closed_);
-    on_closed_ = nullptr;
-    cb();
-  }
+  NotifyClosedIfDone();
+}
+
+void Connection::NotifyClosedIfDone() {
+  // A handler still running or a deferred response still open keeps the
+  // exchange in flight, closed or not: the server waits for it (or aborts
+  // it) before letting go.
+  if (!closed_ || handler_on_worker_ || deferred_hold_ != nullptr || !on_closed_) return;
+  std::function<void()> cb = std::move(on_closed_);
+  on_closed_ = nullptr;
+  cb();
 }
 
 void Connection::CloseNow() {
@@ -506,10 +543,14 @@ void Connection::OnTimer(bool header_timer) {
 }
 
 bool Connection::SendFromOtherThread(const std::function<bool()>& send) {
+  // Once `send` has ended the response, this connection may be destroyed
+  // before PostAndWait returns: only locals are used after it.
+  ConnectionCounters* const counters = counters_;
   Mutex mu;
   CondVar cv;
   bool ok = false;
   bool room = false;
+  counters->off_loop_posts.fetch_add(1);
   Status ran = loop_->PostAndWait([&] {
     ok = send();
     FlushOutput();
@@ -524,6 +565,7 @@ bool Connection::SendFromOtherThread(const std::function<bool()>& send) {
       cv.SignalAll();
     });
   });
+  counters->off_loop_posts.fetch_sub(1);
   if (!ran.ok()) return false;
   MutexLock lock(&mu);
   while (!room) cv.Wait(&mu);
@@ -630,7 +672,10 @@ bool Connection::AfterWrite(bool end, bool ok) {
     if (end) response_ended_ = true;  // the worker's completion task kicks the loop
     return ok && alive;
   }
-  if (end) response_ended_ = true;
+  if (end) {
+    response_ended_ = true;
+    ReleaseDeferredHold();
+  }
   if (closed_) return false;
   // Posted, not called: the caller is inside Response, which must not see
   // the next exchange start under it.
@@ -641,9 +686,12 @@ bool Connection::AfterWrite(bool end, bool ok) {
 void Connection::StartBody(http::BodyDataCallback on_data, http::BodyEndCallback on_end) {
   if (!OwnsExchange()) {
     std::shared_ptr<Connection> self = shared_from_this();
+    ConnectionCounters* const counters = counters_;
+    counters->off_loop_posts.fetch_add(1);
     loop_->Post([self, on_data = std::move(on_data), on_end = std::move(on_end)]() mutable {
       self->StartBody(std::move(on_data), std::move(on_end));
     });
+    counters->off_loop_posts.fetch_sub(1);
     return;
   }
   const bool on_loop = loop_->IsInLoopThread();

@@ -80,9 +80,11 @@ class RequestDispatcher {
 
 struct ConnectionOptions {
   ParseLimits limits;
-  // Chunked bodies: framing limits and the body size limit (413).
+  // Chunked bodies: framing limits. Their max_body_bytes is ignored: the
+  // one below applies to every body.
   ChunkedLimits chunked;
-  // Content-Length bodies larger than this get 413 before the handler runs.
+  // Largest request body (413): a Content-Length over it is refused before
+  // the handler runs, a chunked body as soon as its chunk sizes pass it.
   uint64_t max_body_bytes = 30'000'000;
   // A request head must be complete this long after its first byte (408).
   std::chrono::milliseconds header_timeout{10'000};
@@ -109,8 +111,14 @@ struct ConnectionCounters {
   std::atomic<uint64_t> header_timeouts{0};    // 408
   std::atomic<uint64_t> idle_timeouts{0};
   std::atomic<uint64_t> peer_resets{0};
-  std::atomic<uint64_t> linger_timeouts{0};   // closing peers that did not close in time
+  std::atomic<uint64_t> linger_timeouts{0};    // closing peers that did not close in time
   std::atomic<uint64_t> invalid_responses{0};  // 500: a handler's head could not be written
+  // A gauge, not a count: threads posting to a loop from outside on a
+  // connection's behalf (a deferred response carried on by another thread).
+  // The server waits for none before it destroys its loops, since
+  // EventLoop::Post still touches the loop after queueing a task that may
+  // already have run and let the server shut down.
+  std::atomic<uint64_t> off_loop_posts{0};
   std::atomic<uint64_t> passes{0};   // processing passes (each ends in at most one flush)
   std::atomic<uint64_t> flushes{0};  // output flushes
 };
@@ -131,9 +139,12 @@ class Connection : public std::enable_shared_from_this<Connection>,
   // Graceful: an idle connection closes now; a busy one after its current
   // response, which carries "Connection: close". Loop thread.
   void BeginShutdown();
-  // Closes at once (server shutdown past its grace period). Loop thread.
-  void Abort() { CloseNow(); }
-  // Called once, on the loop thread, when the connection has closed.
+  // Closes at once (server shutdown past its grace period) and lets go of a
+  // deferred response still open: its Request/Response become invalid.
+  // Loop thread.
+  void Abort();
+  // Called once, on the loop thread, when the connection has closed and its
+  // last exchange is over (a deferred response ended, or Abort).
   void SetOnClosed(std::function<void()> on_closed) { on_closed_ = std::move(on_closed); }
   bool closed() const { return closed_; }
 
@@ -169,8 +180,10 @@ class Connection : public std::enable_shared_from_this<Connection>,
   void CloseAfterFlush();
   void OnLingerTimeout();
   void CloseNow();
-  // Runs on_closed once both of our pipe sides are done.
+  // Closes once both of our pipe sides are done.
   void MarkClosedWhenDone();
+  // Runs on_closed once closed and no deferred response is open.
+  void NotifyClosedIfDone();
   void FlushOutput();
   // Resumes processing (after a handler, a flush or a body claim). Loop
   // thread; from elsewhere it posts itself.
@@ -191,6 +204,10 @@ class Connection : public std::enable_shared_from_this<Connection>,
   bool SendFromOtherThread(const std::function<bool()>& send);
   // Lets the threads waiting in SendFromOtherThread go on.
   void WakeRoomWaiters();
+  // After the handler returned: holds the connection if its response is
+  // deferred and still open.
+  void HoldIfDeferred(bool deferred);
+  void ReleaseDeferredHold();
 
   // http::ResponseSink
   bool SendHead(uint16_t status, std::span<const std::pair<std::string, std::string>> headers,
@@ -250,6 +267,11 @@ class Connection : public std::enable_shared_from_this<Connection>,
   bool output_completed_ = false;
   bool input_completed_ = false;
   bool closed_ = false;
+  // Keeps the exchange (and so this connection) alive while a handler that
+  // returned with DeferEnd() has not ended its response, even after the
+  // connection closed: the thread that ends it may still hold the Response.
+  std::shared_ptr<Connection> deferred_hold_;
+  bool aborted_ = false;  // Abort(): no hold is taken any more
   // Threads waiting in SendFromOtherThread for the output to drain.
   std::vector<std::function<void()>> room_waiters_;
   EventLoop::TimerId timer_ = 0;

@@ -1,0 +1,158 @@
+// The embeddable sluice server: routes, options, start, graceful shutdown.
+//
+//   #include "servers/server.h"
+//
+//   int main() {
+//     sluice::ServerOptions options;
+//     options.port = 8080;
+//     sluice::Server server(options);
+//     server.Get("/hello/{name}", [](sluice::http::Request& req, sluice::http::Response& res) {
+//       res.SetHeader("content-type", "text/plain");
+//       res.Write("Hello, ");
+//       res.Write(req.PathParam("name"));
+//     });
+//     if (sluice::Status s = server.Start(); !s.ok()) return 1;
+//     server.Wait();  // until Shutdown() (e.g. from a signal handler thread)
+//   }
+//
+// The server runs `threads` event loops, each with its own SO_REUSEPORT
+// listener; a connection lives on one loop for its whole life. Handlers run
+// inline on the loop thread, or on `handler_threads` workers.
+//
+// Thread-safety: register routes before Start(); Start, Shutdown, Wait,
+// port() and stats() are thread-safe afterwards.
+#ifndef SLUICE_SERVERS_SERVER_H_
+#define SLUICE_SERVERS_SERVER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/memory_pool.h"
+#include "core/mutex.h"
+#include "core/status.h"
+#include "core/tls.h"
+#include "core/transport.h"
+#include "http/exchange.h"
+#include "http/router.h"
+#include "http1/connection.h"
+
+namespace sluice {
+
+struct ServerTlsOptions {
+  bool enabled = false;
+  std::string cert_file;  // PEM chain
+  std::string key_file;   // PEM key
+  // Generate a self-signed certificate for localhost at start.
+  bool self_signed = false;
+  // Where to write the generated certificate (PEM), for clients' --cacert.
+  std::string self_signed_cert_out;
+};
+
+struct ServerOptions {
+  // Address to bind ("127.0.0.1", "0.0.0.0", "::1").
+  std::string address = "127.0.0.1";
+  // 0 picks a free port (see port()).
+  uint16_t port = 8080;
+  // Event loops (one thread each).
+  int threads = 1;
+  // 0: handlers run inline on the loop thread; N: on a pool of N workers.
+  int handler_threads = 0;
+  ServerTlsOptions tls;
+  http1::ConnectionOptions http1;
+  // Buffer pool for every connection. Null: one owned by the server.
+  MemoryPool* pool = nullptr;
+  // How long Shutdown waits for in-flight exchanges before closing.
+  std::chrono::milliseconds shutdown_grace{10'000};
+};
+
+struct ServerStats {
+  uint64_t accepted = 0;
+  uint64_t requests = 0;
+  uint64_t bad_requests = 0;
+  uint64_t uri_too_long = 0;
+  uint64_t headers_too_large = 0;
+  uint64_t body_too_large = 0;
+  uint64_t header_timeouts = 0;
+  uint64_t idle_timeouts = 0;
+  uint64_t peer_resets = 0;
+  uint64_t linger_timeouts = 0;
+  uint64_t invalid_responses = 0;
+  uint64_t passes = 0;
+  uint64_t flushes = 0;
+};
+
+class Server {
+ public:
+  explicit Server(ServerOptions options);
+  // Shuts down (immediately, no grace) if still running.
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Route registration (before Start). A malformed or duplicate route makes
+  // Start fail with the Router's status.
+  void Handle(std::string_view method, std::string_view path_template, http::Handler handler);
+  void Get(std::string_view path_template, http::Handler handler) {
+    Handle("GET", path_template, std::move(handler));
+  }
+  void Post(std::string_view path_template, http::Handler handler) {
+    Handle("POST", path_template, std::move(handler));
+  }
+
+  // Binds, starts the loops and accepts. Returns the first error (bad
+  // address, port in use, bad TLS files, a bad route) with nothing left
+  // running.
+  [[nodiscard]] Status Start();
+  // The bound port (after Start).
+  uint16_t port() const { return port_; }
+  // "ready address=127.0.0.1:8080 scheme=http protocols=http/1.1 pid=123":
+  // the line sample servers print once listening (the benchmark driver and
+  // tests wait for it).
+  std::string ReadyLine() const;
+
+  // Graceful: stops accepting, lets in-flight exchanges finish (up to
+  // shutdown_grace), closes the rest, stops the loops. Idempotent: a second
+  // call returns once the first has finished. Not from a loop thread or a
+  // handler (it waits for them).
+  void Shutdown();
+  // Blocks until Shutdown() has completed.
+  void Wait();
+
+  ServerStats stats() const;
+
+ private:
+  class Dispatcher;
+  struct LoopState;
+
+  void OnAccept(LoopState* state, std::shared_ptr<SocketConnection> socket);
+  // Runs HTTP/1.1 over `transport` (plain, or TLS after its handshake).
+  void Serve(LoopState* state, std::unique_ptr<Transport> transport);
+
+  ServerOptions options_;
+  std::unique_ptr<MemoryPool> owned_pool_;
+  MemoryPool* pool_;
+  http::Router router_;
+  Status route_error_;
+  std::unique_ptr<WorkerPool> workers_;
+  std::unique_ptr<Dispatcher> dispatcher_;
+  std::shared_ptr<TlsContext> tls_context_;  // set when options_.tls.enabled
+  http1::ConnectionCounters counters_;
+  std::vector<std::unique_ptr<LoopState>> loops_;
+  uint16_t port_ = 0;
+
+  Mutex mu_;
+  CondVar cv_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;  // Shutdown began
+  bool done_ ABSL_GUARDED_BY(mu_) = false;     // Shutdown finished
+  // Bumped when a shutting-down loop runs out of connections.
+  uint64_t drained_loops_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_SERVERS_SERVER_H_

@@ -1,0 +1,176 @@
+#include "servers/server_main.h"
+
+#include <signal.h>
+
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+namespace sluice {
+namespace {
+
+template <typename T>
+bool ParseNumber(std::string_view text, T* out, T min, T max) {
+  T value{};
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < min || value > max) {
+    return false;
+  }
+  *out = value;
+  return true;
+}
+
+}  // namespace
+
+std::string ServerUsage(std::string_view program, std::string_view description) {
+  std::string u =
+      "usage: " + std::string(program) + " [flags]\n\n" + std::string(description) + "\n\n";
+  u += R"(flags:
+  --address=ADDR            address to bind (default 127.0.0.1; 0.0.0.0 or :: for all)
+  --port=N                  port (default 8080; 0 picks a free one, shown in the ready line)
+  --threads=N               event loops, one thread each (default 1)
+  --handler-threads=N       run handlers on N worker threads (default 0: on the loop thread)
+  --tls                     serve HTTPS (needs --tls-cert/--tls-key or --tls-self-signed)
+  --tls-cert=FILE           certificate chain (PEM)
+  --tls-key=FILE            private key (PEM)
+  --tls-self-signed         generate a self-signed certificate for localhost at start
+  --tls-cert-out=FILE       write the generated certificate there (for curl --cacert)
+  --header-timeout-ms=N     a request head must arrive within N ms of its first byte (10000)
+  --keep-alive-timeout-ms=N close idle connections after N ms (60000)
+  --max-body-bytes=N        largest request body accepted (30000000; more gets 413)
+  --help                    this text
+
+Once listening, prints one line on stdout:
+  ready address=HOST:PORT scheme=http|https protocols=... pid=PID
+SIGINT/SIGTERM: stop accepting, finish in-flight requests, exit 0.
+)";
+  return u;
+}
+
+Status ParseServerFlags(int argc, char** argv, ServerOptions* options, bool* help) {
+  *help = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    std::string_view name = arg;
+    std::string_view value;
+    bool has_value = false;
+    if (size_t eq = arg.find('='); eq != std::string_view::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      has_value = true;
+    }
+    auto need_value = [&]() -> bool {
+      if (has_value) return true;
+      if (i + 1 < argc) {
+        value = argv[++i];
+        return true;
+      }
+      return false;
+    };
+    auto bad = [&](std::string_view why) {
+      return InvalidArgumentError(std::string(name) + ": " + std::string(why));
+    };
+    const bool is_switch =
+        name == "--help" || name == "-h" || name == "--tls" || name == "--tls-self-signed";
+    if (is_switch && has_value) return bad("takes no value");
+    if (name == "--help" || name == "-h") {
+      *help = true;
+      return OkStatus();
+    } else if (name == "--tls") {
+      options->tls.enabled = true;
+    } else if (name == "--tls-self-signed") {
+      options->tls.enabled = true;
+      options->tls.self_signed = true;
+    } else if (name == "--address") {
+      if (!need_value() || value.empty()) return bad("needs an address");
+      options->address = std::string(value);
+    } else if (name == "--port") {
+      if (!need_value() || !ParseNumber<uint16_t>(value, &options->port, 0, 65535)) {
+        return bad("needs a port number 0-65535");
+      }
+    } else if (name == "--threads") {
+      if (!need_value() || !ParseNumber<int>(value, &options->threads, 1, 256)) {
+        return bad("needs a number 1-256");
+      }
+    } else if (name == "--handler-threads") {
+      if (!need_value() || !ParseNumber<int>(value, &options->handler_threads, 0, 1024)) {
+        return bad("needs a number 0-1024");
+      }
+    } else if (name == "--tls-cert") {
+      if (!need_value() || value.empty()) return bad("needs a file");
+      options->tls.enabled = true;
+      options->tls.cert_file = std::string(value);
+    } else if (name == "--tls-key") {
+      if (!need_value() || value.empty()) return bad("needs a file");
+      options->tls.enabled = true;
+      options->tls.key_file = std::string(value);
+    } else if (name == "--tls-cert-out") {
+      if (!need_value() || value.empty()) return bad("needs a file");
+      options->tls.self_signed_cert_out = std::string(value);
+    } else if (name == "--header-timeout-ms" || name == "--keep-alive-timeout-ms") {
+      int64_t ms = 0;
+      if (!need_value() || !ParseNumber<int64_t>(value, &ms, 1, 86'400'000)) {
+        return bad("needs milliseconds 1-86400000");
+      }
+      (name == "--header-timeout-ms" ? options->http1.header_timeout
+                                     : options->http1.keep_alive_timeout) =
+          std::chrono::milliseconds(ms);
+    } else if (name == "--max-body-bytes") {
+      uint64_t n = 0;
+      if (!need_value() || !ParseNumber<uint64_t>(value, &n, 0, UINT64_MAX)) {
+        return bad("needs a byte count");
+      }
+      options->http1.max_body_bytes = n;
+    } else {
+      return InvalidArgumentError("unknown flag " + std::string(arg));
+    }
+  }
+  if (options->tls.enabled && !options->tls.self_signed &&
+      (options->tls.cert_file.empty() || options->tls.key_file.empty())) {
+    return InvalidArgumentError("--tls needs --tls-cert and --tls-key, or --tls-self-signed");
+  }
+  return OkStatus();
+}
+
+int RunServerMain(int argc, char** argv, std::string_view program, std::string_view description,
+                  const std::function<void(Server&)>& routes) {
+  ServerOptions options;
+  bool help = false;
+  Status parsed = ParseServerFlags(argc, argv, &options, &help);
+  if (help) {
+    std::fputs(ServerUsage(program, description).c_str(), stdout);
+    return 0;
+  }
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "%.*s: %s\n\n%s", static_cast<int>(program.size()), program.data(),
+                 parsed.message().c_str(), ServerUsage(program, description).c_str());
+    return 2;
+  }
+  // Every thread the server starts inherits this mask; the signals are
+  // taken synchronously below.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  Server server(options);
+  routes(server);
+  if (Status s = server.Start(); !s.ok()) {
+    std::fprintf(stderr, "%.*s: cannot start: %s\n", static_cast<int>(program.size()),
+                 program.data(), s.ToString().c_str());
+    return 1;
+  }
+  std::printf("%s\n", server.ReadyLine().c_str());
+  std::fflush(stdout);
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  std::fprintf(stderr, "%.*s: %s, shutting down\n", static_cast<int>(program.size()),
+               program.data(), strsignal(signal_number));
+  server.Shutdown();
+  return 0;
+}
+
+}  // namespace sluice

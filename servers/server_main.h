@@ -1,0 +1,43 @@
+// The command line shared by the sample servers: flags, the ready line,
+// and a graceful exit on SIGINT/SIGTERM.
+//
+//   int main(int argc, char** argv) {
+//     return sluice::RunServerMain(argc, argv, "plaintext",
+//                                  "Answers GET /plaintext with Hello, World!",
+//                                  [](sluice::Server& server) { server.Get(...); });
+//   }
+//
+// Flags: --address, --port (0 = ephemeral), --threads, --handler-threads,
+// --tls, --tls-cert, --tls-key, --tls-self-signed, --tls-cert-out,
+// --header-timeout-ms, --keep-alive-timeout-ms, --max-body-bytes, --help.
+// A bad flag prints a message and the usage to stderr and exits 2. Once
+// listening, the server prints Server::ReadyLine() on stdout.
+//
+// Thread-safety: call from main, before any thread starts.
+#ifndef SLUICE_SERVERS_SERVER_MAIN_H_
+#define SLUICE_SERVERS_SERVER_MAIN_H_
+
+#include <functional>
+#include <string_view>
+
+#include "core/status.h"
+#include "servers/server.h"
+
+namespace sluice {
+
+// Parses the shared flags into *options. Returns OK, or INVALID_ARGUMENT
+// naming the bad flag. "--help" sets *help.
+[[nodiscard]] Status ParseServerFlags(int argc, char** argv, ServerOptions* options, bool* help);
+
+// The usage text for `program`.
+std::string ServerUsage(std::string_view program, std::string_view description);
+
+// Parses flags, builds the server with `routes`, starts it, prints the
+// ready line, waits for SIGINT/SIGTERM, shuts down gracefully. Returns the
+// process exit code: 0, 2 for bad flags, 1 if the server cannot start.
+int RunServerMain(int argc, char** argv, std::string_view program, std::string_view description,
+                  const std::function<void(Server&)>& routes);
+
+}  // namespace sluice
+
+#endif  // SLUICE_SERVERS_SERVER_MAIN_H_

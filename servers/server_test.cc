@@ -1,0 +1,1116 @@
+// End-to-end tests of the embeddable Server over real loopback sockets: a
+// raw-socket client (servers/http_test_client.h) sends exact bytes and the
+// tests assert on exact bytes, statuses, connection closes and timing bounds.
+// Every connection's buffers come from a diagnostic MemoryPool that must be
+// clean once the server has shut down.
+//
+// The suite runs twice: handlers inline on the loop thread, and on a pool of
+// four workers (ServerOptions::handler_threads).
+#include "servers/server.h"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/memory_pool.h"
+#include "servers/http_test_client.h"
+
+namespace sluice {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+using testing::CloseOutcome;
+using testing::CloseOutcomeName;
+using testing::HttpTestClient;
+using testing::HttpTestResponse;
+using testing::TestPattern;
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
+// Generous bound for anything that should happen "at once".
+constexpr milliseconds kPromptly{5000};
+
+// Streams the request body back, as servers/echo.cc does.
+void Echo(http::Request& req, http::Response& res) {
+  res.SetHeader("content-type", "application/octet-stream");
+  res.DeferEnd();
+  req.ReadBody([&res](std::span<const uint8_t> data) { res.Write(data); },
+               [&res](Status status) {
+                 if (!status.ok()) res.SetStatus(400);
+                 res.End();
+               });
+}
+
+// A handler that holds its response open until the test releases it, from
+// the test's thread.
+class Gate {
+ public:
+  void Enter(http::Response* res) {
+    std::lock_guard<std::mutex> lock(mu_);
+    res_ = res;
+    entered_ = true;
+    cv_.notify_all();
+  }
+  [[nodiscard]] bool WaitEntered(milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [this] { return entered_; });
+  }
+  // The held response, for a test that writes it from its own thread.
+  http::Response* response() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return res_;
+  }
+  // Writes `body` and ends the response from the calling thread.
+  void Release(std::string_view body) {
+    http::Response* res;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      res = res_;
+      res_ = nullptr;
+    }
+    ASSERT_NE(res, nullptr);
+    res->Write(body);
+    res->End();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  http::Response* res_ = nullptr;
+  bool entered_ = false;
+};
+
+// How the body of a /count request ended.
+struct BodyOutcome {
+  std::atomic<uint64_t> bytes{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  bool ended = false;
+  Status status;
+
+  [[nodiscard]] bool WaitEnded(milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, timeout, [this] { return ended; });
+  }
+};
+
+// Counts what the /stream handler managed to write before the peer left.
+struct StreamProgress {
+  std::atomic<uint64_t> bytes_written{0};
+  std::atomic<bool> write_failed{false};
+  std::atomic<bool> finished{false};
+};
+
+class ServerTest : public ::testing::TestWithParam<int> {
+ protected:
+  ServerTest() {
+    options_.port = 0;
+    options_.pool = &pool_;
+    options_.handler_threads = GetParam();
+    options_.shutdown_grace = milliseconds(5000);
+  }
+
+  void TearDown() override {
+    if (server_ != nullptr) {
+      server_->Shutdown();
+      server_.reset();
+    }
+    Status clean = pool_.CheckClean();
+    EXPECT_TRUE(clean.ok()) << clean.ToString();
+  }
+
+  void StartServer() {
+    server_ = std::make_unique<Server>(options_);
+    server_->Get("/plaintext", [](http::Request&, http::Response& res) {
+      res.SetHeader("content-type", "text/plain");
+      res.Write("Hello, World!");
+    });
+    server_->Get("/id/{n}", [](http::Request& req, http::Response& res) {
+      res.SetHeader("content-type", "text/plain");
+      res.Write(req.PathParam("n"));
+    });
+    server_->Post("/echo", Echo);
+    server_->Handle("PUT", "/echo", Echo);
+    // Writes `bytes` (query "bytes=N") of TestPattern in 64 KiB pieces.
+    server_->Get("/stream", [this](http::Request& req, http::Response& res) {
+      std::string_view q = req.query();
+      uint64_t bytes = std::stoull(std::string(q.substr(q.find('=') + 1)));
+      const std::string piece = TestPattern(64 * 1024, 7);
+      uint64_t sent = 0;
+      while (sent < bytes) {
+        size_t n = static_cast<size_t>(std::min<uint64_t>(piece.size(), bytes - sent));
+        if (!res.Write(std::string_view(piece).substr(0, n))) {
+          stream_.write_failed = true;
+          break;
+        }
+        sent += n;
+        stream_.bytes_written = sent;
+      }
+      stream_.finished = true;
+    });
+    server_->Get("/invalid-head", [](http::Request& req, http::Response& res) {
+      if (req.query() == "framing") {
+        res.SetHeader("content-length", "5");
+      } else {
+        res.SetHeader("x-split", "a\r\nx-injected: yes");
+      }
+      res.Write("hello");
+    });
+    // Reads the body, counting it, and records how it ended.
+    server_->Post("/count", [this](http::Request& req, http::Response& res) {
+      res.DeferEnd();
+      req.ReadBody([this](std::span<const uint8_t> data) { body_.bytes += data.size(); },
+                   [this, &res](Status status) {
+                     {
+                       std::lock_guard<std::mutex> lock(body_.mu);
+                       body_.ended = true;
+                       body_.status = status;
+                     }
+                     body_.cv.notify_all();
+                     res.Write(std::to_string(body_.bytes.load()));
+                     res.End();
+                   });
+    });
+    server_->Get("/gate", [this](http::Request&, http::Response& res) {
+      res.SetHeader("content-type", "text/plain");
+      res.DeferEnd();
+      gate_.Enter(&res);
+    });
+    Status started = server_->Start();
+    ASSERT_TRUE(started.ok()) << started.ToString();
+    ASSERT_NE(server_->port(), 0);
+  }
+
+  std::unique_ptr<HttpTestClient> Connect(HttpTestClient::Options options = {}) {
+    auto client = HttpTestClient::Connect(server_->port(), options);
+    EXPECT_TRUE(client.ok()) << client.status().ToString();
+    return client.ok() ? std::move(*client) : nullptr;
+  }
+
+  // Sends `request` on a new connection and reads one response.
+  HttpTestResponse Exchange(std::string_view request, bool head_request = false) {
+    auto client = Connect();
+    if (client == nullptr) return {};
+    EXPECT_TRUE(client->Send(request));
+    auto response = client->ReadResponse(head_request);
+    EXPECT_TRUE(response.ok()) << response.status().ToString();
+    return response.ok() ? *response : HttpTestResponse{};
+  }
+
+  // Sends a request the server must reject with `status`: the answer says
+  // "Connection: close" and the server then closes (FIN, not a reset).
+  void ExpectRejected(std::string_view request, int status) {
+    SCOPED_TRACE(::testing::Message() << "request: \"" << request.substr(0, 120) << "\"");
+    auto client = Connect();
+    ASSERT_NE(client, nullptr);
+    ASSERT_TRUE(client->Send(request));
+    auto response = client->ReadResponse();
+    ASSERT_TRUE(response.ok()) << response.status().ToString();
+    EXPECT_EQ(response->status, status) << response->raw;
+    EXPECT_EQ(response->Header("connection"), "close") << response->raw;
+    std::string extra;
+    CloseOutcome closed = client->WaitForClose(kPromptly, &extra);
+    EXPECT_EQ(closed, CloseOutcome::kEof) << CloseOutcomeName(closed) << " extra: " << extra;
+  }
+
+  MemoryPool pool_{MemoryPoolOptions{.block_size = 4096, .diagnostic = true}};
+  ServerOptions options_;
+  std::unique_ptr<Server> server_;
+  Gate gate_;
+  StreamProgress stream_;
+  BodyOutcome body_;
+};
+
+// "Sun, 06 Nov 1994 08:49:37" (an IMF-fixdate up to its " GMT").
+bool IsImfFixdateWithoutZone(std::string_view s) {
+  static constexpr std::string_view kDays[] = {"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"};
+  static constexpr std::string_view kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                                 "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  auto digits = [&](size_t at, size_t n) {
+    for (size_t i = at; i < at + n; ++i) {
+      if (s[i] < '0' || s[i] > '9') return false;
+    }
+    return true;
+  };
+  return s.size() == 25 &&
+         std::find(std::begin(kDays), std::end(kDays), s.substr(0, 3)) != std::end(kDays) &&
+         s.substr(3, 2) == ", " && digits(5, 2) && s[7] == ' ' &&
+         std::find(std::begin(kMonths), std::end(kMonths), s.substr(8, 3)) != std::end(kMonths) &&
+         s[11] == ' ' && digits(12, 4) && s[16] == ' ' && digits(17, 2) && s[19] == ':' &&
+         digits(20, 2) && s[22] == ':' && digits(23, 2);
+}
+
+std::string Get(std::string_view path, std::string_view extra_headers = "") {
+  return "GET " + std::string(path) + " HTTP/1.1\r\nHost: localhost\r\n" +
+         std::string(extra_headers) + "\r\n";
+}
+
+std::string PostWithLength(std::string_view path, std::string_view body) {
+  return "POST " + std::string(path) +
+         " HTTP/1.1\r\nHost: localhost\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\n\r\n" + std::string(body);
+}
+
+// ---------------------------------------------------------------------------
+// Basics
+
+TEST_P(ServerTest, AnswersPlaintextWithExactBytes) {
+  StartServer();
+  HttpTestResponse r = Exchange(Get("/plaintext"));
+  // "Date: Sun, 06 Nov 1994 08:49:37 GMT" is the one variable line.
+  const std::string_view prefix = "HTTP/1.1 200 OK\r\nDate: ";
+  const std::string_view suffix =
+      " GMT\r\ncontent-type: text/plain\r\nContent-Length: 13\r\n\r\nHello, World!";
+  ASSERT_EQ(r.raw.size(), prefix.size() + 25 + suffix.size()) << r.raw;
+  EXPECT_EQ(r.raw.substr(0, prefix.size()), prefix);
+  EXPECT_EQ(r.raw.substr(prefix.size() + 25), suffix);
+  EXPECT_TRUE(IsImfFixdateWithoutZone(r.raw.substr(prefix.size(), 25))) << r.raw;
+}
+
+TEST_P(ServerTest, ReadyLineNamesTheBoundAddress) {
+  StartServer();
+  const std::string expected = "ready address=127.0.0.1:" + std::to_string(server_->port()) +
+                               " scheme=http protocols=http/1.1 pid=" + std::to_string(getpid());
+  EXPECT_EQ(server_->ReadyLine(), expected);
+}
+
+TEST_P(ServerTest, StartFailsWhenThePortIsTaken) {
+  StartServer();
+  ServerOptions options = options_;
+  options.port = server_->port();
+  Server second(options);
+  second.Get("/plaintext", [](http::Request&, http::Response&) {});
+  Status s = second.Start();
+  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists) << s.ToString();
+}
+
+TEST_P(ServerTest, StartFailsOnABadRoute) {
+  server_ = std::make_unique<Server>(options_);
+  server_->Get("no-slash", [](http::Request&, http::Response&) {});
+  Status s = server_->Start();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+}
+
+TEST_P(ServerTest, KeepsTheConnectionAliveAcrossRequests) {
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(client->Send(Get("/id/" + std::to_string(i))));
+    auto r = client->ReadResponse();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->body, std::to_string(i));
+    EXPECT_FALSE(r->HasHeader("connection")) << r->raw;
+  }
+  EXPECT_EQ(server_->stats().accepted, 1u);
+}
+
+TEST_P(ServerTest, Http10WithoutKeepAliveClosesAfterTheResponse) {
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Send("GET /plaintext HTTP/1.0\r\n\r\n"));
+  auto r = client->ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "Hello, World!");
+  EXPECT_EQ(r->Header("connection"), "close");
+  EXPECT_EQ(client->WaitForClose(kPromptly), CloseOutcome::kEof);
+}
+
+TEST_P(ServerTest, Http10WithKeepAliveKeepsTheConnection) {
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(client->Send("GET /plaintext HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"));
+    auto r = client->ReadResponse();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->Header("connection"), "keep-alive");
+    EXPECT_EQ(r->body, "Hello, World!");
+  }
+  // Without keep-alive, the last one closes.
+  ASSERT_TRUE(client->Send("GET /plaintext HTTP/1.0\r\n\r\n"));
+  auto r = client->ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->Header("connection"), "close");
+  EXPECT_EQ(client->WaitForClose(kPromptly), CloseOutcome::kEof);
+}
+
+TEST_P(ServerTest, ConnectionCloseRequestClosesAfterTheResponse) {
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Send(Get("/plaintext", "Connection: close\r\n")));
+  auto r = client->ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->Header("connection"), "close");
+  EXPECT_EQ(client->WaitForClose(kPromptly), CloseOutcome::kEof);
+}
+
+TEST_P(ServerTest, AnswersPipelinedRequestsInOrderWithFewFlushes) {
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  // Warm up the connection so that only the burst is measured.
+  ASSERT_TRUE(client->Send(Get("/plaintext")));
+  ASSERT_TRUE(client->ReadResponse().ok());
+  const ServerStats before = server_->stats();
+  std::string burst;
+  for (int i = 0; i < 16; ++i) burst += Get("/id/" + std::to_string(i));
+  ASSERT_TRUE(client->Send(burst));
+  for (int i = 0; i < 16; ++i) {
+    auto r = client->ReadResponse();
+    ASSERT_TRUE(r.ok()) << i << ": " << r.status().ToString();
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->body, std::to_string(i));
+  }
+  const ServerStats after = server_->stats();
+  EXPECT_EQ(after.requests - before.requests, 16u);
+  // One write for the whole burst when it arrives in one read; a few if the
+  // kernel splits it.
+  EXPECT_LE(after.flushes - before.flushes, 4u);
+  RecordProperty("flushes", static_cast<int>(after.flushes - before.flushes));
+}
+
+TEST_P(ServerTest, AnswersPipelinedRequestsBeforeAMalformedOneThenCloses) {
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Send(Get("/id/1") + Get("/id/2") + "GARBAGE\r\n\r\n" + Get("/id/3")));
+  for (const char* body : {"1", "2"}) {
+    auto r = client->ReadResponse();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->body, body);
+  }
+  auto bad = client->ReadResponse();
+  ASSERT_TRUE(bad.ok()) << bad.status().ToString();
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(bad->Header("connection"), "close");
+  // Nothing after the bad request is answered.
+  EXPECT_EQ(client->WaitForClose(kPromptly), CloseOutcome::kEof);
+}
+
+TEST_P(ServerTest, StreamsAnHttp10ResponseUntilTheClose) {
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  const std::string body = TestPattern(100'000, 8);
+  // A streamed response (past 16 KiB) has no length; HTTP/1.0 has no chunks.
+  ASSERT_TRUE(client->Send("POST /echo HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: " +
+                           std::to_string(body.size()) + "\r\n\r\n" + body));
+  auto r = client->ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_TRUE(r->close_delimited) << r->raw.substr(0, 300);
+  EXPECT_EQ(r->Header("connection"), "close");
+  EXPECT_EQ(testing::FirstMismatch(r->body, body), -1);
+}
+
+TEST_P(ServerTest, ServesManyConnectionsOnSeveralLoops) {
+  options_.threads = 2;
+  StartServer();
+  constexpr int kClients = 16;
+  std::vector<std::thread> clients;
+  std::atomic<int> ok{0};
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      auto client = HttpTestClient::Connect(server_->port());
+      if (!client.ok()) return;
+      for (int i = 0; i < 10; ++i) {
+        std::string id = std::to_string(c * 100 + i);
+        if (!(*client)->Send(Get("/id/" + id))) return;
+        auto r = (*client)->ReadResponse();
+        if (!r.ok() || r->body != id) return;
+      }
+      ok.fetch_add(1);
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  EXPECT_EQ(ok.load(), kClients);
+  EXPECT_EQ(server_->stats().accepted, static_cast<uint64_t>(kClients));
+  EXPECT_EQ(server_->stats().requests, static_cast<uint64_t>(kClients * 10));
+}
+
+TEST_P(ServerTest, HeadAnswersWithContentLengthAndNoBody) {
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Send("HEAD /plaintext HTTP/1.1\r\nHost: x\r\n\r\n"));
+  auto head = client->ReadResponse(/*head_request=*/true);
+  ASSERT_TRUE(head.ok()) << head.status().ToString();
+  EXPECT_EQ(head->status, 200) << head->raw;
+  EXPECT_EQ(head->Header("content-length"), "13");
+  EXPECT_EQ(head->Header("content-type"), "text/plain");
+  // No body bytes: the next response on the connection starts right away.
+  ASSERT_TRUE(client->Send(Get("/plaintext")));
+  auto get = client->ReadResponse();
+  ASSERT_TRUE(get.ok()) << get.status().ToString();
+  EXPECT_EQ(get->status, 200);
+  EXPECT_EQ(get->body, "Hello, World!");
+}
+
+TEST_P(ServerTest, UnknownPathIs404) {
+  StartServer();
+  HttpTestResponse r = Exchange(Get("/nowhere"));
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(r.body, "Not Found\n");
+}
+
+TEST_P(ServerTest, WrongMethodIs405WithAllow) {
+  StartServer();
+  HttpTestResponse r = Exchange("DELETE /plaintext HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.Header("allow"), "GET, HEAD");
+  HttpTestResponse echo = Exchange(Get("/echo"));
+  EXPECT_EQ(echo.status, 405);
+  EXPECT_EQ(echo.Header("allow"), "POST, PUT");
+}
+
+TEST_P(ServerTest, UnreadBodyOfA405IsSkippedAndTheConnectionKept) {
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(
+      client->Send(PostWithLength("/plaintext", TestPattern(10000, 1)) + Get("/plaintext")));
+  auto r = client->ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 405);
+  auto next = client->ReadResponse();
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(next->status, 200);
+  EXPECT_EQ(next->body, "Hello, World!");
+}
+
+// ---------------------------------------------------------------------------
+// Request bodies
+
+TEST_P(ServerTest, EchoesAContentLengthBodyExactly) {
+  StartServer();
+  for (size_t size : {size_t{0}, size_t{1}, size_t{13}, size_t{16 * 1024}, size_t{300'000}}) {
+    SCOPED_TRACE(size);
+    const std::string body = TestPattern(size, static_cast<uint32_t>(size));
+    HttpTestResponse r = Exchange(PostWithLength("/echo", body));
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.body.size(), body.size());
+    EXPECT_EQ(testing::FirstMismatch(r.body, body), -1);
+  }
+}
+
+TEST_P(ServerTest, EchoesAChunkedBodyExactly) {
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  const std::string body = TestPattern(200'000, 3);
+  std::string request = "PUT /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  size_t at = 0;
+  for (size_t chunk = 1; at < body.size(); chunk = chunk * 3 + 1) {
+    size_t n = std::min(chunk, body.size() - at);
+    char size_line[32];
+    std::snprintf(size_line, sizeof(size_line), "%zx\r\n", n);
+    request += size_line;
+    request += body.substr(at, n);
+    request += "\r\n";
+    at += n;
+  }
+  request += "0\r\nX-Trailer: yes\r\n\r\n";
+  ASSERT_TRUE(client->Send(request));
+  auto r = client->ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(testing::FirstMismatch(r->body, body), -1);
+  // The connection stays usable.
+  ASSERT_TRUE(client->Send(Get("/plaintext")));
+  auto next = client->ReadResponse();
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(next->body, "Hello, World!");
+}
+
+TEST_P(ServerTest, ExpectContinueGets100BeforeTheBodyIsSent) {
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Send(
+      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\nExpect: 100-continue\r\n\r\n"));
+  auto interim = client->ReadResponse();
+  ASSERT_TRUE(interim.ok()) << interim.status().ToString();
+  EXPECT_EQ(interim->raw, "HTTP/1.1 100 Continue\r\n\r\n");
+  ASSERT_TRUE(client->Send("hello world"));
+  auto r = client->ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "hello world");
+}
+
+TEST_P(ServerTest, ExpectContinueToA404GetsTheFinalStatusWithout100) {
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Send(
+      "POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\nExpect: 100-continue\r\n\r\n"));
+  auto r = client->ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 404);
+  // The body may never come: the server does not wait for it.
+  EXPECT_EQ(r->Header("connection"), "close");
+  EXPECT_EQ(client->WaitForClose(kPromptly), CloseOutcome::kEof);
+}
+
+// ---------------------------------------------------------------------------
+// Malformed requests and smuggling
+
+TEST_P(ServerTest, RejectsMalformedRequestsWith400AndCloses) {
+  StartServer();
+  ExpectRejected("GET / HTTP/1.1 extra\r\nHost: x\r\n\r\n", 400);
+  ExpectRejected("GET /plaintext HTTP/1.1\nHost: x\n\n", 400);
+  ExpectRejected("GET /plaintext HTTP/1.1\r\nHost: x\r\nX-Folded: a\r\n b\r\n\r\n", 400);
+  ExpectRejected(std::string("GET /plaintext HTTP/1.1\r\nHost: x\r\nX-Bad: a\x01z\r\n\r\n"), 400);
+  ExpectRejected("GET /plaintext HTTP/1.1\r\nHost: x\r\nBad Name: v\r\n\r\n", 400);
+  ExpectRejected("GET /plaintext HTTP/1.1\r\nX: y\r\n\r\n", 400);
+  ExpectRejected("GET /plaintext HTTP/1.1\r\nHost: x\rY: z\r\n\r\n", 400);
+  ExpectRejected("GET /plaintext HTTP/2.5\r\nHost: x\r\n\r\n", 505);
+  EXPECT_GE(server_->stats().bad_requests, 8u);
+}
+
+TEST_P(ServerTest, RejectsSmugglingAttemptsAndCloses) {
+  StartServer();
+  ExpectRejected(
+      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "0\r\n\r\nGET /plaintext HTTP/1.1\r\nHost: x\r\n\r\n",
+      400);
+  ExpectRejected(
+      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+      400);
+  ExpectRejected("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 5\r\n\r\nhello", 400);
+  ExpectRejected("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\nhello", 400);
+  ExpectRejected(
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n", 400);
+  ExpectRejected(
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 501);
+  ExpectRejected("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400);
+  ExpectRejected(
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "5\r\nhello\r\n1ffffffffffffffffff\r\n",
+      400);
+  ExpectRejected(
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n",
+      400);
+}
+
+TEST_P(ServerTest, RejectsALongRequestLineWith414) {
+  StartServer();
+  ExpectRejected("GET /" + std::string(9 * 1024, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n", 414);
+  EXPECT_EQ(server_->stats().uri_too_long, 1u);
+}
+
+TEST_P(ServerTest, RejectsTooManyHeaderBytesWith431) {
+  StartServer();
+  std::string headers;
+  for (int i = 0; headers.size() < 40 * 1024; ++i) {
+    headers += "X-Filler-" + std::to_string(i) + ": " + std::string(1000, 'v') + "\r\n";
+  }
+  ExpectRejected(Get("/plaintext", headers), 431);
+  EXPECT_EQ(server_->stats().headers_too_large, 1u);
+}
+
+TEST_P(ServerTest, RejectsTooManyHeadersWith431) {
+  StartServer();
+  std::string headers;
+  for (int i = 0; i < 100; ++i) headers += "X-H" + std::to_string(i) + ": v\r\n";
+  // Host + 100 = 101 field lines.
+  ExpectRejected(Get("/plaintext", headers), 431);
+  // Exactly 100 is fine.
+  headers.clear();
+  for (int i = 0; i < 99; ++i) headers += "X-H" + std::to_string(i) + ": v\r\n";
+  EXPECT_EQ(Exchange(Get("/plaintext", headers)).status, 200);
+}
+
+TEST_P(ServerTest, RejectsABodyOverMaxBodyBytesWith413) {
+  // One limit for both framings.
+  options_.http1.max_body_bytes = 1000;
+  StartServer();
+  ExpectRejected(PostWithLength("/echo", TestPattern(1001, 1)), 413);
+  ExpectRejected("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3e9\r\n" +
+                     TestPattern(1001, 2) + "\r\n0\r\n\r\n",
+                 413);
+  EXPECT_EQ(server_->stats().body_too_large, 2u);
+  // At the limit: fine.
+  EXPECT_EQ(Exchange(PostWithLength("/echo", TestPattern(1000, 3))).status, 200);
+}
+
+TEST_P(ServerTest, ServesOtherConnectionsWhileRejectingBadInput) {
+  StartServer();
+  auto bad = Connect();
+  ASSERT_NE(bad, nullptr);
+  // Half of an oversized request line, then a good client, then the rest.
+  ASSERT_TRUE(bad->Send("GET /" + std::string(4 * 1024, 'a')));
+  EXPECT_EQ(Exchange(Get("/plaintext")).status, 200);
+  ASSERT_TRUE(bad->Send(std::string(6 * 1024, 'a')));
+  auto rejected = bad->ReadResponse();
+  ASSERT_TRUE(rejected.ok()) << rejected.status().ToString();
+  EXPECT_EQ(rejected->status, 414);
+  // The bad client keeps sending junk while the server lingers; others are
+  // still served.
+  ASSERT_TRUE(bad->Send(std::string(64 * 1024, 'j')));
+  EXPECT_EQ(Exchange(Get("/plaintext")).status, 200);
+  std::string extra;
+  CloseOutcome closed = bad->WaitForClose(kPromptly, &extra);
+  EXPECT_TRUE(closed == CloseOutcome::kEof || closed == CloseOutcome::kReset)
+      << CloseOutcomeName(closed);
+}
+
+// ---------------------------------------------------------------------------
+// Timers
+
+TEST_P(ServerTest, CutsASlowlorisAtTheHeaderTimeoutWith408) {
+  options_.http1.header_timeout = milliseconds(1500);
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  // One byte every 300 ms: the whole head would take ~20 s.
+  const std::string head = Get("/plaintext", "User-Agent: slowloris-slowloris-slowloris\r\n");
+  const auto start = steady_clock::now();
+  size_t sent = 0;
+  bool answered = false;
+  while (sent < head.size() && !answered) {
+    ASSERT_TRUE(client->Send(head.substr(sent, 1)));
+    ++sent;
+    pollfd p = {.fd = client->fd(), .events = POLLIN, .revents = 0};
+    answered = poll(&p, 1, 300) > 0;
+  }
+  ASSERT_TRUE(answered) << "the whole head went out without an answer";
+  auto r = client->ReadResponse();
+  const auto elapsed = steady_clock::now() - start;
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 408);
+  EXPECT_EQ(r->Header("connection"), "close");
+  EXPECT_EQ(client->WaitForClose(kPromptly), CloseOutcome::kEof);
+  EXPECT_GE(elapsed, milliseconds(1450));
+  EXPECT_LE(elapsed, milliseconds(4000));
+  EXPECT_LT(sent, head.size() / 2);
+  EXPECT_EQ(server_->stats().header_timeouts, 1u);
+}
+
+TEST_P(ServerTest, ClosesAnIdleKeepAliveConnectionAfterTheTimeout) {
+  options_.http1.keep_alive_timeout = milliseconds(500);
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Send(Get("/plaintext")));
+  ASSERT_TRUE(client->ReadResponse().ok());
+  const auto start = steady_clock::now();
+  EXPECT_EQ(client->WaitForClose(kPromptly), CloseOutcome::kEof);
+  const auto elapsed = steady_clock::now() - start;
+  EXPECT_GE(elapsed, milliseconds(450));
+  EXPECT_LE(elapsed, milliseconds(3000));
+  // A connection that never sends anything is idle too.
+  auto silent = Connect();
+  ASSERT_NE(silent, nullptr);
+  EXPECT_EQ(silent->WaitForClose(kPromptly), CloseOutcome::kEof);
+  EXPECT_EQ(server_->stats().idle_timeouts, 2u);
+}
+
+TEST_P(ServerTest, ActiveConnectionIsNotCutByTheIdleTimeout) {
+  options_.http1.keep_alive_timeout = milliseconds(300);
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  // A body that takes longer than the idle timeout to arrive.
+  ASSERT_TRUE(client->Send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\nab"));
+  pollfd p = {.fd = client->fd(), .events = POLLIN, .revents = 0};
+  EXPECT_EQ(poll(&p, 1, 600), 0) << "the server answered or closed mid-body";
+  ASSERT_TRUE(client->Send("cdef"));
+  auto r = client->ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->body, "abcdef");
+}
+
+// ---------------------------------------------------------------------------
+// Misbehaving peers and large transfers
+
+TEST_P(ServerTest, KeepsServingWhenAClientDisconnectsMidResponse) {
+  StartServer();
+  for (bool reset : {true, false}) {
+    SCOPED_TRACE(reset ? "reset" : "close");
+    stream_.finished = false;
+    auto client = Connect(HttpTestClient::Options{.receive_buffer = 16 * 1024});
+    ASSERT_NE(client, nullptr);
+    ASSERT_TRUE(client->Send(Get("/stream?bytes=8388608")));
+    auto start = client->ReadExactly(100'000);
+    ASSERT_TRUE(start.ok()) << start.status().ToString();
+    if (reset) {
+      client->CloseWithReset();
+    } else {
+      client->Close();
+    }
+    EXPECT_EQ(Exchange(Get("/plaintext")).status, 200);
+    if (GetParam() > 0) {
+      // On a worker the handler's writes wait for the peer, so it learns
+      // that the peer left (inline, all 8 MiB were buffered at once).
+      for (auto deadline = steady_clock::now() + kPromptly;
+           !stream_.finished && steady_clock::now() < deadline;) {
+        std::this_thread::yield();
+      }
+      EXPECT_TRUE(stream_.finished);
+      EXPECT_TRUE(stream_.write_failed);
+      EXPECT_LT(stream_.bytes_written.load(), 8388608u);
+    }
+    stream_.write_failed = false;
+  }
+}
+
+TEST_P(ServerTest, EchoesOneHundredMegabytesToASlowReaderInBoundedMemory) {
+  const size_t total = kSanitized ? (24u << 20) : (100u << 20);
+  options_.http1.max_body_bytes = total;
+  StartServer();
+  auto client = Connect(HttpTestClient::Options{
+      .timeout = milliseconds(20'000), .receive_buffer = 64 * 1024, .send_buffer = 64 * 1024});
+  ASSERT_NE(client, nullptr);
+  const std::string piece = TestPattern(1 << 20, 11);
+  std::atomic<bool> send_ok{true};
+  std::thread sender([&] {
+    std::string head =
+        "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(total) + "\r\n\r\n";
+    if (!client->Send(head)) send_ok = false;
+    for (size_t sent = 0; sent < total && send_ok; sent += piece.size()) {
+      if (!client->Send(piece)) send_ok = false;
+    }
+  });
+  // The reader takes 1 MiB, then pauses, as a client busy elsewhere would.
+  std::atomic<bool> reading_done{false};
+  std::atomic<uint64_t> mismatches{0};
+  std::atomic<uint64_t> received{0};
+  std::string head_error;
+  std::thread reader([&] {
+    // Content-Length is unknown to the echo (it streams), so the answer is
+    // chunked.
+    std::string head;
+    while (head.size() < 4 || head.compare(head.size() - 4, 4, "\r\n\r\n") != 0) {
+      auto line = client->ReadLine();
+      if (!line.ok()) break;
+      head += *line;
+    }
+    if (head.rfind("HTTP/1.1 200 OK\r\n", 0) != 0 ||
+        head.find("Transfer-Encoding: chunked") == std::string::npos) {
+      head_error = "unexpected head: " + head;
+      reading_done = true;
+      return;
+    }
+    uint64_t at = 0;
+    uint64_t since_pause = 0;
+    while (at < total) {
+      auto line_or = client->ReadLine();
+      if (!line_or.ok()) {
+        head_error = "stream ended at " + std::to_string(at);
+        break;
+      }
+      const std::string& line = *line_or;
+      uint64_t size = std::stoull(line, nullptr, 16);
+      if (size == 0) break;
+      auto data = client->ReadExactly(size + 2);
+      if (!data.ok()) {
+        head_error = "stream ended in a chunk at " + std::to_string(at);
+        break;
+      }
+      for (uint64_t i = 0; i < size; ++i) {
+        if ((*data)[i] != piece[(at + i) % piece.size()]) {
+          mismatches.fetch_add(1);
+          break;
+        }
+      }
+      at += size;
+      received = at;
+      since_pause += size;
+      if (since_pause >= (1u << 20)) {
+        since_pause = 0;
+        poll(nullptr, 0, 2);  // the slow reader's pause: the scenario, not a sync
+      }
+    }
+    reading_done = true;
+  });
+  // Sample the pool while the transfer runs.
+  uint64_t peak = 0;
+  std::mutex m;
+  std::condition_variable cv;
+  const auto deadline = steady_clock::now() + std::chrono::seconds(60);
+  while (!reading_done && steady_clock::now() < deadline) {
+    peak = std::max(peak, pool_.outstanding());
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait_for(lock, milliseconds(1));
+  }
+  sender.join();
+  reader.join();
+  EXPECT_TRUE(send_ok);
+  EXPECT_EQ(head_error, "");
+  EXPECT_EQ(received.load(), total);
+  EXPECT_EQ(mismatches.load(), 0u);
+  // Input and output pipes are bounded by their 64 KiB pause thresholds;
+  // a pass may overshoot by what one read brought. 2 MiB is far above that
+  // and far below the transfer.
+  EXPECT_LT(peak * pool_.block_size(), 2u << 20) << "peak blocks outstanding: " << peak;
+  RecordProperty("peak_blocks_outstanding", static_cast<int>(peak));
+  // The final chunk.
+  auto tail = client->ReadExactly(5);
+  ASSERT_TRUE(tail.ok()) << tail.status().ToString();
+  EXPECT_EQ(*tail, "0\r\n\r\n");
+}
+
+TEST_P(ServerTest, HeadOfAStreamedResponseHasNoBody) {
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Send("HEAD /stream?bytes=100000 HTTP/1.1\r\nHost: x\r\n\r\n"));
+  auto head = client->ReadResponse(/*head_request=*/true);
+  ASSERT_TRUE(head.ok()) << head.status().ToString();
+  EXPECT_EQ(head->status, 200);
+  EXPECT_EQ(head->Header("transfer-encoding"), "chunked");
+  ASSERT_TRUE(client->Send(Get("/plaintext")));
+  auto get = client->ReadResponse();
+  ASSERT_TRUE(get.ok()) << get.status().ToString();
+  EXPECT_EQ(get->body, "Hello, World!");
+}
+
+TEST_P(ServerTest, AnswersAnInvalidResponseHeadWith500AndCloses) {
+  StartServer();
+  for (const char* kind : {"framing", "split"}) {
+    SCOPED_TRACE(kind);
+    auto client = Connect();
+    ASSERT_NE(client, nullptr);
+    ASSERT_TRUE(client->Send(Get(std::string("/invalid-head?") + kind)));
+    auto r = client->ReadResponse();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->status, 500) << r->raw;
+    EXPECT_EQ(r->Header("connection"), "close");
+    EXPECT_FALSE(r->HasHeader("x-injected"));
+    EXPECT_EQ(client->WaitForClose(kPromptly), CloseOutcome::kEof);
+  }
+  EXPECT_EQ(server_->stats().invalid_responses, 2u);
+}
+
+TEST_P(ServerTest, AnswersABadChunkForAHandlerThatHasNotAnswered) {
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(
+      client->Send("POST /count HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   "5\r\nhello\r\nxyz\r\n"));
+  auto r = client->ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // The connection's 400, not the handler's answer to the failed body.
+  EXPECT_EQ(r->status, 400) << r->raw;
+  EXPECT_EQ(r->Header("connection"), "close");
+  EXPECT_EQ(client->WaitForClose(kPromptly), CloseOutcome::kEof);
+  ASSERT_TRUE(body_.WaitEnded(kPromptly));
+  EXPECT_FALSE(body_.status.ok());
+  EXPECT_EQ(body_.bytes.load(), 5u);
+}
+
+TEST_P(ServerTest, TellsTheHandlerWhenThePeerLeavesMidBody) {
+  StartServer();
+  for (bool reset : {false, true}) {
+    SCOPED_TRACE(reset ? "reset" : "close");
+    {
+      std::lock_guard<std::mutex> lock(body_.mu);
+      body_.ended = false;
+    }
+    auto client = Connect();
+    ASSERT_NE(client, nullptr);
+    ASSERT_TRUE(client->Send("POST /count HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n" +
+                             TestPattern(1000, 1)));
+    // The handler is streaming the body once the first bytes are counted.
+    for (auto deadline = steady_clock::now() + kPromptly;
+         body_.bytes.load() == 0 && steady_clock::now() < deadline;) {
+      std::this_thread::yield();
+    }
+    if (reset) {
+      client->CloseWithReset();
+    } else {
+      client->ShutdownWrite();
+    }
+    ASSERT_TRUE(body_.WaitEnded(kPromptly));
+    EXPECT_EQ(body_.status.code(), StatusCode::kUnavailable) << body_.status.ToString();
+    body_.bytes = 0;
+  }
+}
+
+TEST_P(ServerTest, ReleasesAClosingConnectionWhosePeerNeverCloses) {
+  options_.http1.linger_timeout = milliseconds(300);
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Send(Get("/plaintext", "Connection: close\r\n")));
+  ASSERT_TRUE(client->ReadResponse().ok());
+  EXPECT_EQ(client->WaitForClose(kPromptly), CloseOutcome::kEof);
+  // The client keeps its socket open; the server lets go after lingering.
+  for (auto deadline = steady_clock::now() + kPromptly;
+       server_->stats().linger_timeouts == 0 && steady_clock::now() < deadline;) {
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(server_->stats().linger_timeouts, 1u);
+  // Shutting down does not have to wait for (or leak) that socket.
+  const auto start = steady_clock::now();
+  server_->Shutdown();
+  EXPECT_LT(steady_clock::now() - start, milliseconds(1000));
+}
+
+TEST_P(ServerTest, StreamsADeferredResponseFromAnotherThreadWithBackpressure) {
+  StartServer();
+  auto client = Connect(HttpTestClient::Options{.receive_buffer = 64 * 1024});
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Send(Get("/gate")));
+  ASSERT_TRUE(gate_.WaitEntered(kPromptly));
+  const size_t total = kSanitized ? (8u << 20) : (32u << 20);
+  const std::string piece = TestPattern(64 * 1024, 5);
+  std::atomic<uint64_t> peak{0};
+  std::thread producer([&] {
+    http::Response* res = gate_.response();
+    for (size_t sent = 0; sent < total; sent += piece.size()) {
+      if (!res->Write(piece)) break;
+      peak = std::max<uint64_t>(peak, pool_.outstanding());
+    }
+    res->End();
+  });
+  auto r = client->ReadResponse();
+  producer.join();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 200);
+  ASSERT_EQ(r->body.size(), total);
+  for (size_t at = 0; at < total; at += piece.size()) {
+    ASSERT_EQ(r->body.compare(at, piece.size(), piece), 0) << "at " << at;
+  }
+  // Without backpressure the producer would have buffered all 32 MiB.
+  EXPECT_LT(peak * pool_.block_size(), 2u << 20) << "peak blocks outstanding: " << peak;
+}
+
+TEST_P(ServerTest, WritesFromAnotherThreadFailOnceThePeerIsGone) {
+  StartServer();
+  auto client = Connect(HttpTestClient::Options{.receive_buffer = 16 * 1024});
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Send(Get("/gate")));
+  ASSERT_TRUE(gate_.WaitEntered(kPromptly));
+  std::atomic<bool> failed{false};
+  std::thread producer([&] {
+    http::Response* res = gate_.response();
+    const std::string piece = TestPattern(64 * 1024, 5);
+    // Blocks on the full output long before this; fails once the peer left.
+    for (int i = 0; i < 100'000; ++i) {
+      if (!res->Write(piece)) {
+        failed = true;
+        break;
+      }
+    }
+    res->End();
+  });
+  auto start = client->ReadExactly(100'000);
+  ASSERT_TRUE(start.ok()) << start.status().ToString();
+  client->CloseWithReset();
+  producer.join();
+  EXPECT_TRUE(failed);
+  EXPECT_EQ(Exchange(Get("/plaintext")).status, 200);
+}
+
+// ---------------------------------------------------------------------------
+// Graceful shutdown
+
+TEST_P(ServerTest, ShutdownLetsAnInFlightRequestCompleteAndRefusesNewConnections) {
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Send(Get("/gate")));
+  ASSERT_TRUE(gate_.WaitEntered(kPromptly));
+  // An idle keep-alive connection is closed by the shutdown at once.
+  auto idle = Connect();
+  ASSERT_NE(idle, nullptr);
+  ASSERT_TRUE(idle->Send(Get("/plaintext")));
+  ASSERT_TRUE(idle->ReadResponse().ok());
+
+  std::future<void> shutdown = std::async(std::launch::async, [this] { server_->Shutdown(); });
+  EXPECT_EQ(idle->WaitForClose(kPromptly), CloseOutcome::kEof);
+  // New connections are refused once the listener is gone.
+  bool refused = false;
+  for (auto deadline = steady_clock::now() + kPromptly; steady_clock::now() < deadline;) {
+    auto c = HttpTestClient::Connect(server_->port());
+    if (!c.ok()) {
+      refused = true;
+      break;
+    }
+  }
+  EXPECT_TRUE(refused);
+  // Shutdown waits for the request in flight...
+  EXPECT_EQ(shutdown.wait_for(milliseconds(200)), std::future_status::timeout);
+  gate_.Release("released");
+  auto r = client->ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "released");
+  EXPECT_EQ(r->Header("connection"), "close");
+  EXPECT_EQ(client->WaitForClose(kPromptly), CloseOutcome::kEof);
+  // ... and returns once it is done.
+  ASSERT_EQ(shutdown.wait_for(kPromptly), std::future_status::ready);
+  server_->Wait();
+}
+
+TEST_P(ServerTest, ShutdownWaitsForADeferredResponseWhosePeerLeft) {
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Send(Get("/gate")));
+  ASSERT_TRUE(gate_.WaitEntered(kPromptly));
+  client->CloseWithReset();
+  // Make sure the server saw the reset: a later connection on the same loop
+  // is served after it.
+  EXPECT_EQ(Exchange(Get("/plaintext")).status, 200);
+  std::future<void> shutdown = std::async(std::launch::async, [this] { server_->Shutdown(); });
+  EXPECT_EQ(shutdown.wait_for(milliseconds(200)), std::future_status::timeout);
+  // The response is still valid; writing to the departed peer fails.
+  http::Response* res = gate_.response();
+  ASSERT_NE(res, nullptr);
+  EXPECT_FALSE(res->Write(std::string(32 * 1024, 'x')));
+  res->End();
+  EXPECT_EQ(shutdown.wait_for(kPromptly), std::future_status::ready);
+}
+
+TEST_P(ServerTest, ShutdownClosesWhatIsLeftAfterTheGracePeriod) {
+  options_.shutdown_grace = milliseconds(300);
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Send(Get("/gate")));
+  ASSERT_TRUE(gate_.WaitEntered(kPromptly));
+  const auto start = steady_clock::now();
+  server_->Shutdown();
+  EXPECT_LT(steady_clock::now() - start, milliseconds(3000));
+  // The held response is invalid now: it is not touched again.
+  CloseOutcome closed = client->WaitForClose(kPromptly);
+  EXPECT_TRUE(closed == CloseOutcome::kEof || closed == CloseOutcome::kReset)
+      << CloseOutcomeName(closed);
+}
+
+std::string ModeName(const ::testing::TestParamInfo<int>& info) {
+  return info.param == 0 ? "Inline" : "WorkerPool" + std::to_string(info.param);
+}
+
+INSTANTIATE_TEST_SUITE_P(HandlerModes, ServerTest, ::testing::Values(0, 4), ModeName);
+
+}  // namespace
+}  // namespace sluice
