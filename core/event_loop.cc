@@ -79,11 +79,11 @@ void EventLoop::Stop() {
 }
 
 void EventLoop::Post(Task task) {
-  {
-    MutexLock lock(&tasks_mu_);
-    tasks_.push_back(std::move(task));
-  }
+  MutexLock lock(&tasks_mu_);
+  tasks_.push_back(std::move(task));
   // The loop thread checks the queue before it blocks; only others wake it.
+  // Under the lock: once the loop can take the task, it may run it and the
+  // loop may be destroyed, so the wake-up must already have been written.
   if (!IsInLoopThread()) Wake();
 }
 
