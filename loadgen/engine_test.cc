@@ -1,0 +1,471 @@
+#include "loadgen/engine.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/event_loop.h"
+#include "core/mutex.h"
+#include "core/pipe.h"
+#include "core/socket_transport.h"
+#include "servers/server.h"
+
+namespace sluice::loadgen {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+
+ServerOptions LoopbackServer(int threads = 1) {
+  ServerOptions options;
+  options.address = "127.0.0.1";
+  options.port = 0;
+  options.threads = threads;
+  return options;
+}
+
+LoadSpec SpecFor(uint16_t port) {
+  LoadSpec spec;
+  spec.address = "127.0.0.1:" + std::to_string(port);
+  spec.authority = spec.address;
+  return spec;
+}
+
+RunResult RunOrDie(const LoadSpec& spec) {
+  StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(spec);
+  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+  StatusOr<RunResult> result = (*engine)->Run();
+  EXPECT_TRUE(result.ok()) << result.status().ToString();
+  return std::move(result).value();
+}
+
+// Every request sent is accounted for exactly once.
+void ExpectBalanced(const RunResult& r) {
+  EXPECT_EQ(r.requests_sent, r.requests_completed + r.requests_failed + r.requests_unfinished);
+  EXPECT_EQ(r.latency.count(), r.requests_completed);
+  EXPECT_EQ(r.corrected_latency.count(), r.requests_completed);
+  uint64_t by_code = 0;
+  for (uint64_t n : r.status_codes) by_code += n;
+  EXPECT_EQ(by_code, r.requests_completed);
+}
+
+// A sluice server answering GET / with "ok", counting the requests its handler saw.
+class CountingServer {
+ public:
+  explicit CountingServer(int threads = 1) : server_(LoopbackServer(threads)) {
+    server_.Get("/", [this](http::Request&, http::Response& res) {
+      handled_.fetch_add(1, std::memory_order_relaxed);
+      res.Write("ok");
+    });
+    server_.Get("/big", [this](http::Request&, http::Response& res) {
+      handled_.fetch_add(1, std::memory_order_relaxed);
+      // Past Response::kStreamThreshold: the head goes out first and the body is chunked.
+      res.Write(std::string(20 * 1024, 'x'));
+      res.Write(std::string(5 * 1024, 'y'));
+    });
+    Status started = server_.Start();
+    EXPECT_TRUE(started.ok()) << started.ToString();
+  }
+  uint16_t port() const { return server_.port(); }
+  uint64_t handled() const { return handled_.load(); }
+  Server& server() { return server_; }
+
+ private:
+  Server server_;
+  std::atomic<uint64_t> handled_{0};
+};
+
+TEST(Engine, ClosedLoopKeepAliveCountsMatchTheServer) {
+  CountingServer server(/*threads=*/2);
+  LoadSpec spec = SpecFor(server.port());
+  spec.connections = 4;
+  spec.threads = 2;
+  spec.requests = 3000;
+  const RunResult r = RunOrDie(spec);
+  ExpectBalanced(r);
+  EXPECT_EQ(r.requests_sent, 3000u);
+  EXPECT_EQ(r.requests_completed, 3000u);
+  EXPECT_EQ(r.status_codes[200], 3000u);
+  EXPECT_EQ(r.StatusClass(2), 3000u);
+  EXPECT_EQ(r.errors.total(), 0u) << r.first_error;
+  EXPECT_EQ(server.handled(), 3000u);
+  EXPECT_EQ(server.server().stats().requests, 3000u);
+  EXPECT_EQ(r.connections_opened, 4u);
+  EXPECT_EQ(r.reconnects, 0u);
+  EXPECT_GT(r.bytes_read, 3000u * 40);
+  EXPECT_EQ(r.bytes_written, 3000u * SerializeRequest(spec).size());
+  EXPECT_GT(r.RequestsPerSecond(), 0);
+}
+
+TEST(Engine, PipelinedCountsMatchTheServer) {
+  CountingServer server;
+  LoadSpec spec = SpecFor(server.port());
+  spec.connections = 3;
+  spec.pipeline = 16;
+  spec.requests = 10'007;  // not a multiple of the depth: the last batch is partial
+  const RunResult r = RunOrDie(spec);
+  ExpectBalanced(r);
+  EXPECT_EQ(r.requests_completed, 10'007u);
+  EXPECT_EQ(r.errors.total(), 0u) << r.first_error;
+  EXPECT_EQ(server.handled(), 10'007u);
+  EXPECT_EQ(server.server().stats().requests, 10'007u);
+}
+
+TEST(Engine, DurationRunDrainsSoNothingIsLostOrDoubleCounted) {
+  CountingServer server;
+  LoadSpec spec = SpecFor(server.port());
+  spec.connections = 2;
+  spec.threads = 2;
+  spec.pipeline = 16;
+  spec.duration = milliseconds(500);
+  const RunResult r = RunOrDie(spec);
+  ExpectBalanced(r);
+  EXPECT_GT(r.requests_completed, 0u);
+  EXPECT_EQ(r.requests_failed + r.requests_unfinished, 0u);
+  EXPECT_EQ(server.handled(), r.requests_completed);
+  EXPECT_GE(r.duration, milliseconds(500));
+}
+
+TEST(Engine, ReadsChunkedResponses) {
+  CountingServer server;
+  LoadSpec spec = SpecFor(server.port());
+  spec.path = "/big";
+  spec.connections = 2;
+  spec.pipeline = 4;
+  spec.requests = 200;
+  const RunResult r = RunOrDie(spec);
+  ExpectBalanced(r);
+  EXPECT_EQ(r.requests_completed, 200u);
+  EXPECT_EQ(r.errors.total(), 0u) << r.first_error;
+  EXPECT_GT(r.bytes_read, 200u * 25 * 1024);
+}
+
+TEST(Engine, CountsStatusCodesPerCodeAndClass) {
+  CountingServer server;
+  LoadSpec spec = SpecFor(server.port());
+  spec.path = "/missing";
+  spec.connections = 1;
+  spec.requests = 50;
+  const RunResult r = RunOrDie(spec);
+  EXPECT_EQ(r.status_codes[404], 50u);
+  EXPECT_EQ(r.StatusClass(4), 50u);
+  EXPECT_EQ(r.StatusClass(2), 0u);
+}
+
+TEST(Engine, WarmupIsNotRecorded) {
+  CountingServer server;
+  LoadSpec spec = SpecFor(server.port());
+  spec.connections = 1;
+  spec.warmup = milliseconds(200);
+  spec.requests = 500;
+  const RunResult r = RunOrDie(spec);
+  ExpectBalanced(r);
+  EXPECT_EQ(r.requests_completed, 500u);
+  // The warmup's requests reached the server too.
+  EXPECT_GT(server.handled(), 500u);
+}
+
+TEST(Engine, ClosedLoopCorrectedEqualsUncorrected) {
+  CountingServer server;
+  LoadSpec spec = SpecFor(server.port());
+  spec.connections = 2;
+  spec.requests = 300;
+  const RunResult r = RunOrDie(spec);
+  EXPECT_TRUE(r.latency == r.corrected_latency);
+}
+
+// A raw HTTP/1.1 server on its own loop, for misbehaviour a real server does not offer: it
+// answers every request head with a fixed response, closes the connection (gracefully, after
+// the responses already written) instead of answering every `close_every`-th request, or never
+// answers at all. Requests must not have bodies.
+class RawServer {
+ public:
+  struct Options {
+    int close_every = 0;
+    bool never_answer = false;
+    // Answer request number `stall_request` (1-based) only after `stall_for`, and the requests
+    // that arrive meanwhile after it. Meant for one connection.
+    uint64_t stall_request = 0;
+    std::chrono::nanoseconds stall_for{0};
+  };
+
+  explicit RawServer(Options options) : options_(options) {
+    StatusOr<std::unique_ptr<EventLoopThread>> thread = EventLoopThread::Start();
+    EXPECT_TRUE(thread.ok());
+    thread_ = std::move(*thread);
+    EXPECT_TRUE(thread_->loop()
+                    ->PostAndWait([this] {
+                      auto listener =
+                          TcpListener::Create(thread_->loop(), "127.0.0.1:0", {},
+                                              [this](std::shared_ptr<SocketConnection> c) {
+                                                connections_.push_back(c);
+                                                Serve(c);
+                                              });
+                      EXPECT_TRUE(listener.ok());
+                      listener_ = std::move(*listener);
+                    })
+                    .ok());
+  }
+
+  ~RawServer() {
+    thread_->loop()
+        ->PostAndWait([this] {
+          listener_.reset();
+          for (auto& c : connections_) c->Close();
+        })
+        .IgnoreError();
+    // The closes run, then the releases they post.
+    thread_->loop()->PostAndWait([] {}).IgnoreError();
+    thread_->loop()->PostAndWait([this] { connections_.clear(); }).IgnoreError();
+    thread_->loop()->PostAndWait([] {}).IgnoreError();
+  }
+
+  uint16_t port() const { return listener_->port(); }
+  uint64_t requests() const { return requests_.load(); }
+  uint64_t answered() const { return answered_.load(); }
+  uint64_t closes() const { return closes_.load(); }
+
+ private:
+  void Serve(const std::shared_ptr<SocketConnection>& c) {
+    ReadResult in;
+    while (c->input().Read(&in, [this, c](ReadResult later) {
+      if (OnInput(c, later)) Serve(c);
+    })) {
+      if (!OnInput(c, in)) return;
+    }
+  }
+
+  // False once the connection is finished with.
+  bool OnInput(const std::shared_ptr<SocketConnection>& c, ReadResult& in) {
+    if (in.is_completed || !in.status.ok()) {
+      c->input().Complete();
+      c->output().Complete();
+      return false;
+    }
+    const std::string data = in.buffer.ToString();
+    size_t consumed = 0;
+    for (size_t end; (end = data.find("\r\n\r\n", consumed)) != std::string::npos;
+         consumed = end + 4) {
+      const uint64_t n = requests_.fetch_add(1) + 1;
+      if (options_.never_answer) continue;
+      if (held_ > 0 || n == options_.stall_request) {
+        // Held back; the timer answers, in order, on this loop.
+        if (held_++ == 0) {
+          thread_->loop()->RunAfter(options_.stall_for, [this, c] {
+            for (; held_ > 0; --held_) {
+              EXPECT_TRUE(c->output().Write("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").ok());
+              answered_.fetch_add(1);
+            }
+            FlushResult flushed;
+            (void)c->output().Flush(&flushed, [](FlushResult) {});
+          });
+        }
+        continue;
+      }
+      if (options_.close_every > 0 && n % static_cast<uint64_t>(options_.close_every) == 0) {
+        closes_.fetch_add(1);
+        c->input().Complete();
+        c->output().Complete();  // publishes the responses written so far, then FIN
+        return false;
+      }
+      EXPECT_TRUE(c->output().Write("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").ok());
+      answered_.fetch_add(1);
+    }
+    c->input().AdvanceTo(consumed, data.size()).IgnoreError();
+    FlushResult flushed;
+    (void)c->output().Flush(&flushed, [](FlushResult) {});
+    return true;
+  }
+
+  const Options options_;
+  std::unique_ptr<EventLoopThread> thread_;
+  std::unique_ptr<TcpListener> listener_;
+  std::vector<std::shared_ptr<SocketConnection>> connections_;
+  std::atomic<uint64_t> requests_{0};
+  std::atomic<uint64_t> answered_{0};
+  std::atomic<uint64_t> closes_{0};
+  uint64_t held_ = 0;  // loop thread
+};
+
+// The wrk2 check: one request in the middle of a constant-rate run stalls for a second. The
+// corrected latency (from each request's intended send time) shows that every request behind it
+// waited; the uncorrected one sees a single slow request. coordinated_omission_test.cc runs the
+// same check against a sluice::Server handler that defers its end.
+TEST(Engine, ConstantRateCorrectsForCoordinatedOmission) {
+  RawServer server({.stall_request = 150, .stall_for = seconds(1)});
+  LoadSpec spec = SpecFor(server.port());
+  spec.connections = 1;
+  spec.rate = 200;
+  spec.duration = seconds(3);
+  spec.timeout = seconds(5);
+  const RunResult r = RunOrDie(spec);
+  ExpectBalanced(r);
+  EXPECT_EQ(r.errors.total(), 0u) << r.first_error;
+  // 200/s for 3 s, the backlog behind the stall included.
+  EXPECT_GE(r.requests_completed, 590u);
+  EXPECT_LE(r.requests_completed, 601u);
+  EXPECT_EQ(r.requests_completed, server.answered());
+  const uint64_t corrected_p99 = r.corrected_latency.ValueAtPercentile(99);
+  const uint64_t uncorrected_p99 = r.latency.ValueAtPercentile(99);
+  EXPECT_GE(corrected_p99, 500'000'000u) << "corrected p99 " << corrected_p99;
+  EXPECT_LT(uncorrected_p99, 100'000'000u) << "uncorrected p99 " << uncorrected_p99;
+  EXPECT_GE(r.latency.max(), 1'000'000'000u);
+  EXPECT_GE(r.corrected_latency.max(), 1'000'000'000u);
+}
+
+TEST(Engine, CountsServerClosesAsReadErrorsAndReconnects) {
+  RawServer server({.close_every = 10});
+  LoadSpec spec = SpecFor(server.port());
+  spec.connections = 2;
+  spec.requests = 500;
+  const RunResult r = RunOrDie(spec);
+  ExpectBalanced(r);
+  EXPECT_EQ(r.requests_sent, 500u);
+  // Every close left exactly one request unanswered (one in flight per connection).
+  EXPECT_EQ(r.requests_completed, server.answered());
+  EXPECT_EQ(r.requests_failed, server.closes());
+  EXPECT_EQ(r.errors.read, server.closes());
+  EXPECT_GE(server.closes(), 45u);
+  EXPECT_GE(r.reconnects, server.closes() - 2);
+  EXPECT_THAT(r.first_error, HasSubstr("closed"));
+}
+
+TEST(Engine, PipelinedRequestsLostToACloseAreCounted) {
+  RawServer server({.close_every = 7});
+  LoadSpec spec = SpecFor(server.port());
+  spec.connections = 2;
+  spec.pipeline = 8;
+  spec.requests = 2000;
+  const RunResult r = RunOrDie(spec);
+  ExpectBalanced(r);
+  EXPECT_EQ(r.requests_completed, server.answered());
+  EXPECT_GT(r.requests_failed, 0u);
+  EXPECT_EQ(r.requests_completed + r.requests_failed, 2000u);
+  EXPECT_GT(r.errors.read, 0u);
+}
+
+TEST(Engine, CountsTimeoutsAndReopensTheConnection) {
+  RawServer server({.never_answer = true});
+  LoadSpec spec = SpecFor(server.port());
+  spec.connections = 1;
+  spec.duration = milliseconds(600);
+  spec.timeout = milliseconds(150);
+  const RunResult r = RunOrDie(spec);
+  ExpectBalanced(r);
+  EXPECT_EQ(r.requests_completed, 0u);
+  EXPECT_GE(r.errors.timeout, 2u);
+  EXPECT_GE(r.reconnects, 2u);
+  // Each timeout failed the one request in flight; one still in flight at the end may be
+  // unfinished instead.
+  EXPECT_EQ(r.errors.timeout, r.requests_failed);
+}
+
+TEST(Engine, CountsConnectErrorsWhenThePortRefuses) {
+  // A port that was just free: nothing listens there.
+  uint16_t port;
+  {
+    RawServer probe({});
+    port = probe.port();
+  }
+  LoadSpec spec = SpecFor(port);
+  spec.connections = 2;
+  spec.duration = milliseconds(300);
+  const RunResult r = RunOrDie(spec);
+  EXPECT_GT(r.errors.connect, 0u);
+  EXPECT_EQ(r.requests_sent, 0u);
+  EXPECT_EQ(r.connections_opened, 0u);
+  EXPECT_THAT(r.first_error, HasSubstr("refused"));
+  EXPECT_FALSE(CheckReachable(spec.address, seconds(1)).ok());
+}
+
+TEST(Engine, CountsErrorsWhenTheServerShutsDownMidRun) {
+  CountingServer server;
+  LoadSpec spec = SpecFor(server.port());
+  spec.connections = 2;
+  spec.duration = seconds(2);
+  spec.timeout = milliseconds(500);
+  StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(spec);
+  ASSERT_TRUE(engine.ok());
+  bool shut = false;
+  StatusOr<RunResult> result = (*engine)->Run(
+      [&](const Progress& p) {
+        if (!shut && p.requests_completed > 200) {
+          shut = true;
+          server.server().Shutdown();
+        }
+      },
+      milliseconds(20));
+  ASSERT_TRUE(result.ok());
+  const RunResult& r = *result;
+  ExpectBalanced(r);
+  EXPECT_TRUE(shut);
+  EXPECT_GT(r.requests_completed, 200u);
+  EXPECT_GT(r.errors.connect, 0u);
+  EXPECT_LE(r.requests_completed, server.handled());
+}
+
+TEST(Engine, StopEndsARunEarly) {
+  CountingServer server;
+  LoadSpec spec = SpecFor(server.port());
+  spec.connections = 2;
+  spec.duration = seconds(60);
+  StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(spec);
+  ASSERT_TRUE(engine.ok());
+  Engine* e = engine->get();
+  StatusOr<RunResult> result = e->Run(
+      [e](const Progress& p) {
+        if (p.requests_completed > 100) e->Stop();
+      },
+      milliseconds(10));
+  ASSERT_TRUE(result.ok());
+  ExpectBalanced(*result);
+  EXPECT_GT(result->requests_completed, 100u);
+  EXPECT_LT(result->duration, seconds(30));
+  EXPECT_EQ(server.handled(), result->requests_completed);
+}
+
+TEST(Engine, SerializesTheRequestOnce) {
+  LoadSpec spec = SpecFor(8080);
+  spec.method = "POST";
+  spec.path = "/submit?x=1";
+  spec.headers = {{"X-Test", "yes"}, {"Accept", "*/*"}};
+  spec.body = "hello";
+  EXPECT_EQ(SerializeRequest(spec),
+            "POST /submit?x=1 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nX-Test: yes\r\nAccept: */*\r\n"
+            "Content-Length: 5\r\n\r\nhello");
+  spec.headers = {{"host", "example.com"}};
+  spec.body.clear();
+  spec.method = "GET";
+  EXPECT_EQ(SerializeRequest(spec), "GET /submit?x=1 HTTP/1.1\r\nhost: example.com\r\n\r\n");
+}
+
+TEST(Engine, RejectsInvalidSpecs) {
+  auto invalid = [](auto mutate) {
+    LoadSpec spec = SpecFor(8080);
+    mutate(spec);
+    return ValidateSpec(spec).code() == StatusCode::kInvalidArgument;
+  };
+  EXPECT_TRUE(ValidateSpec(SpecFor(8080)).ok());
+  EXPECT_TRUE(invalid([](LoadSpec& s) { s.address = "localhost:80"; }));
+  EXPECT_TRUE(invalid([](LoadSpec& s) { s.connections = 0; }));
+  EXPECT_TRUE(invalid([](LoadSpec& s) { s.threads = 3, s.connections = 2; }));
+  EXPECT_TRUE(invalid([](LoadSpec& s) { s.pipeline = 0; }));
+  EXPECT_TRUE(invalid([](LoadSpec& s) { s.rate = -1; }));
+  EXPECT_TRUE(invalid([](LoadSpec& s) { s.duration = seconds(0); }));
+  EXPECT_TRUE(invalid([](LoadSpec& s) { s.timeout = seconds(0); }));
+  EXPECT_TRUE(invalid([](LoadSpec& s) { s.method = "GE T"; }));
+  EXPECT_TRUE(invalid([](LoadSpec& s) { s.path = "relative"; }));
+  EXPECT_TRUE(invalid([](LoadSpec& s) { s.path = "/a b"; }));
+  EXPECT_TRUE(invalid([](LoadSpec& s) { s.headers = {{"Bad Name", "v"}}; }));
+  EXPECT_TRUE(invalid([](LoadSpec& s) { s.headers = {{"X", "a\r\nInjected: 1"}}; }));
+  EXPECT_TRUE(invalid([](LoadSpec& s) { s.headers = {{"Transfer-Encoding", "chunked"}}; }));
+}
+
+}  // namespace
+}  // namespace sluice::loadgen

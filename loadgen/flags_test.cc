@@ -1,0 +1,139 @@
+#include "loadgen/flags.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace sluice::loadgen {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+
+StatusOr<CliOptions> Parse(std::vector<std::string_view> args) { return ParseCommandLine(args); }
+
+std::string ErrorOf(std::vector<std::string_view> args) {
+  StatusOr<CliOptions> r = Parse(args);
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  return r.status().message();
+}
+
+TEST(Flags, ParsesEveryFlag) {
+  StatusOr<CliOptions> r = Parse({"-c",
+                                  "64",
+                                  "-t2",
+                                  "--duration=3s",
+                                  "--warmup",
+                                  "500ms",
+                                  "-R",
+                                  "1000.5",
+                                  "--pipeline",
+                                  "16",
+                                  "--h1",
+                                  "-H",
+                                  "X-A: 1",
+                                  "--header=Accept:  */* ",
+                                  "-X",
+                                  "POST",
+                                  "--body",
+                                  "hi",
+                                  "--timeout",
+                                  "250ms",
+                                  "--json=out.json",
+                                  "http://127.0.0.1:8080/p?q=1"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const LoadSpec& s = r->spec;
+  EXPECT_EQ(s.connections, 64);
+  EXPECT_EQ(s.threads, 2);
+  EXPECT_EQ(s.duration, seconds(3));
+  EXPECT_EQ(s.warmup, milliseconds(500));
+  EXPECT_DOUBLE_EQ(s.rate, 1000.5);
+  EXPECT_EQ(s.pipeline, 16);
+  ASSERT_EQ(s.headers.size(), 2u);
+  EXPECT_EQ(s.headers[0].first, "X-A");
+  EXPECT_EQ(s.headers[0].second, "1");
+  EXPECT_EQ(s.headers[1].second, "*/*");
+  EXPECT_EQ(s.method, "POST");
+  EXPECT_EQ(s.body, "hi");
+  EXPECT_EQ(s.timeout, milliseconds(250));
+  EXPECT_TRUE(r->json);
+  EXPECT_EQ(r->json_file, "out.json");
+  EXPECT_EQ(s.address, "127.0.0.1:8080");
+  EXPECT_EQ(s.authority, "127.0.0.1:8080");
+  EXPECT_EQ(s.path, "/p?q=1");
+  EXPECT_EQ(r->url, "http://127.0.0.1:8080/p?q=1");
+}
+
+TEST(Flags, UrlForms) {
+  StatusOr<CliOptions> r = Parse({"http://localhost:9000"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->spec.address, "127.0.0.1:9000");
+  EXPECT_EQ(r->spec.authority, "localhost:9000");
+  EXPECT_EQ(r->spec.path, "/");
+  r = Parse({"http://[::1]:8443/x"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->spec.address, "[::1]:8443");
+  EXPECT_EQ(r->spec.path, "/x");
+  r = Parse({"http://10.0.0.1?a=b"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->spec.address, "10.0.0.1:80");
+  EXPECT_EQ(r->spec.path, "/?a=b");
+  r = Parse({"-n", "100", "http://127.0.0.1/", "--json"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->spec.requests, 100u);
+  EXPECT_TRUE(r->json);
+  EXPECT_EQ(r->json_file, "");
+}
+
+TEST(Flags, ReportsBadArgumentsClearly) {
+  EXPECT_THAT(ErrorOf({}), HasSubstr("missing the target URL"));
+  EXPECT_THAT(ErrorOf({"--bogus", "http://127.0.0.1/"}), HasSubstr("unknown flag --bogus"));
+  EXPECT_THAT(ErrorOf({"-c", "x", "http://127.0.0.1/"}), HasSubstr("-c"));
+  EXPECT_THAT(ErrorOf({"-c", "0", "http://127.0.0.1/"}), HasSubstr("-c"));
+  EXPECT_THAT(ErrorOf({"-c"}), HasSubstr("needs a value"));
+  EXPECT_THAT(ErrorOf({"-d", "10parsecs", "http://127.0.0.1/"}), HasSubstr("unit"));
+  EXPECT_THAT(ErrorOf({"-n", "5", "-d", "1s", "http://127.0.0.1/"}), HasSubstr("exclude"));
+  EXPECT_THAT(ErrorOf({"-c", "1", "-t", "2", "http://127.0.0.1/"}), HasSubstr("at least -t"));
+  EXPECT_THAT(ErrorOf({"-R", "-5", "http://127.0.0.1/"}), HasSubstr("-R"));
+  EXPECT_THAT(ErrorOf({"--pipeline", "0", "http://127.0.0.1/"}), HasSubstr("--pipeline"));
+  EXPECT_THAT(ErrorOf({"-H", "NoColon", "http://127.0.0.1/"}), HasSubstr("Name: value"));
+  EXPECT_THAT(ErrorOf({"-X", "GE T", "http://127.0.0.1/"}), HasSubstr("method"));
+  EXPECT_THAT(ErrorOf({"http://example.com/"}), HasSubstr("IPv4"));
+  EXPECT_THAT(ErrorOf({"ftp://127.0.0.1/"}), HasSubstr("http://"));
+  EXPECT_THAT(ErrorOf({"http://127.0.0.1:99999/"}), HasSubstr("port"));
+  EXPECT_THAT(ErrorOf({"http://127.0.0.1/", "http://127.0.0.2/"}), HasSubstr("one URL"));
+  EXPECT_THAT(ErrorOf({"--body-file", "/nonexistent/file", "http://127.0.0.1/"}),
+              HasSubstr("cannot read"));
+  EXPECT_THAT(ErrorOf({"--h2", "http://127.0.0.1/"}), HasSubstr("not supported yet"));
+  EXPECT_THAT(ErrorOf({"https://127.0.0.1/"}), HasSubstr("not supported yet"));
+}
+
+TEST(Flags, HelpNeedsNoUrl) {
+  StatusOr<CliOptions> r = Parse({"--help"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->help);
+  EXPECT_THAT(std::string(Usage()), HasSubstr("--pipeline"));
+}
+
+TEST(Flags, ParsesDurations) {
+  EXPECT_EQ(ParseDuration("10s").value(), seconds(10));
+  EXPECT_EQ(ParseDuration("10").value(), seconds(10));
+  EXPECT_EQ(ParseDuration("1.5s").value(), milliseconds(1500));
+  EXPECT_EQ(ParseDuration("250ms").value(), milliseconds(250));
+  EXPECT_EQ(ParseDuration("100us").value(), std::chrono::microseconds(100));
+  EXPECT_EQ(ParseDuration("2m").value(), seconds(120));
+  EXPECT_EQ(ParseDuration("1h").value(), seconds(3600));
+  EXPECT_FALSE(ParseDuration("").ok());
+  EXPECT_FALSE(ParseDuration("s").ok());
+  EXPECT_FALSE(ParseDuration("-1s").ok());
+  EXPECT_FALSE(ParseDuration("1d").ok());
+  EXPECT_FALSE(ParseDuration("1e300s").ok());
+}
+
+}  // namespace
+}  // namespace sluice::loadgen

@@ -1,0 +1,83 @@
+#include "loadgen/report.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace sluice::loadgen {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(Report, Base64MatchesRfc4648Vectors) {
+  EXPECT_EQ(Base64Encode(""), "");
+  EXPECT_EQ(Base64Encode("f"), "Zg==");
+  EXPECT_EQ(Base64Encode("fo"), "Zm8=");
+  EXPECT_EQ(Base64Encode("foo"), "Zm9v");
+  EXPECT_EQ(Base64Encode("foob"), "Zm9vYg==");
+  EXPECT_EQ(Base64Encode("fooba"), "Zm9vYmE=");
+  EXPECT_EQ(Base64Encode("foobar"), "Zm9vYmFy");
+  EXPECT_EQ(Base64Encode(std::string("\xff\x00\xfe", 3)), "/wD+");
+}
+
+RunResult SampleResult() {
+  RunResult r;
+  r.requests_sent = r.requests_completed = 3;
+  r.status_codes[200] = 2;
+  r.status_codes[503] = 1;
+  r.duration = std::chrono::seconds(1);
+  for (uint64_t v : {1'000'000u, 2'000'000u, 3'000'000u}) {
+    r.latency.Record(v);
+    r.corrected_latency.Record(v * 2);
+  }
+  r.first_error = "UNAVAILABLE: \"quoted\"\n";
+  return r;
+}
+
+TEST(Report, JsonCarriesCountsPercentilesAndHistograms) {
+  CliOptions options;
+  options.url = "http://127.0.0.1:1/";
+  const std::string json = FormatJson(options, SampleResult());
+  EXPECT_THAT(json, HasSubstr("\"completed\":3"));
+  EXPECT_THAT(json, HasSubstr("\"200\":2"));
+  EXPECT_THAT(json, HasSubstr("\"5xx\":1"));
+  EXPECT_THAT(json, HasSubstr("\"rps\":3"));
+  EXPECT_THAT(json, HasSubstr("\"99.99\":"));
+  EXPECT_THAT(json, HasSubstr("\"histogram\":\"U0xI"));  // base64 of "SLH"
+  EXPECT_THAT(json, HasSubstr("\\\"quoted\\\"\\n"));
+}
+
+TEST(Report, SummaryShowsBothLatenciesAtAConstantRate) {
+  CliOptions options;
+  options.url = "http://127.0.0.1:1/";
+  options.spec.rate = 100;
+  const std::string text = FormatSummary(options, SampleResult(), {});
+  EXPECT_THAT(text, HasSubstr("(corrected)"));
+  EXPECT_THAT(text, HasSubstr("(uncorrected)"));
+  EXPECT_THAT(text, HasSubstr("2xx - 2"));
+  EXPECT_THAT(text, HasSubstr("503 - 1"));
+  EXPECT_THAT(text, HasSubstr("99.99%"));
+}
+
+TEST(Report, RateSamplerSkipsWarmupAndSamplesWholeWindows) {
+  RateSampler sampler(std::chrono::seconds(1));
+  auto at = [](int ms, uint64_t completed, bool warming) {
+    Progress p;
+    p.elapsed = std::chrono::milliseconds(ms);
+    p.requests_completed = completed;
+    p.warming_up = warming;
+    return p;
+  };
+  sampler.Add(at(250, 0, true));
+  sampler.Add(at(500, 0, false));
+  sampler.Add(at(1000, 500, false));
+  EXPECT_DOUBLE_EQ(sampler.live_rate(), 1000);
+  EXPECT_TRUE(sampler.samples().empty());
+  sampler.Add(at(1500, 1500, false));
+  ASSERT_EQ(sampler.samples().size(), 1u);
+  EXPECT_DOUBLE_EQ(sampler.samples()[0], 1500);
+}
+
+}  // namespace
+}  // namespace sluice::loadgen
