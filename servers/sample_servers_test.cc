@@ -249,7 +249,9 @@ class SampleServer {
     const std::string prefix = "ready address=127.0.0.1:";
     size_t space = line->find(' ', prefix.size());
     if (line->rfind(prefix, 0) != 0 || space == std::string::npos ||
-        line->find(" scheme=http protocols=http/1.1 pid=" + std::to_string(child->pid())) ==
+        (line->find(" scheme=http ") == std::string::npos &&
+         line->find(" scheme=https ") == std::string::npos) ||
+        line->find(" protocols=http/1.1 pid=" + std::to_string(child->pid())) ==
             std::string::npos) {
       ADD_FAILURE() << "unexpected ready line: " << *line;
       return nullptr;
@@ -348,6 +350,25 @@ TEST(PlaintextServer, AnswersCurlAndExitsZeroOnSigterm) {
   EXPECT_EQ(missing.out, "404");
   EXPECT_EQ(server->Stop(SIGTERM), 0) << server->process().err();
   EXPECT_NE(server->process().err().find("shutting down"), std::string::npos);
+}
+
+TEST(PlaintextServer, ServesHttpsWithASelfSignedCertificate) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string cert = std::string(tmp != nullptr ? tmp : "/tmp") + "/plaintext-cert.pem";
+  auto server = SampleServer::Start("plaintext", {"--tls-self-signed", "--tls-cert-out=" + cert});
+  ASSERT_NE(server, nullptr);
+  const std::string url = "https://127.0.0.1:" + std::to_string(server->port()) + "/plaintext";
+  // Verified against the certificate the server wrote.
+  CommandResult curl = RunCommand(CurlArgs({"--cacert", cert, url}));
+  EXPECT_EQ(curl.exit_code, 0) << curl.err;
+  EXPECT_EQ(curl.out, "Hello, World!");
+  // Without trusting it, curl refuses (exit 60: certificate problem).
+  CommandResult untrusted = RunCommand(CurlArgs({url}));
+  EXPECT_EQ(untrusted.exit_code, 60) << untrusted.err;
+  // The OpenTelemetry measurement shape: one connection over HTTPS.
+  CommandResult wrk = RunCommand({Wrk(), "-t1", "-c1", "-d1s", "--timeout", "5s", url});
+  ExpectCleanWrkRun(wrk);
+  EXPECT_EQ(server->Stop(), 0) << server->process().err();
 }
 
 TEST(PlaintextServer, CurlReusesTheKeepAliveConnection) {
