@@ -41,8 +41,12 @@ line for sluice, exec -> port accepting a TCP connection for nginx/h2o, polled e
 first-request time (one curl right after ready), a warmup, then the measured wrk run: RPS,
 average and p99 latency, errors (socket errors + non-2xx/3xx), server CPU per request (utime +
 stime of the server's process tree from /proc/PID/stat before and after the run / requests),
-peak RSS (VmHWM summed over the server's process tree). Servers are interleaved within a row and
-the order rotates each iteration (A B C, B C A, C A B); the tables give medians. Optionally
+peak RSS (VmHWM summed over the server's process tree), and "CPU wait %": the share of the run
+the server was runnable but waiting for its CPU (run-queue wait from /proc/PID/task/*/schedstat),
+i.e. how much other work on CPU 0 disturbed the run. Servers are interleaved within a row and
+the order rotates each iteration (A B C, B C A, C A B); the tables give medians (the pipelined
+row's latency is the mean per batch from Little's law: wrk's latency statistics are invalid with
+pipelining). Optionally
 (--syscalls, default 3s) one extra short run per server and row counts system calls per request
 with `perf stat -e raw_syscalls:sys_enter` (or `strace -c -f` when perf cannot), separate from
 the timed runs because tracing slows the server.
