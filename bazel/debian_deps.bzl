@@ -45,6 +45,8 @@ def _upstream_version(version):
     return version
 
 def _matches_pin(version, pin):
+    if pin == "*":
+        return True
     upstream = _upstream_version(version)
     if upstream == pin:
         return True

@@ -59,24 +59,15 @@
 #include "core/event_loop.h"
 #include "core/transport.h"
 #include "core/worker_pool.h"
+#include "http/dispatcher.h"
 #include "http/exchange.h"
 #include "http1/chunked_decoder.h"
 #include "http1/request_parser.h"
 
 namespace sluice::http1 {
 
-// Routes a request and says where its handler runs. Implemented by the
-// server. Thread-safe (called from every loop).
-class RequestDispatcher {
- public:
-  virtual ~RequestDispatcher() = default;
-  // Returns the handler for `req` (after setting its route and path
-  // parameters), or null after writing a complete answer (404, 405) into
-  // `res`.
-  virtual const http::Handler* Route(http::Request& req, http::Response& res) = 0;
-  // Where handlers run: null for inline on the loop thread.
-  virtual WorkerPool* workers() = 0;
-};
+// The server-side router and handler placement (shared with HTTP/2).
+using RequestDispatcher = http::RequestDispatcher;
 
 struct ConnectionOptions {
   ParseLimits limits;

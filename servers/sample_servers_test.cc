@@ -245,14 +245,14 @@ class SampleServer {
       ADD_FAILURE() << name << " printed no ready line; stderr: " << child->err();
       return nullptr;
     }
-    // "ready address=127.0.0.1:PORT scheme=http protocols=http/1.1 pid=N"
+    // "ready address=127.0.0.1:PORT scheme=http protocols=http/1.1,h2c pid=N"
+    // (scheme=https protocols=h2,http/1.1 over TLS)
     const std::string prefix = "ready address=127.0.0.1:";
     size_t space = line->find(' ', prefix.size());
-    if (line->rfind(prefix, 0) != 0 || space == std::string::npos ||
-        (line->find(" scheme=http ") == std::string::npos &&
-         line->find(" scheme=https ") == std::string::npos) ||
-        line->find(" protocols=http/1.1 pid=" + std::to_string(child->pid())) ==
-            std::string::npos) {
+    const bool http = line->find(" scheme=http protocols=http/1.1,h2c pid=") != std::string::npos;
+    const bool https = line->find(" scheme=https protocols=h2,http/1.1 pid=") != std::string::npos;
+    if (line->rfind(prefix, 0) != 0 || space == std::string::npos || !(http || https) ||
+        line->find(" pid=" + std::to_string(child->pid())) == std::string::npos) {
       ADD_FAILURE() << "unexpected ready line: " << *line;
       return nullptr;
     }

@@ -85,12 +85,35 @@ class Server::Dispatcher final : public http1::RequestDispatcher {
   WorkerPool* const workers_;
 };
 
+// A served connection of either protocol.
+struct Server::Served {
+  std::shared_ptr<http1::Connection> h1;
+  std::shared_ptr<http2::Connection> h2;
+  void BeginShutdown() const {
+    if (h1) h1->BeginShutdown();
+    if (h2) h2->BeginShutdown();
+  }
+  void Abort() const {
+    if (h1) h1->Abort();
+    if (h2) h2->Abort();
+  }
+};
+
+// A cleartext connection whose protocol is not known yet.
+struct Server::Sniffer {
+  std::unique_ptr<Transport> transport;
+  EventLoop::TimerId timer = 0;
+  // The read loop, kept alive here until the protocol is decided.
+  std::shared_ptr<std::function<void()>> read_more;
+};
+
 // One event loop with its listener and the connections living on it. The
 // maps are touched on the loop thread only.
 struct Server::LoopState {
   std::unique_ptr<EventLoopThread> thread;
   std::unique_ptr<TcpListener> listener;
-  std::unordered_map<http1::Connection*, std::shared_ptr<http1::Connection>> connections;
+  std::unordered_map<const void*, Served> connections;
+  std::unordered_map<Sniffer*, std::shared_ptr<Sniffer>> sniffers;
   bool shutting_down = false;
 };
 
@@ -130,7 +153,8 @@ Status Server::Start() {
     tls.private_key_file = options_.tls.key_file;
     tls.self_signed = options_.tls.self_signed;
     tls.self_signed_certificate_file = options_.tls.self_signed_cert_out;
-    tls.alpn = {"http/1.1"};
+    tls.alpn = options_.enable_http2 ? std::vector<std::string>{"h2", "http/1.1"}
+                                     : std::vector<std::string>{"http/1.1"};
     auto context = TlsContext::CreateServer(tls);
     if (!context.ok()) return context.status();
     tls_context_ = std::move(*context);
@@ -180,7 +204,11 @@ Status Server::Start() {
 
 void Server::OnAccept(LoopState* state, std::shared_ptr<SocketConnection> socket) {
   if (tls_context_ == nullptr) {
-    Serve(state, MakeSocketTransport(std::move(socket)));
+    if (options_.enable_http2) {
+      Sniff(state, MakeSocketTransport(std::move(socket)));
+    } else {
+      ServeProtocol(state, MakeSocketTransport(std::move(socket)), /*http2=*/false);
+    }
     return;
   }
   TlsConnectionOptions tls_options;
@@ -195,30 +223,129 @@ void Server::OnAccept(LoopState* state, std::shared_ptr<SocketConnection> socket
 }
 
 void Server::Serve(LoopState* state, std::unique_ptr<Transport> transport) {
-  auto conn = std::make_shared<http1::Connection>(std::move(transport), options_.http1,
-                                                  dispatcher_.get(), &counters_);
-  http1::Connection* raw = conn.get();
+  const bool http2 = options_.enable_http2 && transport->alpn() == "h2";
+  ServeProtocol(state, std::move(transport), http2);
+}
+
+void Server::Sniff(LoopState* state, std::unique_ptr<Transport> transport) {
+  auto sniffer = std::make_shared<Sniffer>();
+  sniffer->transport = std::move(transport);
+  Sniffer* raw = sniffer.get();
+  state->sniffers.emplace(raw, sniffer);
   EventLoop* loop = state->thread->loop();
-  state->connections.emplace(raw, conn);
-  conn->SetOnClosed([this, state, raw, loop] {
+  // A client that sends nothing is idle: closed like an idle HTTP/1.1
+  // keep-alive connection (FIN, not reset).
+  std::weak_ptr<Sniffer> weak = sniffer;
+  sniffer->timer = loop->RunAfter(options_.http1.keep_alive_timeout, [weak] {
+    if (auto s = weak.lock()) {
+      s->timer = 0;
+      s->transport->input().CancelPendingRead();  // the read completes, canceled
+    }
+  });
+  // Returns true once decided (or the sniffer is gone).
+  auto decide = [this, state, raw, loop](const ReadResult& read) -> bool {
+    auto it = state->sniffers.find(raw);
+    if (it == state->sniffers.end()) return true;
+    std::shared_ptr<Sniffer> s = it->second;
+    const std::string_view preface = http2::kClientPreface;
+    const size_t n = std::min(read.buffer.size(), preface.size());
+    char head[http2::kClientPreface.size()];
+    read.buffer.CopyTo(0, std::span<uint8_t>(reinterpret_cast<uint8_t*>(head), n));
+    const bool matches = std::string_view(head, n) == preface.substr(0, n);
+    const bool undecided = matches && n < preface.size() && read.status.ok() &&
+                           !read.is_completed && !read.is_canceled && !state->shutting_down;
+    if (undecided) {
+      // Wait for more bytes (a client may send the preface in pieces).
+      (void)s->transport->input().AdvanceTo(0, read.buffer.size());
+      return false;
+    }
+    state->sniffers.erase(it);
+    if (s->timer != 0) loop->CancelTimer(s->timer);
+    // Leave the bytes for the protocol connection's first read.
+    (void)s->transport->input().AdvanceTo(0, 0);
+    if (!read.status.ok() || read.buffer.empty()) {
+      if (read.status.ok()) {
+        if (read.is_canceled) counters_.idle_timeouts.fetch_add(1, std::memory_order_relaxed);
+        // Idle (or the peer finished without a byte): FIN, then release
+        // the socket after the linger period even if the peer stays.
+        s->transport->output().Complete();
+        s->transport->input().Complete();
+        std::shared_ptr<Transport> transport = std::move(s->transport);
+        loop->RunAfter(options_.http1.linger_timeout, [transport] { transport->Close(); });
+      } else {
+        s->transport->Close();
+      }
+      return true;
+    }
+    ServeProtocol(state, std::move(s->transport), /*http2=*/matches);
+    return true;
+  };
+  // Reads until decided; each read callback runs on the loop thread.
+  auto read_more = std::make_shared<std::function<void()>>();
+  *read_more = [raw, state, decide, weak_read = std::weak_ptr<std::function<void()>>(read_more)] {
+    for (;;) {
+      auto it = state->sniffers.find(raw);
+      if (it == state->sniffers.end()) return;
+      ReadResult read;
+      auto again = weak_read.lock();
+      if (!it->second->transport->input().Read(&read, [decide, again](ReadResult r) {
+            if (!decide(r) && again) (*again)();
+          })) {
+        return;
+      }
+      if (decide(read)) return;
+    }
+  };
+  // The closure keeps itself alive through the sniffer until decided.
+  raw->read_more = read_more;
+  (*read_more)();
+}
+
+void Server::ServeProtocol(LoopState* state, std::unique_ptr<Transport> transport, bool http2) {
+  EventLoop* loop = state->thread->loop();
+  Served served;
+  const void* key;
+  std::function<void(std::function<void()>)> set_on_closed;
+  if (http2) {
+    auto conn = std::make_shared<http2::Connection>(std::move(transport), options_.http2,
+                                                    dispatcher_.get(), &h2_counters_, pool_);
+    key = conn.get();
+    served.h2 = conn;
+  } else {
+    auto conn = std::make_shared<http1::Connection>(std::move(transport), options_.http1,
+                                                    dispatcher_.get(), &counters_);
+    key = conn.get();
+    served.h1 = conn;
+  }
+  state->connections.emplace(key, served);
+  auto on_closed = [this, state, key, loop] {
     // Posted: the connection is still on the call stack that closed it.
-    loop->Post([this, state, raw] {
-      state->connections.erase(raw);
+    loop->Post([this, state, key] {
+      state->connections.erase(key);
       if (state->shutting_down && state->connections.empty()) {
         MutexLock lock(&mu_);
         ++drained_loops_;
         cv_.SignalAll();
       }
     });
-  });
-  conn->Start();
-  if (state->shutting_down) conn->BeginShutdown();
+  };
+  if (served.h2) {
+    served.h2->SetOnClosed(on_closed);
+    served.h2->Start();
+  } else {
+    served.h1->SetOnClosed(on_closed);
+    served.h1->Start();
+  }
+  if (state->shutting_down) served.BeginShutdown();
 }
 
 std::string Server::ReadyLine() const {
   return "ready address=" + HostPort(options_.address, port_) +
          " scheme=" + (options_.tls.enabled ? "https" : "http") +
-         " protocols=http/1.1 pid=" + std::to_string(getpid());
+         " protocols=" +
+         (options_.enable_http2 ? (options_.tls.enabled ? "h2,http/1.1" : "http/1.1,h2c")
+                                : "http/1.1") +
+         " pid=" + std::to_string(getpid());
 }
 
 void Server::Shutdown() {
@@ -244,10 +371,14 @@ void Server::Shutdown() {
     (void)raw->thread->loop()->PostAndWait([raw] {
       raw->listener.reset();
       raw->shutting_down = true;
+      // Connections still sniffing their protocol have sent no request.
+      std::vector<std::shared_ptr<Sniffer>> sniffers;
+      for (auto& [ptr, s] : raw->sniffers) sniffers.push_back(s);
+      for (auto& s : sniffers) s->transport->Close();
       // BeginShutdown may close (and erase) synchronously: iterate a copy.
-      std::vector<std::shared_ptr<http1::Connection>> conns;
+      std::vector<Served> conns;
       for (auto& [ptr, conn] : raw->connections) conns.push_back(conn);
-      for (auto& conn : conns) conn->BeginShutdown();
+      for (auto& conn : conns) conn.BeginShutdown();
     });
   }
   auto open_connections = [this] {
@@ -279,19 +410,24 @@ void Server::Shutdown() {
     if (state->thread == nullptr) continue;
     LoopState* raw = state.get();
     (void)raw->thread->loop()->PostAndWait([raw] {
-      std::vector<std::shared_ptr<http1::Connection>> conns;
+      std::vector<Served> conns;
       for (auto& [ptr, conn] : raw->connections) conns.push_back(conn);
-      for (auto& conn : conns) conn->Abort();
+      for (auto& conn : conns) conn.Abort();
     });
   }
   if (workers_ != nullptr) workers_->Stop();
   // A thread still inside EventLoop::Post for a connection (see
   // ConnectionCounters::off_loop_posts) is out of it within microseconds.
-  while (counters_.off_loop_posts.load() != 0) std::this_thread::yield();
+  while (counters_.off_loop_posts.load() != 0 || h2_counters_.off_loop_posts.load() != 0) {
+    std::this_thread::yield();
+  }
   for (auto& state : loops_) {
     if (state->thread == nullptr) continue;
     LoopState* raw = state.get();
-    (void)raw->thread->loop()->PostAndWait([raw] { raw->connections.clear(); });
+    (void)raw->thread->loop()->PostAndWait([raw] {
+      raw->connections.clear();
+      raw->sniffers.clear();
+    });
     state->thread.reset();  // stops the loop and joins its thread
   }
   MutexLock lock(&mu_);
@@ -320,6 +456,13 @@ ServerStats Server::stats() const {
   s.invalid_responses = get(counters_.invalid_responses);
   s.passes = get(counters_.passes);
   s.flushes = get(counters_.flushes);
+  s.requests += get(h2_counters_.requests);
+  s.h2_connections = get(h2_counters_.connections);
+  s.h2_streams = get(h2_counters_.streams);
+  s.h2_stream_errors = get(h2_counters_.stream_errors);
+  s.h2_connection_errors = get(h2_counters_.connection_errors);
+  s.h2_peer_resets = get(h2_counters_.peer_resets);
+  s.h2_refused_streams = get(h2_counters_.refused_streams);
   return s;
 }
 

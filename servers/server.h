@@ -39,6 +39,7 @@
 #include "http/exchange.h"
 #include "http/router.h"
 #include "http1/connection.h"
+#include "http2/connection.h"
 
 namespace sluice {
 
@@ -63,6 +64,11 @@ struct ServerOptions {
   int handler_threads = 0;
   ServerTlsOptions tls;
   http1::ConnectionOptions http1;
+  // HTTP/2: ALPN "h2" over TLS, and h2c by prior knowledge (the client
+  // preface) on the cleartext port that serves HTTP/1.1.
+  bool enable_http2 = true;
+  // The output strategy (http2.output.strategy), windows, limits.
+  http2::ConnectionOptions http2;
   // Buffer pool for every connection. Null: one owned by the server.
   MemoryPool* pool = nullptr;
   // How long Shutdown waits for in-flight exchanges before closing.
@@ -83,6 +89,13 @@ struct ServerStats {
   uint64_t invalid_responses = 0;
   uint64_t passes = 0;
   uint64_t flushes = 0;
+  // HTTP/2 connections and streams (requests above count both protocols).
+  uint64_t h2_connections = 0;
+  uint64_t h2_streams = 0;
+  uint64_t h2_stream_errors = 0;
+  uint64_t h2_connection_errors = 0;
+  uint64_t h2_peer_resets = 0;
+  uint64_t h2_refused_streams = 0;
 };
 
 class Server {
@@ -123,14 +136,25 @@ class Server {
   void Wait();
 
   ServerStats stats() const;
+  // HTTP/2 counters: abuse limits and the output strategy's lock and flush
+  // counters (shared/DESIGN.md §3), live.
+  const http2::ConnectionCounters& http2_counters() const { return h2_counters_; }
 
  private:
   class Dispatcher;
   struct LoopState;
 
+  struct Sniffer;
+  struct Served;
+
   void OnAccept(LoopState* state, std::shared_ptr<SocketConnection> socket);
-  // Runs HTTP/1.1 over `transport` (plain, or TLS after its handshake).
+  // Runs HTTP/1.1 or HTTP/2 over `transport` (plain, or TLS after its
+  // handshake): ALPN decides on TLS, the first bytes on cleartext.
   void Serve(LoopState* state, std::unique_ptr<Transport> transport);
+  // Cleartext: reads until the first bytes tell the HTTP/2 client preface
+  // from an HTTP/1.1 request, then serves that protocol.
+  void Sniff(LoopState* state, std::unique_ptr<Transport> transport);
+  void ServeProtocol(LoopState* state, std::unique_ptr<Transport> transport, bool http2);
 
   ServerOptions options_;
   std::unique_ptr<MemoryPool> owned_pool_;
@@ -141,6 +165,7 @@ class Server {
   std::unique_ptr<Dispatcher> dispatcher_;
   std::shared_ptr<TlsContext> tls_context_;  // set when options_.tls.enabled
   http1::ConnectionCounters counters_;
+  http2::ConnectionCounters h2_counters_;
   std::vector<std::unique_ptr<LoopState>> loops_;
   uint16_t port_ = 0;
 

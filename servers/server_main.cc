@@ -39,6 +39,9 @@ std::string ServerUsage(std::string_view program, std::string_view description) 
   --header-timeout-ms=N     a request head must arrive within N ms of its first byte (10000)
   --keep-alive-timeout-ms=N close idle connections after N ms (60000)
   --max-body-bytes=N        largest request body accepted (30000000; more gets 413)
+  --no-h2                   serve HTTP/1.1 only (no ALPN h2, no h2c prior knowledge)
+  --h2-output=STRATEGY      HTTP/2 output strategy: two_locks, single_lock (default) or queue
+  --h2-max-streams=N        HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS (100)
   --help                    this text
 
 Once listening, prints one line on stdout:
@@ -72,13 +75,25 @@ Status ParseServerFlags(int argc, char** argv, ServerOptions* options, bool* hel
       return InvalidArgumentError(std::string(name) + ": " + std::string(why));
     };
     const bool is_switch =
-        name == "--help" || name == "-h" || name == "--tls" || name == "--tls-self-signed";
+        name == "--help" || name == "-h" || name == "--tls" || name == "--tls-self-signed" ||
+        name == "--no-h2";
     if (is_switch && has_value) return bad("takes no value");
     if (name == "--help" || name == "-h") {
       *help = true;
       return OkStatus();
     } else if (name == "--tls") {
       options->tls.enabled = true;
+    } else if (name == "--no-h2") {
+      options->enable_http2 = false;
+    } else if (name == "--h2-output") {
+      if (!need_value() || !http2::ParseOutputStrategy(value, &options->http2.output.strategy)) {
+        return bad("needs two_locks, single_lock or queue");
+      }
+    } else if (name == "--h2-max-streams") {
+      if (!need_value() ||
+          !ParseNumber<uint32_t>(value, &options->http2.max_concurrent_streams, 1, 1'000'000)) {
+        return bad("needs a number 1-1000000");
+      }
     } else if (name == "--tls-self-signed") {
       options->tls.enabled = true;
       options->tls.self_signed = true;
@@ -116,12 +131,15 @@ Status ParseServerFlags(int argc, char** argv, ServerOptions* options, bool* hel
       (name == "--header-timeout-ms" ? options->http1.header_timeout
                                      : options->http1.keep_alive_timeout) =
           std::chrono::milliseconds(ms);
+      (name == "--header-timeout-ms" ? options->http2.preface_timeout
+                                     : options->http2.idle_timeout) = std::chrono::milliseconds(ms);
     } else if (name == "--max-body-bytes") {
       uint64_t n = 0;
       if (!need_value() || !ParseNumber<uint64_t>(value, &n, 0, UINT64_MAX)) {
         return bad("needs a byte count");
       }
       options->http1.max_body_bytes = n;
+      options->http2.max_body_bytes = n;
     } else {
       return InvalidArgumentError("unknown flag " + std::string(arg));
     }

@@ -1,0 +1,124 @@
+// Flood and abuse limits of one HTTP/2 connection, in one class
+// (STYLE.md: flood limits in their own class, after Envoy's
+// ProtocolConstraints).
+//
+// The connection reports what the peer does (`OnFrame`, `OnStreamReset`,
+// ...) and gets back an error when a limit is passed; it then sends GOAWAY
+// with that error and closes after a bounded drain. Each limit is an option
+// with a default (`AbuseLimits`), and each firing bumps a counter shared by
+// the server's connections (`AbuseCounters`).
+//
+// Ratio limits rather than clocks where the reference is the work the
+// connection does for the peer: control frames are allowed in proportion to
+// the streams opened and the DATA frames sent, as Envoy does. Rapid reset is
+// a token bucket over time (the CVE-2023-44487 shape: open and cancel
+// streams as fast as possible).
+//
+//   AbuseGuard guard(limits, &counters);
+//   if (auto e = guard.OnPing(); e) return Fail(*e);
+//
+// Thread-safety: owned by the connection's loop thread. AbuseCounters are
+// relaxed atomics, readable from any thread.
+#ifndef SLUICE_HTTP2_ABUSE_GUARD_H_
+#define SLUICE_HTTP2_ABUSE_GUARD_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+
+#include "http2/frame.h"
+
+namespace sluice::http2 {
+
+struct AbuseLimits {
+  // Rapid reset (CVE-2023-44487): streams the peer resets before their
+  // response completed, as a token bucket: `rapid_reset_burst` at once,
+  // refilled at `rapid_reset_per_second`.
+  uint32_t rapid_reset_burst = 200;
+  uint32_t rapid_reset_per_second = 100;
+  // CONTINUATION flood (CVE-2024-27316): frames and compressed bytes of one
+  // header block (HEADERS + CONTINUATIONs).
+  uint32_t max_continuation_frames = 32;
+  uint32_t max_header_block_bytes = 64 * 1024;
+  // Control frames the peer may send: `*_base` plus `*_per_stream` for each
+  // stream it opened.
+  uint32_t settings_base = 100;
+  uint32_t settings_per_stream = 1;
+  uint32_t ping_base = 100;
+  uint32_t ping_per_stream = 1;
+  uint32_t priority_base = 100;
+  uint32_t priority_per_stream = 100;
+  // WINDOW_UPDATE frames: `window_update_base` plus this many per DATA
+  // frame we sent.
+  uint32_t window_update_base = 100;
+  uint32_t window_update_per_data_frame = 10;
+  // Empty DATA frames without END_STREAM in a row.
+  uint32_t max_consecutive_empty_data = 10;
+  // How long output may wait for a peer that keeps its window closed
+  // (zero-window stall) before the connection gives up on it.
+  std::chrono::milliseconds window_stall_timeout{30'000};
+};
+
+struct AbuseCounters {
+  std::atomic<uint64_t> rapid_resets{0};
+  std::atomic<uint64_t> continuation_floods{0};
+  std::atomic<uint64_t> settings_floods{0};
+  std::atomic<uint64_t> ping_floods{0};
+  std::atomic<uint64_t> priority_floods{0};
+  std::atomic<uint64_t> window_update_floods{0};
+  std::atomic<uint64_t> empty_data_floods{0};
+  std::atomic<uint64_t> header_list_too_large{0};  // 431 answers
+  std::atomic<uint64_t> hpack_errors{0};           // COMPRESSION_ERROR (incl. table-size abuse)
+  std::atomic<uint64_t> window_stalls{0};
+};
+
+class AbuseGuard {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `counters` must outlive the guard.
+  AbuseGuard(const AbuseLimits& limits, AbuseCounters* counters);
+
+  const AbuseLimits& limits() const { return limits_; }
+
+  // Each returns the connection error to send, or nullopt.
+  std::optional<Http2Error> OnStreamOpened();
+  // The peer reset a stream whose response had not completed.
+  std::optional<Http2Error> OnStreamReset(Clock::time_point now);
+  std::optional<Http2Error> OnSettings();
+  std::optional<Http2Error> OnPing();
+  std::optional<Http2Error> OnPriority();
+  // `data_frames_sent`: DATA frames this connection has sent so far.
+  std::optional<Http2Error> OnWindowUpdate(uint64_t data_frames_sent);
+  // A DATA frame from the peer.
+  std::optional<Http2Error> OnData(size_t length, bool end_stream);
+  // The start of a header block (HEADERS) and each CONTINUATION after it.
+  std::optional<Http2Error> OnHeaderBlockStart(size_t fragment_bytes);
+  std::optional<Http2Error> OnContinuation(size_t fragment_bytes);
+  // Output blocked by flow control since `since` (null when not blocked):
+  // an error once it is older than window_stall_timeout.
+  std::optional<Http2Error> CheckWindowStall(std::optional<Clock::time_point> since,
+                                             Clock::time_point now);
+
+ private:
+  static void Bump(std::atomic<uint64_t>& c) { c.fetch_add(1, std::memory_order_relaxed); }
+  Http2Error Calm(std::atomic<uint64_t>& counter, std::string_view debug);
+
+  const AbuseLimits limits_;
+  AbuseCounters* const counters_;
+  uint64_t streams_opened_ = 0;
+  uint64_t settings_ = 0;
+  uint64_t pings_ = 0;
+  uint64_t priorities_ = 0;
+  uint64_t window_updates_ = 0;
+  uint32_t empty_data_run_ = 0;
+  uint32_t block_frames_ = 0;
+  uint64_t block_bytes_ = 0;
+  double reset_tokens_;
+  Clock::time_point reset_refilled_{};
+};
+
+}  // namespace sluice::http2
+
+#endif  // SLUICE_HTTP2_ABUSE_GUARD_H_

@@ -1,0 +1,1083 @@
+#include "http2/connection.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <string_view>
+
+#include "http1/date_cache.h"
+
+namespace sluice::http2 {
+namespace {
+
+// open_exchanges_ packs the count of open exchanges with a "closed" bit, so
+// that exactly one of the loop (closing) and the thread ending the last
+// exchange sees both and notifies.
+constexpr uint64_t kClosedBit = uint64_t{1} << 63;
+
+std::span<const uint8_t> AsBytes(std::string_view s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+// The `n` bytes at `offset`, in place when one chunk holds them, else
+// copied into *scratch (a frame split across pipe segments).
+std::span<const uint8_t> Contiguous(const BufferSequence& buffer, size_t offset, size_t n,
+                                    std::vector<uint8_t>* scratch) {
+  size_t pos = 0;
+  for (std::span<const uint8_t> chunk : buffer) {
+    if (offset < pos + chunk.size()) {
+      const size_t in = offset - pos;
+      if (in + n <= chunk.size()) return chunk.subspan(in, n);
+      break;
+    }
+    pos += chunk.size();
+  }
+  scratch->resize(n);
+  buffer.CopyTo(offset, *scratch);
+  return *scratch;
+}
+
+bool IsConnectionSpecific(std::string_view name) {
+  return name == "connection" || name == "keep-alive" || name == "proxy-connection" ||
+         name == "transfer-encoding" || name == "upgrade";
+}
+
+// RFC 9110 token characters, lowercase only (RFC 9113 §8.2.1).
+bool IsLowercaseTokenChar(unsigned char c) {
+  if (c >= 'a' && c <= 'z') return true;
+  if (c >= '0' && c <= '9') return true;
+  return std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
+}
+
+const char* CheckName(std::string_view name) {
+  if (name.empty()) return "empty header name";
+  for (unsigned char c : name) {
+    if (c >= 'A' && c <= 'Z') return "uppercase header name";
+    if (!IsLowercaseTokenChar(c)) return "invalid character in header name";
+  }
+  return nullptr;
+}
+
+const char* CheckValue(std::string_view value) {
+  for (unsigned char c : value) {
+    if (c == 0 || c == '\r' || c == '\n') return "invalid character in header value";
+  }
+  if (!value.empty() && (value.front() == ' ' || value.front() == '\t' || value.back() == ' ' ||
+                         value.back() == '\t')) {
+    return "whitespace around header value";
+  }
+  return nullptr;
+}
+
+std::string_view ReasonFor(uint16_t status) {
+  switch (status) {
+    case 413:
+      return "Payload Too Large\n";
+    case 431:
+      return "Request Header Fields Too Large\n";
+    case 503:
+      return "Service Unavailable\n";
+  }
+  return "Error\n";
+}
+
+}  // namespace
+
+// One stream: the request's Request/Response pair and its protocol state.
+// Protocol state is the loop's; the sink and body-source methods may run on
+// the handler's thread (see the file comment of connection.h).
+class Connection::Stream final : public http::ResponseSink,
+                                 public http::BodySource,
+                                 public std::enable_shared_from_this<Stream> {
+ public:
+  Stream(Connection* conn, uint32_t id, std::shared_ptr<StreamOutput> out, uint32_t window)
+      : conn_(conn), id_(id), out_(std::move(out)), recv_window_(window) {}
+
+  // http::ResponseSink (handler's thread).
+  bool SendHead(uint16_t status, std::span<const std::pair<std::string, std::string>> headers,
+                std::optional<uint64_t> content_length, std::span<const uint8_t> body,
+                bool end) override {
+    thread_local std::vector<HeaderField> fields;
+    thread_local std::string names;
+    char status_text[4] = {static_cast<char>('0' + status / 100 % 10),
+                           static_cast<char>('0' + status / 10 % 10),
+                           static_cast<char>('0' + status % 10), 0};
+    char length_text[24];
+    fields.clear();
+    names.clear();
+    size_t name_bytes = 0;
+    for (const auto& h : headers) name_bytes += h.first.size();
+    names.reserve(name_bytes);  // the views below stay valid: no reallocation
+    fields.push_back({":status", std::string_view(status_text, 3)});
+    for (const auto& [name, value] : headers) {
+      const size_t at = names.size();
+      for (char c : name) names.push_back(c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c);
+      std::string_view lower(names.data() + at, name.size());
+      if (IsConnectionSpecific(lower)) continue;
+      if (content_length && lower == "content-length") continue;
+      fields.push_back({lower, value});
+    }
+    if (content_length) {
+      auto r = std::to_chars(length_text, length_text + sizeof(length_text), *content_length);
+      fields.push_back({"content-length", std::string_view(length_text, r.ptr - length_text)});
+    }
+    fields.push_back({"date", http1::DateCache::ForThisThread().Now()});
+    if (head_request_) body = {};
+    const bool ok = conn_->writer_.SendHead(*out_, fields, body, end);
+    if (end) EndExchange();
+    return ok;
+  }
+
+  bool SendData(std::span<const uint8_t> data, bool end) override {
+    if (head_request_) data = {};
+    bool ok = true;
+    if (!data.empty() || end) ok = conn_->writer_.SendData(*out_, data, end);
+    if (end) EndExchange();
+    return ok;
+  }
+
+  // http::BodySource (handler's thread).
+  void StartBody(http::BodyDataCallback on_data, http::BodyEndCallback on_end) override {
+    std::shared_ptr<Stream> self = shared_from_this();
+    conn_->RunOnLoop([self, on_data = std::move(on_data), on_end = std::move(on_end)]() mutable {
+      self->body_claimed_ = true;
+      self->on_data_ = std::move(on_data);
+      self->on_end_ = std::move(on_end);
+      self->DeliverBody();
+    });
+  }
+
+  // Loop: hands buffered body bytes (and the end) to the handler.
+  void DeliverBody() {
+    if (!body_claimed_ || body_end_delivered_) return;
+    if (!body_buffer_.empty()) {
+      std::string data;
+      data.swap(body_buffer_);
+      on_data_(AsBytes(data));
+      conn_->ReleaseStreamWindow(this, static_cast<uint32_t>(data.size()));
+    }
+    if (recv_ended_ || !body_status_.ok()) EndBody(body_status_);
+  }
+
+  void EndBody(Status status) {
+    if (body_end_delivered_) return;
+    body_status_ = status;
+    if (!body_claimed_) return;
+    body_end_delivered_ = true;
+    http::BodyEndCallback cb = std::move(on_end_);
+    on_data_ = nullptr;
+    if (cb) cb(status);
+  }
+
+  void BeginExchange() {
+    self_hold_ = shared_from_this();
+    conn_->open_exchanges_.fetch_add(1);
+  }
+
+  Connection* const conn_;
+  const uint32_t id_;
+  const std::shared_ptr<StreamOutput> out_;
+  http::Request request_;
+  http::Response response_;
+  ReceiveWindow recv_window_;
+  std::optional<uint64_t> content_length_;
+  uint64_t body_received_ = 0;
+  bool head_request_ = false;
+  bool recv_ended_ = false;     // END_STREAM received
+  bool response_done_ = false;  // END_STREAM sent
+  bool reset_ = false;
+  bool in_map_ = false;
+  bool body_claimed_ = false;
+  bool body_end_delivered_ = false;
+  Status body_status_;
+  std::string body_buffer_;  // received before the handler asked for it
+  http::BodyDataCallback on_data_;
+  http::BodyEndCallback on_end_;
+
+ private:
+  // The last use of the exchange by the thread ending it.
+  void EndExchange() {
+    std::shared_ptr<Stream> hold = std::move(self_hold_);
+    conn_->ExchangeEnded();
+  }
+
+  std::shared_ptr<Stream> self_hold_;
+};
+
+Connection::Connection(std::unique_ptr<Transport> transport, const ConnectionOptions& options,
+                       http::RequestDispatcher* dispatcher, ConnectionCounters* counters,
+                       MemoryPool* pool)
+    : transport_(std::move(transport)),
+      loop_(transport_->loop()),
+      options_(options),
+      dispatcher_(dispatcher),
+      counters_(counters),
+      guard_(options.limits, &counters->abuse),
+      decoder_(options.header_table_size),
+      writer_(
+          options.output, &transport_->output(), pool, &counters->output,
+          [this] { WakeFromWriter(); }, [this] { return loop_->IsInLoopThread(); }),
+      connection_window_(kDefaultInitialWindowSize, options.connection_window) {
+  counters_->connections.fetch_add(1, std::memory_order_relaxed);
+}
+
+Connection::~Connection() = default;
+
+void Connection::Start() {
+  std::string out;
+  const Setting settings[] = {
+      {static_cast<uint16_t>(SettingId::kMaxConcurrentStreams), options_.max_concurrent_streams},
+      {static_cast<uint16_t>(SettingId::kInitialWindowSize), options_.stream_window},
+      {static_cast<uint16_t>(SettingId::kMaxFrameSize), options_.max_frame_size},
+      {static_cast<uint16_t>(SettingId::kHeaderTableSize), options_.header_table_size},
+      {static_cast<uint16_t>(SettingId::kMaxHeaderListSize), options_.max_header_list_size},
+      {static_cast<uint16_t>(SettingId::kEnablePush), 0},
+  };
+  AppendSettings(settings, &out);
+  if (options_.connection_window > kDefaultInitialWindowSize) {
+    AppendWindowUpdate(0, options_.connection_window - kDefaultInitialWindowSize, &out);
+  }
+  writer_.WriteControl(out);
+  FlushOutput();
+  std::weak_ptr<Connection> weak = weak_from_this();
+  preface_timer_ = loop_->RunAfter(options_.preface_timeout, [weak] {
+    if (auto self = weak.lock()) {
+      self->preface_timer_ = 0;
+      self->HandleError(
+          Http2Error::Connection(ErrorCode::kSettingsTimeout, "no preface and SETTINGS in time"));
+    }
+  });
+  Pump();
+}
+
+void Connection::Pump() {
+  while (!closed_ && !output_blocked_ && !read_pending_ && !input_done_) {
+    ReadResult read;
+    std::shared_ptr<Connection> self = shared_from_this();
+    if (!transport_->input().Read(&read, [self](ReadResult r) {
+          self->read_pending_ = false;
+          if (self->ProcessPass(r)) self->Pump();
+        })) {
+      read_pending_ = true;
+      return;
+    }
+    if (!ProcessPass(read)) return;
+  }
+}
+
+bool Connection::ProcessPass(const ReadResult& read) {
+  if (closed_) return false;
+  if (!read.status.ok()) {
+    CloseNow();
+    return false;
+  }
+  counters_->passes.fetch_add(1, std::memory_order_relaxed);
+  const BufferSequence& buffer = read.buffer;
+  size_t consumed = buffer.size();
+  bool need_more = true;
+  if (!closing_) {
+    in_pass_ = true;
+    writer_.set_in_pass(true);
+    consumed = ProcessFrames(buffer, &need_more);
+    HandleWriterEvents();
+    in_pass_ = false;
+    writer_.set_in_pass(false);
+    FlushOutput();
+  }
+  if (closing_) consumed = buffer.size();  // lingering: drop what the peer sends
+  if (closed_) return false;
+  (void)transport_->input().AdvanceTo(consumed, need_more ? buffer.size() : consumed);
+  if (read.is_completed && consumed == buffer.size()) {
+    // The peer finished sending. Streams in flight still get their answers.
+    CompleteInput();
+    if (streams_.empty()) CloseAfterFlush();
+    return false;
+  }
+  return true;
+}
+
+size_t Connection::ProcessFrames(const BufferSequence& buffer, bool* need_more) {
+  size_t offset = 0;
+  const size_t size = buffer.size();
+  if (!preface_received_) {
+    const size_t n = std::min(size, kClientPreface.size());
+    uint8_t head[kClientPreface.size()];
+    buffer.CopyTo(0, std::span<uint8_t>(head, n));
+    if (std::memcmp(head, kClientPreface.data(), n) != 0) {
+      HandleError(Http2Error::Connection(ErrorCode::kProtocolError, "invalid connection preface"));
+      *need_more = false;
+      return size;
+    }
+    if (n < kClientPreface.size()) return 0;
+    preface_received_ = true;
+    offset = kClientPreface.size();
+  }
+  while (!closing_ && !closed_) {
+    if (size - offset < kFrameHeaderSize) return offset;
+    uint8_t header_bytes[kFrameHeaderSize];
+    buffer.CopyTo(offset, header_bytes);
+    const FrameHeader header = ReadFrameHeader(header_bytes);
+    if (header.length > options_.max_frame_size) {
+      HandleError(Http2Error::Connection(ErrorCode::kFrameSizeError,
+                                         "frame larger than SETTINGS_MAX_FRAME_SIZE"));
+      break;
+    }
+    const size_t total = kFrameHeaderSize + header.length;
+    if (size - offset < total) return offset;
+    std::span<const uint8_t> bytes = Contiguous(buffer, offset, total, &frame_scratch_);
+    size_t used = 0;
+    DecodeStatus status = DecodeFrame(bytes, options_.max_frame_size, &frame_, &used);
+    offset += total;
+    std::optional<Http2Error> error;
+    if (status.result == DecodeResult::kError) {
+      error = status.error;
+      // A stream error in a frame that carries a header block still has to
+      // keep the HPACK state in sync: the connection cannot go on safely.
+      if (!error->is_connection_error() &&
+          header.type == static_cast<uint8_t>(FrameType::kHeaders)) {
+        error = Http2Error::Connection(ErrorCode::kProtocolError, error->debug());
+      }
+      if (!error->is_connection_error() && header.type == static_cast<uint8_t>(FrameType::kData)) {
+        ConsumeConnectionWindow(header.length);
+      }
+    } else if (status.result == DecodeResult::kFrame) {
+      error = HandleFrame(frame_);
+    }
+    if (error) HandleError(*error);
+  }
+  *need_more = false;
+  return size;
+}
+
+std::optional<Http2Error> Connection::HandleFrame(const Frame& frame) {
+  const FrameType type = frame.type();
+  if (!settings_received_) {
+    if (type != FrameType::kSettings || frame.has_flag(flags::kAck)) {
+      return Http2Error::Connection(ErrorCode::kProtocolError,
+                                    "the first frame after the preface must be SETTINGS");
+    }
+  }
+  if (block_.stream_id != 0 &&
+      (type != FrameType::kContinuation || frame.header.stream_id != block_.stream_id)) {
+    return Http2Error::Connection(ErrorCode::kProtocolError,
+                                  "CONTINUATION expected for the open header block");
+  }
+  switch (type) {
+    case FrameType::kData:
+      return OnData(frame);
+    case FrameType::kHeaders:
+      return OnHeaders(frame);
+    case FrameType::kContinuation:
+      return OnContinuation(frame);
+    case FrameType::kPriority:
+      return guard_.OnPriority();
+    case FrameType::kRstStream:
+      return OnRstStream(frame);
+    case FrameType::kSettings:
+      return OnSettings(frame);
+    case FrameType::kPushPromise:
+      return Http2Error::Connection(ErrorCode::kProtocolError, "PUSH_PROMISE: clients cannot push");
+    case FrameType::kPing: {
+      if (auto e = guard_.OnPing()) return e;
+      if (!frame.has_flag(flags::kAck)) {
+        std::string out;
+        AppendPing(frame.ping_data, /*ack=*/true, &out);
+        WriteControl(out);
+      }
+      return std::nullopt;
+    }
+    case FrameType::kGoaway:
+      peer_goaway_ = true;
+      if (streams_.empty()) CloseAfterFlush();
+      return std::nullopt;
+    case FrameType::kWindowUpdate:
+      return OnWindowUpdate(frame);
+  }
+  return std::nullopt;  // unknown frame types are ignored (RFC 9113 §4.1)
+}
+
+std::optional<Http2Error> Connection::OnSettings(const Frame& frame) {
+  if (auto e = guard_.OnSettings()) return e;
+  if (frame.has_flag(flags::kAck)) return std::nullopt;
+  if (!settings_received_) {
+    settings_received_ = true;
+    if (preface_timer_ != 0) {
+      loop_->CancelTimer(preface_timer_);
+      preface_timer_ = 0;
+    }
+    ArmIdleTimer();
+  }
+  for (const Setting& s : frame.settings) {
+    switch (static_cast<SettingId>(s.id)) {
+      case SettingId::kHeaderTableSize:
+        if (!writer_.SetPeerHeaderTableSize(s.value).ok()) {
+          return Http2Error::Connection(ErrorCode::kInternalError,
+                                        "HPACK: table size change failed");
+        }
+        break;
+      case SettingId::kInitialWindowSize:
+        if (!writer_.SetPeerInitialWindowSize(s.value)) {
+          return Http2Error::Connection(ErrorCode::kFlowControlError,
+                                        "SETTINGS: INITIAL_WINDOW_SIZE overflows a stream window");
+        }
+        break;
+      case SettingId::kMaxFrameSize:
+        writer_.SetPeerMaxFrameSize(s.value);
+        break;
+      default:
+        break;  // push is off; the rest is advisory; unknown ids are ignored
+    }
+  }
+  std::string out;
+  AppendSettingsAck(&out);
+  WriteControl(out);
+  return std::nullopt;
+}
+
+std::optional<Http2Error> Connection::OnWindowUpdate(const Frame& frame) {
+  if (auto e = guard_.OnWindowUpdate(writer_.data_frames_sent())) return e;
+  const uint32_t id = frame.header.stream_id;
+  if (id == 0) {
+    if (!writer_.GrowConnectionWindow(frame.window_increment)) {
+      return Http2Error::Connection(ErrorCode::kFlowControlError,
+                                    "WINDOW_UPDATE: connection window over 2^31-1");
+    }
+    return std::nullopt;
+  }
+  auto it = streams_.find(id);
+  if (it == streams_.end()) {
+    if (id > last_peer_stream_id_) {
+      return Http2Error::Connection(ErrorCode::kProtocolError, "WINDOW_UPDATE: on an idle stream");
+    }
+    return std::nullopt;  // a closed stream: ignored
+  }
+  if (!writer_.GrowStreamWindow(*it->second->out_, frame.window_increment)) {
+    return Http2Error::Stream(id, ErrorCode::kFlowControlError,
+                              "WINDOW_UPDATE: stream window over 2^31-1");
+  }
+  return std::nullopt;
+}
+
+std::optional<Http2Error> Connection::OnRstStream(const Frame& frame) {
+  const uint32_t id = frame.header.stream_id;
+  auto it = streams_.find(id);
+  if (it == streams_.end()) {
+    if (id > last_peer_stream_id_) {
+      return Http2Error::Connection(ErrorCode::kProtocolError, "RST_STREAM: on an idle stream");
+    }
+    return std::nullopt;
+  }
+  std::shared_ptr<Stream> s = it->second;
+  counters_->peer_resets.fetch_add(1, std::memory_order_relaxed);
+  s->reset_ = true;
+  s->EndBody(CancelledError("the peer reset the stream"));
+  RemoveStream(s.get());
+  if (!s->response_done_) {
+    if (auto e = guard_.OnStreamReset(AbuseGuard::Clock::now())) return e;
+  }
+  return std::nullopt;
+}
+
+std::optional<Http2Error> Connection::OnHeaders(const Frame& frame) {
+  const uint32_t id = frame.header.stream_id;
+  if (id % 2 == 0) {
+    return Http2Error::Connection(ErrorCode::kProtocolError,
+                                  "HEADERS: even stream id from a client");
+  }
+  if (auto e = guard_.OnHeaderBlockStart(frame.payload.size())) return e;
+  block_.stream_id = id;
+  block_.end_stream = frame.has_flag(flags::kEndStream);
+  block_.trailers = false;
+  block_.discard = false;
+  block_.refused = false;
+  block_.fields.clear();
+  block_.list_size = 0;
+  block_.too_large = false;
+  block_.regular_seen = false;
+  block_.malformed = nullptr;
+  block_.stream_error.reset();
+  auto it = streams_.find(id);
+  if (it != streams_.end()) {
+    block_.trailers = true;
+    if (it->second->recv_ended_) {
+      block_.discard = true;
+      block_.stream_error =
+          Http2Error::Stream(id, ErrorCode::kStreamClosed, "HEADERS: on a half-closed stream");
+    } else if (!block_.end_stream) {
+      block_.discard = true;
+      block_.stream_error =
+          Http2Error::Stream(id, ErrorCode::kProtocolError, "HEADERS: trailers without END_STREAM");
+    }
+  } else if (id <= last_peer_stream_id_) {
+    return Http2Error::Connection(
+        RecentlyReset(id) ? ErrorCode::kStreamClosed : ErrorCode::kProtocolError,
+        "HEADERS: stream id not above the last one");
+  } else {
+    last_peer_stream_id_ = id;
+    if (auto e = guard_.OnStreamOpened()) return e;
+    if (goaway_sent_ && id > goaway_last_stream_id_) {
+      block_.discard = true;  // after our GOAWAY: ignored (RFC 9113 §6.8)
+    } else if (streams_.size() >= options_.max_concurrent_streams) {
+      block_.discard = true;
+      block_.refused = true;
+    }
+  }
+  if (auto e = DecodeFragment(frame.payload, frame.has_flag(flags::kEndHeaders))) return e;
+  if (frame.has_flag(flags::kEndHeaders)) return EndHeaderBlock();
+  return std::nullopt;
+}
+
+std::optional<Http2Error> Connection::OnContinuation(const Frame& frame) {
+  if (block_.stream_id == 0) {
+    return Http2Error::Connection(ErrorCode::kProtocolError,
+                                  "CONTINUATION: without a header block in progress");
+  }
+  if (auto e = guard_.OnContinuation(frame.payload.size())) return e;
+  if (auto e = DecodeFragment(frame.payload, frame.has_flag(flags::kEndHeaders))) return e;
+  if (frame.has_flag(flags::kEndHeaders)) return EndHeaderBlock();
+  return std::nullopt;
+}
+
+std::optional<Http2Error> Connection::DecodeFragment(std::span<const uint8_t> fragment,
+                                                     bool final) {
+  Status s = decoder_.Decode(
+      fragment, final,
+      [this](std::string_view name, std::string_view value) { OnField(name, value); });
+  if (!s.ok()) {
+    counters_->abuse.hpack_errors.fetch_add(1, std::memory_order_relaxed);
+    return Http2Error::Connection(ErrorCode::kCompressionError,
+                                  "HPACK: " + std::string(s.message()));
+  }
+  return std::nullopt;
+}
+
+void Connection::OnField(std::string_view name, std::string_view value) {
+  block_.list_size += name.size() + value.size() + 32;
+  if (block_.discard || block_.malformed != nullptr) return;
+  if (block_.list_size > options_.max_header_list_size) {
+    block_.too_large = true;
+    return;
+  }
+  if (!name.empty() && name[0] == ':') {
+    if (block_.trailers) {
+      block_.malformed = "pseudo-header in trailers";
+      return;
+    }
+    if (block_.regular_seen) {
+      block_.malformed = "pseudo-header after a regular header";
+      return;
+    }
+    if (name != ":method" && name != ":scheme" && name != ":authority" && name != ":path") {
+      block_.malformed = "unknown pseudo-header";
+      return;
+    }
+    for (const auto& f : block_.fields) {
+      if (f.first == name) {
+        block_.malformed = "duplicate pseudo-header";
+        return;
+      }
+    }
+  } else {
+    block_.regular_seen = true;
+    if (const char* problem = CheckName(name)) {
+      block_.malformed = problem;
+      return;
+    }
+    if (IsConnectionSpecific(name)) {
+      block_.malformed = "connection-specific header";
+      return;
+    }
+    if (name == "te" && value != "trailers") {
+      block_.malformed = "te other than trailers";
+      return;
+    }
+  }
+  if (const char* problem = CheckValue(value)) {
+    block_.malformed = problem;
+    return;
+  }
+  if (!block_.too_large) block_.fields.emplace_back(name, value);
+}
+
+std::optional<Http2Error> Connection::EndHeaderBlock() {
+  const uint32_t id = block_.stream_id;
+  block_.stream_id = 0;
+  if (block_.stream_error) {
+    ResetStream(id, block_.stream_error->code());
+    return std::nullopt;
+  }
+  if (block_.discard) {
+    if (block_.refused) {
+      counters_->refused_streams.fetch_add(1, std::memory_order_relaxed);
+      ResetStream(id, ErrorCode::kRefusedStream);
+    }
+    return std::nullopt;
+  }
+  if (block_.trailers) {
+    auto it = streams_.find(id);
+    if (it == streams_.end()) return std::nullopt;
+    std::shared_ptr<Stream> s = it->second;
+    if (block_.malformed != nullptr) {
+      ResetStream(id, ErrorCode::kProtocolError);
+      return std::nullopt;
+    }
+    return OnRequestEnd(s.get());
+  }
+  std::string_view method, scheme, path, authority;
+  for (const auto& [name, value] : block_.fields) {
+    if (name == ":method") method = value;
+    if (name == ":scheme") scheme = value;
+    if (name == ":path") path = value;
+    if (name == ":authority") authority = value;
+  }
+  if (block_.malformed == nullptr && !block_.too_large) {
+    if (method.empty()) {
+      block_.malformed = "missing :method";
+    } else if (method == "CONNECT") {
+      if (!scheme.empty() || !path.empty() || authority.empty()) {
+        block_.malformed = "CONNECT with :scheme or :path, or without :authority";
+      }
+    } else if (scheme.empty() || path.empty()) {
+      block_.malformed = "missing :scheme or :path";
+    }
+  }
+  if (block_.malformed != nullptr) {
+    ResetStream(id, ErrorCode::kProtocolError);
+    return std::nullopt;
+  }
+  auto s = std::make_shared<Stream>(this, id, writer_.OpenStream(id), options_.stream_window);
+  s->in_map_ = true;
+  streams_.emplace(id, s);
+  counters_->streams.fetch_add(1, std::memory_order_relaxed);
+  CancelIdleTimer();
+  http::Request& req = s->request_;
+  req.Reset();
+  req.SetProtocolVersion("2");
+  req.SetScheme(scheme == "https" ? "https" : "http");
+  req.SetMethod(method);
+  const size_t q = path.find('?');
+  req.SetPath(path.substr(0, q));
+  if (q != std::string_view::npos) req.SetQuery(path.substr(q + 1));
+  req.SetAuthority(authority);
+  bool bad_length = false;
+  for (const auto& [name, value] : block_.fields) {
+    if (name[0] == ':') continue;
+    if (name == "content-length") {
+      uint64_t v = 0;
+      auto r = std::from_chars(value.data(), value.data() + value.size(), v);
+      if (r.ec != std::errc() || r.ptr != value.data() + value.size() ||
+          (s->content_length_ && *s->content_length_ != v)) {
+        bad_length = true;
+      }
+      s->content_length_ = v;
+    }
+    if (name == "host" && authority.empty()) req.SetAuthority(value);
+    req.AddHeader(name, value);
+  }
+  s->recv_ended_ = block_.end_stream;
+  if (bad_length || (block_.end_stream && s->content_length_.value_or(0) != 0)) {
+    ResetStream(id, ErrorCode::kProtocolError);
+    return std::nullopt;
+  }
+  req.SetBody(!block_.end_stream, s->content_length_, s.get());
+  s->head_request_ = method == "HEAD";
+  if (block_.too_large) {
+    counters_->abuse.header_list_too_large.fetch_add(1, std::memory_order_relaxed);
+    AnswerDirectly(s, 431);
+  } else if (s->content_length_.value_or(0) > options_.max_body_bytes) {
+    counters_->body_too_large.fetch_add(1, std::memory_order_relaxed);
+    AnswerDirectly(s, 413);
+  } else {
+    StartRequest(s);
+  }
+  return std::nullopt;
+}
+
+void Connection::StartRequest(std::shared_ptr<Stream> s) {
+  http::Request& req = s->request_;
+  http::Response& res = s->response_;
+  res.Reset(s.get());
+  counters_->requests.fetch_add(1, std::memory_order_relaxed);
+  s->BeginExchange();
+  const http::Handler* handler = dispatcher_->Route(req, res);
+  if (handler == nullptr) {
+    res.End();
+    return;
+  }
+  if (WorkerPool* workers = dispatcher_->workers()) {
+    if (workers->Post([s, handler] {
+          (*handler)(s->request_, s->response_);
+          if (!s->response_.deferred()) s->response_.End();
+        })) {
+      return;
+    }
+    res.SetStatus(503);
+    res.Write(ReasonFor(503));
+    res.End();
+    return;
+  }
+  (*handler)(req, res);
+  if (!res.deferred()) res.End();
+}
+
+void Connection::AnswerDirectly(std::shared_ptr<Stream> s, uint16_t status) {
+  http::Response& res = s->response_;
+  res.Reset(s.get());
+  s->BeginExchange();
+  res.SetStatus(status);
+  res.SetHeader("content-type", "text/plain");
+  res.Write(ReasonFor(status));
+  res.End();
+}
+
+std::optional<Http2Error> Connection::OnData(const Frame& frame) {
+  const uint32_t id = frame.header.stream_id;
+  const uint32_t length = frame.header.length;
+  if (!connection_window_.OnData(length)) {
+    return Http2Error::Connection(ErrorCode::kFlowControlError,
+                                  "DATA: beyond the connection window");
+  }
+  // The connection window is given back at once: each stream's own window
+  // bounds what it may buffer.
+  ConsumeConnectionWindow(length);
+  auto it = streams_.find(id);
+  if (it == streams_.end()) {
+    if (id > last_peer_stream_id_) {
+      return Http2Error::Connection(ErrorCode::kProtocolError, "DATA: on an idle stream");
+    }
+    if (RecentlyReset(id)) return std::nullopt;  // in flight when we reset it
+    return Http2Error::Stream(id, ErrorCode::kStreamClosed, "DATA: on a closed stream");
+  }
+  std::shared_ptr<Stream> s = it->second;
+  if (s->recv_ended_) {
+    return Http2Error::Stream(id, ErrorCode::kStreamClosed, "DATA: after END_STREAM");
+  }
+  if (!s->recv_window_.OnData(length)) {
+    return Http2Error::Stream(id, ErrorCode::kFlowControlError, "DATA: beyond the stream window");
+  }
+  if (auto e = guard_.OnData(frame.payload.size(), frame.has_flag(flags::kEndStream))) return e;
+  const uint32_t padding = length - static_cast<uint32_t>(frame.payload.size());
+  if (padding > 0) ReleaseStreamWindow(s.get(), padding);
+  s->body_received_ += frame.payload.size();
+  if (s->content_length_ && s->body_received_ > *s->content_length_) {
+    return Http2Error::Stream(id, ErrorCode::kProtocolError, "DATA: more than content-length");
+  }
+  if (s->body_received_ > options_.max_body_bytes) {
+    counters_->body_too_large.fetch_add(1, std::memory_order_relaxed);
+    return Http2Error::Stream(id, ErrorCode::kCancel, "DATA: body larger than allowed");
+  }
+  if (!frame.payload.empty()) {
+    if (s->response_done_ && !s->body_claimed_) {
+      ReleaseStreamWindow(s.get(), static_cast<uint32_t>(frame.payload.size()));
+    } else if (s->body_claimed_ && s->body_buffer_.empty()) {
+      if (s->on_data_) s->on_data_(frame.payload);
+      ReleaseStreamWindow(s.get(), static_cast<uint32_t>(frame.payload.size()));
+    } else {
+      s->body_buffer_.append(reinterpret_cast<const char*>(frame.payload.data()),
+                             frame.payload.size());
+    }
+  }
+  if (frame.has_flag(flags::kEndStream)) return OnRequestEnd(s.get());
+  return std::nullopt;
+}
+
+std::optional<Http2Error> Connection::OnRequestEnd(Stream* s) {
+  if (s->content_length_ && s->body_received_ != *s->content_length_) {
+    return Http2Error::Stream(s->id_, ErrorCode::kProtocolError,
+                              "DATA: body shorter than content-length");
+  }
+  s->recv_ended_ = true;
+  s->DeliverBody();
+  MaybeCloseStream(s);
+  return std::nullopt;
+}
+
+void Connection::ReleaseStreamWindow(Stream* s, uint32_t n) {
+  if (s->recv_ended_ || s->reset_ || !s->in_map_) return;
+  if (uint32_t inc = s->recv_window_.OnConsumed(n); inc > 0) SendWindowUpdate(s->id_, inc);
+}
+
+void Connection::ConsumeConnectionWindow(uint32_t n) {
+  if (n == 0) return;
+  if (uint32_t inc = connection_window_.OnConsumed(n); inc > 0) SendWindowUpdate(0, inc);
+}
+
+void Connection::SendWindowUpdate(uint32_t stream_id, uint32_t increment) {
+  std::string out;
+  AppendWindowUpdate(stream_id, increment, &out);
+  WriteControl(out);
+}
+
+void Connection::WriteControl(const std::string& frame) {
+  writer_.WriteControl(frame);
+  if (!in_pass_) FlushOutput();
+}
+
+void Connection::HandleError(const Http2Error& error) {
+  if (!error.is_connection_error()) {
+    ResetStream(error.stream_id(), error.code());
+    return;
+  }
+  if (closing_ || closed_) return;
+  counters_->connection_errors.fetch_add(1, std::memory_order_relaxed);
+  std::string out;
+  AppendGoaway(last_peer_stream_id_, error.code(), error.debug(), &out);
+  writer_.WriteControl(out);
+  goaway_sent_ = true;
+  CloseAfterFlush();
+}
+
+void Connection::ResetStream(uint32_t id, ErrorCode code) {
+  if (code != ErrorCode::kNoError) counters_->stream_errors.fetch_add(1, std::memory_order_relaxed);
+  std::string out;
+  AppendRstStream(id, code, &out);
+  WriteControl(out);
+  RememberReset(id);
+  auto it = streams_.find(id);
+  if (it == streams_.end()) return;
+  std::shared_ptr<Stream> s = it->second;
+  s->reset_ = true;
+  s->EndBody(CancelledError("the stream was reset"));
+  RemoveStream(s.get());
+}
+
+void Connection::MaybeCloseStream(Stream* s) {
+  if (!s->in_map_) return;
+  if (!s->response_done_) return;
+  if (!s->recv_ended_) {
+    // The response is complete before the request: tell the client to
+    // stop sending (RFC 9113 §8.1).
+    ResetStream(s->id_, ErrorCode::kNoError);
+    return;
+  }
+  RemoveStream(s);
+}
+
+void Connection::RemoveStream(Stream* s) {
+  if (!s->in_map_) return;
+  s->in_map_ = false;
+  writer_.CloseStream(*s->out_);
+  std::shared_ptr<Stream> keep = streams_[s->id_];
+  streams_.erase(s->id_);
+  if (!streams_.empty() || closing_) return;
+  if (goaway_sent_ || peer_goaway_ || input_done_) {
+    CloseAfterFlush();
+  } else {
+    ArmIdleTimer();
+  }
+}
+
+void Connection::RememberReset(uint32_t id) {
+  reset_ring_[reset_ring_next_] = id;
+  reset_ring_next_ = (reset_ring_next_ + 1) % reset_ring_.size();
+}
+
+bool Connection::RecentlyReset(uint32_t id) const {
+  return std::find(reset_ring_.begin(), reset_ring_.end(), id) != reset_ring_.end();
+}
+
+void Connection::WakeFromWriter() {
+  std::weak_ptr<Connection> weak = weak_from_this();
+  RunOnLoop([weak] {
+    auto self = weak.lock();
+    if (self == nullptr || self->closed_) return;
+    self->in_pass_ = true;
+    self->writer_.set_in_pass(true);
+    self->HandleWriterEvents();
+    self->in_pass_ = false;
+    self->writer_.set_in_pass(false);
+    self->FlushOutput();
+  });
+}
+
+void Connection::HandleWriterEvents() {
+  for (int round = 0; round < 8 && !closed_; ++round) {
+    if (writer_.strategy() == OutputStrategy::kQueue && !output_blocked_) writer_.DrainQueue();
+    FrameWriter::Events events = writer_.TakeEvents();
+    for (uint32_t id : events.finished_streams) {
+      auto it = streams_.find(id);
+      if (it == streams_.end()) continue;
+      std::shared_ptr<Stream> s = it->second;
+      s->response_done_ = true;
+      MaybeCloseStream(s.get());
+    }
+    if (events.window_blocked_since) {
+      if (stall_timer_ == 0) {
+        std::weak_ptr<Connection> weak = weak_from_this();
+        const auto since = *events.window_blocked_since;
+        stall_timer_ = loop_->RunAfter(options_.limits.window_stall_timeout, [weak, since] {
+          auto self = weak.lock();
+          if (self == nullptr) return;
+          self->stall_timer_ = 0;
+          FrameWriter::Events now = self->writer_.TakeEvents();
+          // Streams finished meanwhile are handled by the next pass.
+          for (uint32_t id : now.finished_streams) {
+            auto it = self->streams_.find(id);
+            if (it == self->streams_.end()) continue;
+            std::shared_ptr<Stream> s = it->second;
+            s->response_done_ = true;
+            self->MaybeCloseStream(s.get());
+          }
+          if (now.window_blocked_since && *now.window_blocked_since <= since) {
+            if (auto e = self->guard_.CheckWindowStall(now.window_blocked_since,
+                                                       AbuseGuard::Clock::now())) {
+              self->HandleError(*e);
+              return;
+            }
+          }
+          if (now.window_blocked_since) self->HandleWriterEvents();
+        });
+      }
+    } else if (stall_timer_ != 0) {
+      loop_->CancelTimer(stall_timer_);
+      stall_timer_ = 0;
+    }
+    if (!events.drain_queue || writer_.strategy() != OutputStrategy::kQueue) break;
+  }
+}
+
+void Connection::FlushOutput() {
+  if (closed_ || output_blocked_) return;
+  std::shared_ptr<Connection> self = shared_from_this();
+  if (!writer_.Flush([self](FlushResult r) {
+        self->output_blocked_ = false;
+        if (r.is_completed) {
+          self->CloseNow();
+          return;
+        }
+        self->WakeFromWriter();
+        self->Pump();
+      })) {
+    output_blocked_ = true;
+  }
+}
+
+void Connection::ArmIdleTimer() {
+  if (idle_timer_ != 0 || closing_ || closed_) return;
+  std::weak_ptr<Connection> weak = weak_from_this();
+  idle_timer_ = loop_->RunAfter(options_.idle_timeout, [weak] {
+    auto self = weak.lock();
+    if (self == nullptr) return;
+    self->idle_timer_ = 0;
+    if (!self->streams_.empty()) return;
+    self->BeginShutdown();
+  });
+}
+
+void Connection::CancelIdleTimer() {
+  if (idle_timer_ == 0) return;
+  loop_->CancelTimer(idle_timer_);
+  idle_timer_ = 0;
+}
+
+void Connection::BeginShutdown() {
+  if (closing_ || closed_) return;
+  if (!goaway_sent_) {
+    std::string out;
+    AppendGoaway(last_peer_stream_id_, ErrorCode::kNoError, "", &out);
+    writer_.WriteControl(out);
+    goaway_sent_ = true;
+    goaway_last_stream_id_ = last_peer_stream_id_;
+  }
+  if (streams_.empty()) {
+    CloseAfterFlush();
+  } else {
+    FlushOutput();
+  }
+}
+
+void Connection::CloseAfterFlush() {
+  if (closing_ || closed_) return;
+  closing_ = true;
+  CancelIdleTimer();
+  if (preface_timer_ != 0) {
+    loop_->CancelTimer(preface_timer_);
+    preface_timer_ = 0;
+  }
+  // Streams still open end here: their handlers' later writes fail.
+  std::vector<std::shared_ptr<Stream>> open;
+  for (auto& [id, s] : streams_) open.push_back(s);
+  for (auto& s : open) {
+    s->EndBody(UnavailableError("the connection closes"));
+    s->in_map_ = false;
+    writer_.CloseStream(*s->out_);
+  }
+  streams_.clear();
+  // What is written goes out, then the transport half-closes.
+  writer_.Complete();
+  std::weak_ptr<Connection> weak = weak_from_this();
+  linger_timer_ = loop_->RunAfter(options_.linger_timeout, [weak] {
+    if (auto self = weak.lock()) {
+      self->linger_timer_ = 0;
+      self->CloseNow();
+    }
+  });
+  if (input_done_) CloseNow();
+}
+
+void Connection::CompleteInput() {
+  if (input_done_) return;
+  input_done_ = true;
+  transport_->input().Complete();
+}
+
+void Connection::CloseNow() {
+  if (closed_) return;
+  closed_ = true;
+  for (EventLoop::TimerId* t : {&preface_timer_, &idle_timer_, &linger_timer_, &stall_timer_}) {
+    if (*t != 0) loop_->CancelTimer(*t);
+    *t = 0;
+  }
+  writer_.Abort();
+  for (auto& [id, s] : streams_) {
+    s->EndBody(UnavailableError("the connection closed"));
+    s->in_map_ = false;
+  }
+  streams_.clear();
+  transport_->Close();
+  open_exchanges_.fetch_or(kClosedBit);
+  NotifyClosedIfDone();
+}
+
+void Connection::Abort() {
+  aborted_ = true;
+  CloseNow();
+  NotifyClosedIfDone();
+}
+
+void Connection::NotifyClosedIfDone() {
+  if (!closed_ || notified_closed_ || !on_closed_) return;
+  if ((open_exchanges_.load() & ~kClosedBit) != 0 && !aborted_) return;
+  notified_closed_ = true;
+  std::function<void()> cb = std::move(on_closed_);
+  on_closed_ = nullptr;
+  cb();
+}
+
+void Connection::ExchangeEnded() {
+  EventLoop* loop = loop_;
+  ConnectionCounters* counters = counters_;
+  std::weak_ptr<Connection> weak = weak_from_this();
+  const bool off_loop = !loop->IsInLoopThread();
+  if (off_loop) counters->off_loop_posts.fetch_add(1);
+  // After this decrement the connection may be gone: only locals below.
+  const uint64_t before = open_exchanges_.fetch_sub(1);
+  if (before == (kClosedBit | 1)) {
+    loop->Post([weak] {
+      if (auto self = weak.lock()) self->NotifyClosedIfDone();
+    });
+  }
+  if (off_loop) counters->off_loop_posts.fetch_sub(1);
+}
+
+void Connection::RunOnLoop(std::function<void()> task) {
+  if (loop_->IsInLoopThread()) {
+    task();
+    return;
+  }
+  counters_->off_loop_posts.fetch_add(1);
+  loop_->Post(std::move(task));
+  counters_->off_loop_posts.fetch_sub(1);
+}
+
+}  // namespace sluice::http2

@@ -1,0 +1,229 @@
+// One server-side HTTP/2 connection (RFC 9113): reads frames from a
+// Transport's input, runs the requests of its streams through the same
+// Handler API as HTTP/1.1, and writes responses through a FrameWriter with
+// the configured output strategy.
+//
+// The connection works in passes on its loop thread, like HTTP/1.1: a pass
+// decodes every complete frame that is buffered, dispatches the requests
+// whose headers completed (inline, or to the worker pool), feeds request
+// bodies, answers SETTINGS/PING, and ends with one flush, so the responses
+// of a burst of streams leave in one writev (shared/DESIGN.md §8).
+//
+// Errors are Http2Errors with their scope from creation: a stream error
+// sends RST_STREAM and the connection goes on; a connection error sends
+// GOAWAY (last stream id, RFC code, debug text saying why) and closes after
+// a bounded linger. Floods and abuse are caught by AbuseGuard.
+//
+//   auto conn = std::make_shared<sluice::http2::Connection>(
+//       std::move(transport), options, &dispatcher, &counters, &pool);
+//   conn->Start();  // on the transport's loop thread
+//
+// Thread-safety: owned by the transport's loop thread. The Request and
+// Response of a stream follow http/exchange.h: the handler's worker thread,
+// or any single thread carrying on a deferred response, may use them;
+// their writes go through the FrameWriter, which is thread-safe.
+#ifndef SLUICE_HTTP2_CONNECTION_H_
+#define SLUICE_HTTP2_CONNECTION_H_
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/event_loop.h"
+#include "core/memory_pool.h"
+#include "core/transport.h"
+#include "http/dispatcher.h"
+#include "http/exchange.h"
+#include "http2/abuse_guard.h"
+#include "http2/flow_control.h"
+#include "http2/frame.h"
+#include "http2/frame_writer.h"
+#include "http2/hpack.h"
+
+namespace sluice::http2 {
+
+struct ConnectionOptions {
+  // The output strategy and its limits.
+  FrameWriterOptions output;
+  // Our SETTINGS (defaults after Kestrel's; shared/DESIGN.md §4).
+  uint32_t max_concurrent_streams = 100;
+  uint32_t max_frame_size = 16 * 1024;
+  uint32_t header_table_size = 4096;
+  uint32_t stream_window = 768 * 1024;
+  // The connection window we grant (a WINDOW_UPDATE right after SETTINGS).
+  uint32_t connection_window = 1024 * 1024;
+  // Decoded header list size (name + value + 32 per field); past it the
+  // request is answered 431.
+  uint32_t max_header_list_size = 32 * 1024;
+  // Largest request body: a larger content-length is answered 413, a body
+  // that grows past it without one is reset (CANCEL).
+  uint64_t max_body_bytes = 30'000'000;
+  AbuseLimits limits;
+  // The client preface and first SETTINGS must arrive within this.
+  std::chrono::milliseconds preface_timeout{10'000};
+  // A connection without streams closes (GOAWAY NO_ERROR) after this.
+  std::chrono::milliseconds idle_timeout{60'000};
+  // After our last bytes, how long to keep reading (and dropping) before
+  // releasing the socket.
+  std::chrono::milliseconds linger_timeout{2'000};
+};
+
+// Counters shared by all HTTP/2 connections of a server; relaxed atomics.
+struct ConnectionCounters {
+  std::atomic<uint64_t> connections{0};
+  std::atomic<uint64_t> streams{0};
+  std::atomic<uint64_t> requests{0};
+  std::atomic<uint64_t> stream_errors{0};      // RST_STREAM we sent (not NO_ERROR)
+  std::atomic<uint64_t> connection_errors{0};  // GOAWAY we sent with an error code
+  std::atomic<uint64_t> peer_resets{0};        // RST_STREAM received
+  std::atomic<uint64_t> refused_streams{0};    // over max_concurrent_streams
+  std::atomic<uint64_t> body_too_large{0};
+  std::atomic<uint64_t> passes{0};
+  // A gauge: threads posting to a loop on a connection's behalf (see
+  // http1::ConnectionCounters::off_loop_posts).
+  std::atomic<uint64_t> off_loop_posts{0};
+  AbuseCounters abuse;
+  OutputStats output;
+};
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  // `dispatcher`, `counters` and `pool` must outlive the connection.
+  Connection(std::unique_ptr<Transport> transport, const ConnectionOptions& options,
+             http::RequestDispatcher* dispatcher, ConnectionCounters* counters, MemoryPool* pool);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Sends our SETTINGS and starts reading. Loop thread.
+  void Start();
+  // Graceful: GOAWAY(NO_ERROR) with the last stream id; in-flight streams
+  // finish, then the connection closes. Loop thread.
+  void BeginShutdown();
+  // Closes at once; deferred responses still open see their writes fail.
+  // Loop thread.
+  void Abort();
+  // Called once, on the loop thread, when the connection has closed and no
+  // exchange is in flight (or after Abort).
+  void SetOnClosed(std::function<void()> on_closed) { on_closed_ = std::move(on_closed); }
+  bool closed() const { return closed_; }
+
+ private:
+  class Stream;
+  // A header block being received (HEADERS + CONTINUATIONs).
+  struct HeaderBlock {
+    uint32_t stream_id = 0;  // 0: none in progress
+    bool end_stream = false;
+    bool trailers = false;                   // for an open stream
+    bool discard = false;                    // refused or ignored: decode only (HPACK state)
+    bool refused = false;                    // over max_concurrent_streams: REFUSED_STREAM
+    std::optional<Http2Error> stream_error;  // sent once the block is decoded
+    std::vector<std::pair<std::string, std::string>> fields;
+    size_t list_size = 0;
+    bool too_large = false;
+    bool regular_seen = false;
+    const char* malformed = nullptr;  // the first problem found
+  };
+
+  void Pump();
+  bool ProcessPass(const ReadResult& read);
+  // Decodes and handles frames from `buffer`; returns the bytes consumed
+  // and sets *need_more when it stopped at an incomplete frame.
+  size_t ProcessFrames(const BufferSequence& buffer, bool* need_more);
+  std::optional<Http2Error> HandleFrame(const Frame& frame);
+  std::optional<Http2Error> OnHeaders(const Frame& frame);
+  std::optional<Http2Error> OnContinuation(const Frame& frame);
+  std::optional<Http2Error> DecodeFragment(std::span<const uint8_t> fragment, bool final);
+  std::optional<Http2Error> EndHeaderBlock();
+  std::optional<Http2Error> OnData(const Frame& frame);
+  // END_STREAM from the peer (DATA or trailers).
+  std::optional<Http2Error> OnRequestEnd(Stream* stream);
+  // The handler consumed (or we dropped) `n` body bytes of `stream`.
+  void ReleaseStreamWindow(Stream* stream, uint32_t n);
+  std::optional<Http2Error> OnRstStream(const Frame& frame);
+  std::optional<Http2Error> OnSettings(const Frame& frame);
+  std::optional<Http2Error> OnWindowUpdate(const Frame& frame);
+  void OnField(std::string_view name, std::string_view value);
+  // Opens a stream for a valid request head and dispatches it.
+  void StartRequest(std::shared_ptr<Stream> stream);
+  // Answers a request the connection refuses itself (431, 413).
+  void AnswerDirectly(std::shared_ptr<Stream> stream, uint16_t status);
+  void HandleError(const Http2Error& error);
+  void ResetStream(uint32_t id, ErrorCode code);
+  // Closes `stream` in the protocol sense if both sides are done.
+  void MaybeCloseStream(Stream* stream);
+  void RemoveStream(Stream* stream);
+  void RememberReset(uint32_t id);
+  bool RecentlyReset(uint32_t id) const;
+  // After the writer woke us (or at the end of a pass): finished streams,
+  // the queue to drain, window stalls.
+  void HandleWriterEvents();
+  // The writer's WakeLoop: runs HandleWriterEvents on the loop.
+  void WakeFromWriter();
+  void CompleteInput();
+  void FlushOutput();
+  void WriteControl(const std::string& frame);
+  void SendWindowUpdate(uint32_t stream_id, uint32_t increment);
+  void ConsumeConnectionWindow(uint32_t n);
+  void ArmIdleTimer();
+  void CancelIdleTimer();
+  void CloseAfterFlush();
+  void CloseNow();
+  void NotifyClosedIfDone();
+  // Runs `task` on the loop: now if on it, else posted.
+  void RunOnLoop(std::function<void()> task);
+  // Exchanges (dispatched requests whose response has not ended).
+  void ExchangeEnded();
+
+  std::unique_ptr<Transport> transport_;
+  EventLoop* const loop_;
+  const ConnectionOptions options_;
+  http::RequestDispatcher* const dispatcher_;
+  ConnectionCounters* const counters_;
+  std::function<void()> on_closed_;
+  AbuseGuard guard_;
+  HpackDecoder decoder_;
+  FrameWriter writer_;
+
+  std::unordered_map<uint32_t, std::shared_ptr<Stream>> streams_;
+  HeaderBlock block_;
+  std::vector<uint8_t> frame_scratch_;
+  Frame frame_;
+  ReceiveWindow connection_window_;
+  uint32_t last_peer_stream_id_ = 0;
+  std::array<uint32_t, 64> reset_ring_{};
+  size_t reset_ring_next_ = 0;
+
+  bool preface_received_ = false;
+  bool settings_received_ = false;
+  bool goaway_sent_ = false;
+  uint32_t goaway_last_stream_id_ = kMaxStreamId;
+  bool peer_goaway_ = false;
+  bool in_pass_ = false;
+  bool read_pending_ = false;
+  bool output_blocked_ = false;
+  bool closing_ = false;     // output completed; reading only to linger
+  bool input_done_ = false;  // the peer finished sending, or we stopped reading
+  bool closed_ = false;
+  bool notified_closed_ = false;
+  bool aborted_ = false;
+  EventLoop::TimerId preface_timer_ = 0;
+  EventLoop::TimerId idle_timer_ = 0;
+  EventLoop::TimerId linger_timer_ = 0;
+  EventLoop::TimerId stall_timer_ = 0;
+  // Exchanges whose response has not ended, with kClosedBit (connection.cc)
+  // set once closed.
+  std::atomic<uint64_t> open_exchanges_{0};
+};
+
+}  // namespace sluice::http2
+
+#endif  // SLUICE_HTTP2_CONNECTION_H_

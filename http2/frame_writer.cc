@@ -1,0 +1,534 @@
+#include "http2/frame_writer.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+
+namespace sluice::http2 {
+namespace {
+
+std::span<const uint8_t> AsBytes(std::string_view s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+}  // namespace
+
+std::string_view OutputStrategyName(OutputStrategy strategy) {
+  switch (strategy) {
+    case OutputStrategy::kTwoLocks:
+      return "two_locks";
+    case OutputStrategy::kSingleLock:
+      return "single_lock";
+    case OutputStrategy::kQueue:
+      return "queue";
+  }
+  return "unknown";
+}
+
+bool ParseOutputStrategy(std::string_view name, OutputStrategy* strategy) {
+  for (OutputStrategy s :
+       {OutputStrategy::kTwoLocks, OutputStrategy::kSingleLock, OutputStrategy::kQueue}) {
+    if (name == OutputStrategyName(s)) {
+      *strategy = s;
+      return true;
+    }
+  }
+  return false;
+}
+
+OutputCounters OutputStats::Snapshot() const {
+  auto get = [](const std::atomic<uint64_t>& c) { return c.load(std::memory_order_relaxed); };
+  OutputCounters c;
+  c.frame_lock = frame_lock_.Snapshot();
+  c.pipe_lock = pipe_lock_.Snapshot();
+  c.queue_lock = queue_lock_.Snapshot();
+  c.stage_lock = stage_lock_.Snapshot();
+  c.flushes_requested = get(flushes_requested_);
+  c.flushes_performed = get(flushes_performed_);
+  c.frames = get(frames_);
+  c.data_frames = get(data_frames_);
+  c.data_bytes = get(data_bytes_);
+  c.streams_scheduled = get(streams_scheduled_);
+  c.queue_drains = get(queue_drains_);
+  c.window_waits = get(window_waits_);
+  c.flush_waits = get(flush_waits_);
+  return c;
+}
+
+// A producer on a worker thread waiting for its flush.
+struct FrameWriter::FlushWaiter {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  void Done() {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+    cv.notify_all();
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [this] { return done; });
+  }
+};
+
+// In kTwoLocks, the ConcurrentPipeWriter's own lock, taken inside the frame
+// writer's; otherwise the frame writer's lock is the pipe writer's and this
+// takes nothing.
+class PipeLockScope {
+ public:
+  PipeLockScope(Mutex* pipe_mu, Mutex* frame_mu) ABSL_NO_THREAD_SAFETY_ANALYSIS
+      : mu_(pipe_mu == frame_mu ? nullptr : pipe_mu) {
+    if (mu_ != nullptr) mu_->Lock();
+  }
+  ~PipeLockScope() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (mu_ != nullptr) mu_->Unlock();
+  }
+  PipeLockScope(const PipeLockScope&) = delete;
+  PipeLockScope& operator=(const PipeLockScope&) = delete;
+
+ private:
+  Mutex* const mu_;
+};
+
+FrameWriter::FrameWriter(const FrameWriterOptions& options, PipeWriter* out, MemoryPool* pool,
+                         OutputStats* stats, WakeLoop wake_loop,
+                         std::function<bool()> on_loop_thread)
+    : options_(options),
+      stats_(stats),
+      wake_loop_(std::move(wake_loop)),
+      on_loop_thread_(std::move(on_loop_thread)),
+      frame_mu_(&stats->frame_lock_),
+      encoder_(options.encoder_table_size),
+      connection_window_(kDefaultInitialWindowSize),
+      queue_mu_(&stats->queue_lock_) {
+  if (options.strategy == OutputStrategy::kTwoLocks) {
+    out_.emplace(out, pool, &stats->pipe_lock_);
+  } else {
+    out_.emplace(out, pool, &frame_mu_);
+  }
+}
+
+FrameWriter::~FrameWriter() {
+  const ConcurrentPipeWriterCounters c = out_->counters();
+  OutputStats::Add(stats_->flushes_requested_, c.flushes_requested);
+  OutputStats::Add(stats_->flushes_performed_, c.flushes_performed);
+}
+
+std::shared_ptr<StreamOutput> FrameWriter::OpenStream(uint32_t id) {
+  auto stream = std::make_shared<StreamOutput>(id, &stats_->stage_lock_);
+  MutexLock lock(&frame_mu_);
+  stream->window_ = SendWindow(initial_window_);
+  streams_[id] = stream;
+  return stream;
+}
+
+void FrameWriter::CloseStream(StreamOutput& stream) {
+  {
+    MutexLock lock(&frame_mu_);
+    stream.closed_ = true;
+    stream.pending_.clear();
+    stream.pending_off_ = 0;
+    stream.end_pending_ = false;
+    streams_.erase(stream.id_);
+    stream.room_.SignalAll();
+    UpdateBlockedLocked();
+  }
+  MutexLock lock(&stream.stage_mu_);
+  stream.stage_closed_ = true;
+  stream.unsent_.store(0, std::memory_order_relaxed);
+  stream.staged_data_.clear();
+  stream.staged_fields_.clear();
+  stream.staged_head_ = stream.staged_end_ = false;
+  stream.staged_room_.SignalAll();
+}
+
+void FrameWriter::WriteControl(std::string_view frame) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  MutexLock lock(&frame_mu_);
+  if (completed_ || aborted_) return;
+  PipeLockScope pipe(out_->mutex(), &frame_mu_);
+  WriteBytesLocked(AsBytes(frame));
+}
+
+bool FrameWriter::GrowConnectionWindow(uint32_t increment) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  MutexLock lock(&frame_mu_);
+  if (!connection_window_.Grow(increment)) return false;
+  PipeLockScope pipe(out_->mutex(), &frame_mu_);
+  ServeWaitersLocked();
+  return true;
+}
+
+bool FrameWriter::GrowStreamWindow(StreamOutput& stream,
+                                   uint32_t increment) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  MutexLock lock(&frame_mu_);
+  if (stream.closed_) return true;
+  if (!stream.window_.Grow(increment)) return false;
+  PipeLockScope pipe(out_->mutex(), &frame_mu_);
+  ServeWaitersLocked();
+  return true;
+}
+
+bool FrameWriter::SetPeerInitialWindowSize(uint32_t size) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  MutexLock lock(&frame_mu_);
+  const int64_t delta = static_cast<int64_t>(size) - initial_window_;
+  initial_window_ = size;
+  for (auto& [id, stream] : streams_) {
+    if (!stream->window_.Shift(delta)) return false;
+  }
+  PipeLockScope pipe(out_->mutex(), &frame_mu_);
+  ServeWaitersLocked();
+  return true;
+}
+
+void FrameWriter::SetPeerMaxFrameSize(uint32_t size) {
+  MutexLock lock(&frame_mu_);
+  max_frame_size_ = size;
+}
+
+Status FrameWriter::SetPeerHeaderTableSize(uint32_t size) {
+  MutexLock lock(&frame_mu_);
+  return encoder_.SetPeerTableSize(size);
+}
+
+bool FrameWriter::SendHead(StreamOutput& stream, std::span<const HeaderField> fields,
+                           std::span<const uint8_t> body, bool end) {
+  if (options_.strategy == OutputStrategy::kQueue) return Stage(stream, &fields, body, end);
+  return SendLocked(stream, &fields, body, end);
+}
+
+bool FrameWriter::SendData(StreamOutput& stream, std::span<const uint8_t> data, bool end) {
+  if (options_.strategy == OutputStrategy::kQueue) return Stage(stream, nullptr, data, end);
+  return SendLocked(stream, nullptr, data, end);
+}
+
+bool FrameWriter::SendLocked(StreamOutput& stream, std::span<const HeaderField>* fields,
+                             std::span<const uint8_t> data,
+                             bool end) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  const bool on_loop = OnLoop();
+  std::shared_ptr<FlushWaiter> waiter;
+  bool wake = false;
+  bool ok = true;
+  {
+    MutexLock lock(&frame_mu_);
+    if (aborted_ || completed_ || stream.closed_) return false;
+    {
+      PipeLockScope pipe(out_->mutex(), &frame_mu_);
+      if (fields != nullptr) ok = WriteHeadersLocked(stream, *fields, end && data.empty());
+      if (ok && (!data.empty() || (end && fields == nullptr))) QueueDataLocked(stream, data, end);
+      if (ok && !(on_loop && in_pass_)) FlushLocked(on_loop ? nullptr : &waiter);
+    }
+    if (!on_loop) {
+      // Backpressure by flow control: wait while the stream holds too much.
+      while (stream.pending_.size() - stream.pending_off_ > options_.max_pending_per_stream &&
+             !stream.closed_ && !aborted_) {
+        OutputStats::Add(stats_->window_waits_, 1);
+        stream.room_.Wait(&frame_mu_);
+      }
+    }
+    if ((!finished_.empty() || blocked_since_) && !wake_pending_ && !(on_loop && in_pass_)) {
+      wake_pending_ = true;
+      wake = true;
+    }
+  }
+  if (wake) wake_loop_();
+  if (waiter != nullptr) {
+    OutputStats::Add(stats_->flush_waits_, 1);
+    waiter->Wait();
+  }
+  return ok;
+}
+
+bool FrameWriter::Stage(StreamOutput& stream, std::span<const HeaderField>* fields,
+                        std::span<const uint8_t> data, bool end) {
+  const bool on_loop = OnLoop();
+  bool wake = false;
+  {
+    MutexLock lock(&stream.stage_mu_);
+    if (stream.stage_closed_) return false;
+    if (fields != nullptr) {
+      stream.staged_head_ = true;
+      stream.staged_fields_.clear();
+      for (const HeaderField& f : *fields) stream.staged_fields_.emplace_back(f.name, f.value);
+    }
+    stream.staged_data_.append(reinterpret_cast<const char*>(data.data()), data.size());
+    stream.staged_end_ = stream.staged_end_ || end;
+    stream.unsent_.fetch_add(data.size(), std::memory_order_relaxed);
+    if (!stream.scheduled_) {
+      stream.scheduled_ = true;
+      OutputStats::Add(stats_->streams_scheduled_, 1);
+      MutexLock queue_lock(&queue_mu_);
+      queue_.push_back(stream.shared_from_this());
+      if (!drain_pending_) {
+        drain_pending_ = true;
+        wake = !(on_loop && in_pass_);
+      }
+    }
+  }
+  if (wake) wake_loop_();
+  if (!on_loop) {
+    MutexLock lock(&stream.stage_mu_);
+    // Announced before the check (both seq_cst): the loop either sees the
+    // flag after its decrement and signals under stage_mu_, or decremented
+    // before this check reads unsent_.
+    stream.producer_waiting_.store(true);
+    while (stream.unsent_.load() > options_.max_pending_per_stream && !stream.stage_closed_) {
+      OutputStats::Add(stats_->window_waits_, 1);
+      stream.staged_room_.Wait(&stream.stage_mu_);
+    }
+    stream.producer_waiting_.store(false);
+  }
+  return true;
+}
+
+void FrameWriter::DrainQueue() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  std::vector<std::shared_ptr<StreamOutput>> batch;
+  {
+    MutexLock lock(&queue_mu_);
+    batch.swap(queue_);
+    drain_pending_ = false;
+  }
+  if (batch.empty()) return;
+  OutputStats::Add(stats_->queue_drains_, 1);
+  std::vector<std::pair<std::string, std::string>> fields;
+  std::vector<HeaderField> views;
+  std::string data;
+  MutexLock lock(&frame_mu_);
+  PipeLockScope pipe(out_->mutex(), &frame_mu_);
+  for (const std::shared_ptr<StreamOutput>& s : batch) {
+    bool head;
+    bool end;
+    {
+      MutexLock stage(&s->stage_mu_);
+      s->scheduled_ = false;
+      head = s->staged_head_;
+      s->staged_head_ = false;
+      if (head) fields.swap(s->staged_fields_);
+      data.clear();
+      data.swap(s->staged_data_);
+      end = s->staged_end_;
+      s->staged_end_ = false;
+    }
+    if (s->closed_ || aborted_ || completed_) continue;
+    bool ok = true;
+    if (head) {
+      views.clear();
+      for (const auto& [name, value] : fields) views.push_back({name, value});
+      ok = WriteHeadersLocked(*s, views, end && data.empty());
+    }
+    if (ok && (!data.empty() || (end && !head))) QueueDataLocked(*s, AsBytes(data), end);
+    // Give the staging buffers' capacity back for the next round.
+    if (head) {
+      MutexLock stage(&s->stage_mu_);
+      if (s->staged_fields_.empty()) fields.swap(s->staged_fields_);
+    }
+  }
+}
+
+FrameWriter::Events FrameWriter::TakeEvents() {
+  Events events;
+  {
+    MutexLock lock(&frame_mu_);
+    events.finished_streams.swap(finished_);
+    events.window_blocked_since = blocked_since_;
+    wake_pending_ = false;
+  }
+  MutexLock lock(&queue_mu_);
+  events.drain_queue = !queue_.empty();
+  return events;
+}
+
+bool FrameWriter::Flush(FlushCallback on_done) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  MutexLock lock(&frame_mu_);
+  PipeLockScope pipe(out_->mutex(), &frame_mu_);
+  FlushResult result;
+  return out_->Flush(&result, std::move(on_done));
+}
+
+void FrameWriter::Complete() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  MutexLock lock(&frame_mu_);
+  if (completed_) return;
+  completed_ = true;
+  PipeLockScope pipe(out_->mutex(), &frame_mu_);
+  out_->Complete();
+}
+
+void FrameWriter::Abort() {
+  std::vector<std::shared_ptr<StreamOutput>> streams;
+  {
+    MutexLock lock(&frame_mu_);
+    aborted_ = true;
+    for (auto& [id, s] : streams_) {
+      s->room_.SignalAll();
+      streams.push_back(s);
+    }
+  }
+  for (auto& s : streams) {
+    MutexLock lock(&s->stage_mu_);
+    s->stage_closed_ = true;
+    s->staged_room_.SignalAll();
+  }
+}
+
+bool FrameWriter::WriteHeadersLocked(StreamOutput& stream, std::span<const HeaderField> fields,
+                                     bool end) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  scratch_.clear();
+  if (!encoder_.Encode(fields, &scratch_).ok()) {
+    aborted_ = true;  // the encoder's state is lost: the connection cannot go on
+    return false;
+  }
+  std::span<const uint8_t> block = AsBytes(scratch_);
+  uint8_t header[kFrameHeaderSize];
+  bool first = true;
+  do {
+    const size_t n = std::min<size_t>(block.size(), max_frame_size_);
+    const bool last = n == block.size();
+    uint8_t f = last ? flags::kEndHeaders : 0;
+    if (first && end) f |= flags::kEndStream;
+    WriteFrameHeader(header, static_cast<uint32_t>(n),
+                     first ? FrameType::kHeaders : FrameType::kContinuation, f, stream.id_);
+    WriteBytesLocked({header, sizeof(header)}, block.first(n));
+    block = block.subspan(n);
+    first = false;
+  } while (!block.empty());
+  stream.head_written_ = true;
+  if (end) FinishStreamLocked(stream);
+  return true;
+}
+
+void FrameWriter::QueueDataLocked(StreamOutput& stream, std::span<const uint8_t> data, bool end) {
+  if (stream.closed_) return;
+  if (stream.waiting_) {
+    // Earlier bytes wait for window: these go behind them.
+    stream.pending_.append(reinterpret_cast<const char*>(data.data()), data.size());
+    stream.end_pending_ = stream.end_pending_ || end;
+    return;
+  }
+  size_t off = 0;
+  for (;;) {
+    const size_t remaining = data.size() - off;
+    if (remaining == 0 && off > 0) return;  // the last frame went out (END_STREAM with it)
+    const int64_t allow = std::min<int64_t>(
+        {stream.window_.available(), connection_window_.available(), max_frame_size_});
+    if (remaining > 0 && allow <= 0) break;
+    const size_t n = std::min<size_t>(remaining, remaining == 0 ? 0 : allow);
+    const bool last = n == remaining && end;
+    WriteDataFrameLocked(stream, data.subspan(off, n), last);
+    off += n;
+    if (n == remaining) {
+      if (last) FinishStreamLocked(stream);
+      return;
+    }
+  }
+  stream.pending_.assign(reinterpret_cast<const char*>(data.data()) + off, data.size() - off);
+  stream.pending_off_ = 0;
+  stream.end_pending_ = end;
+  stream.waiting_ = true;
+  waiters_.push_back(stream.shared_from_this());
+  UpdateBlockedLocked();
+}
+
+bool FrameWriter::WritePendingLocked(StreamOutput& stream) {
+  const size_t remaining = stream.pending_.size() - stream.pending_off_;
+  const int64_t allow = std::min<int64_t>(
+      {stream.window_.available(), connection_window_.available(), max_frame_size_});
+  if (remaining > 0 && allow <= 0) return false;
+  const size_t n = std::min<size_t>(remaining, allow);
+  const bool last = n == remaining && stream.end_pending_;
+  WriteDataFrameLocked(
+      stream, AsBytes(std::string_view(stream.pending_).substr(stream.pending_off_, n)), last);
+  stream.pending_off_ += n;
+  if (stream.pending_off_ == stream.pending_.size()) {
+    stream.pending_.clear();
+    stream.pending_off_ = 0;
+  }
+  return true;
+}
+
+void FrameWriter::ServeWaitersLocked() {
+  bool progress = true;
+  while (progress && !waiters_.empty() && connection_window_.available() > 0) {
+    progress = false;
+    for (size_t i = 0, m = waiters_.size(); i < m && connection_window_.available() > 0; ++i) {
+      std::shared_ptr<StreamOutput> s = std::move(waiters_.front());
+      waiters_.pop_front();
+      if (s->closed_) {
+        s->waiting_ = false;
+        continue;
+      }
+      const size_t before = s->pending_.size() - s->pending_off_;
+      if (WritePendingLocked(*s)) progress = true;
+      const size_t after = s->pending_.size() - s->pending_off_;
+      if (after < before && after <= options_.max_pending_per_stream) s->room_.SignalAll();
+      if (after == 0 && (s->closed_ || !s->end_pending_)) {
+        s->waiting_ = false;  // all sent (FinishStreamLocked ran if it was the end)
+        continue;
+      }
+      waiters_.push_back(std::move(s));
+    }
+  }
+  UpdateBlockedLocked();
+}
+
+void FrameWriter::WriteDataFrameLocked(StreamOutput& stream, std::span<const uint8_t> data,
+                                       bool end) {
+  uint8_t header[kFrameHeaderSize];
+  WriteFrameHeader(header, static_cast<uint32_t>(data.size()), FrameType::kData,
+                   end ? flags::kEndStream : 0, stream.id_);
+  WriteBytesLocked({header, sizeof(header)}, data);
+  stream.window_.Consume(static_cast<uint32_t>(data.size()));
+  connection_window_.Consume(static_cast<uint32_t>(data.size()));
+  OutputStats::Add(stats_->data_frames_, 1);
+  data_frames_sent_.store(data_frames_sent_.load(std::memory_order_relaxed) + 1,
+                          std::memory_order_relaxed);
+  OutputStats::Add(stats_->data_bytes_, data.size());
+  if (options_.strategy == OutputStrategy::kQueue && !data.empty()) {
+    stream.unsent_.fetch_sub(data.size());
+    if (stream.producer_waiting_.load()) {
+      MutexLock stage(&stream.stage_mu_);
+      stream.staged_room_.SignalAll();
+    }
+  }
+  if (end) FinishStreamLocked(stream);
+}
+
+void FrameWriter::WriteBytesLocked(std::span<const uint8_t> a,
+                                   std::span<const uint8_t> b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  OutputStats::Add(stats_->frames_, 1);
+  // Write fails only after Complete, which is checked before every write.
+  (void)out_->Write(a);
+  if (!b.empty()) (void)out_->Write(b);
+}
+
+void FrameWriter::FinishStreamLocked(StreamOutput& stream) {
+  if (stream.closed_) return;
+  stream.closed_ = true;
+  stream.end_pending_ = false;
+  finished_.push_back(stream.id_);
+  stream.room_.SignalAll();
+}
+
+void FrameWriter::UpdateBlockedLocked() {
+  bool blocked = false;
+  for (const auto& s : waiters_) {
+    if (!s->closed_) {
+      blocked = true;
+      break;
+    }
+  }
+  if (!blocked) {
+    blocked_since_.reset();
+  } else if (!blocked_since_) {
+    blocked_since_ = std::chrono::steady_clock::now();
+  }
+}
+
+bool FrameWriter::FlushLocked(std::shared_ptr<FlushWaiter>* waiter) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  FlushResult result;
+  if (waiter == nullptr) return out_->Flush(&result, [](FlushResult) {});
+  auto w = std::make_shared<FlushWaiter>();
+  if (out_->Flush(&result, [w](FlushResult) { w->Done(); })) return true;
+  *waiter = std::move(w);
+  return false;
+}
+
+}  // namespace sluice::http2

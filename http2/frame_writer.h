@@ -1,0 +1,315 @@
+// The output path of one HTTP/2 connection: frame serialization, HPACK
+// encoding in wire order, outbound flow control, and the three output
+// strategies of shared/DESIGN.md §3, selectable at run time.
+//
+// Producers (stream handlers, on the loop thread or on worker threads) hand
+// a response to the writer through `SendHead`/`SendData`. How their bytes
+// reach the connection's ConcurrentPipeWriter is the strategy:
+//
+//  - kTwoLocks:  the producer takes the frame writer's lock (HPACK, windows,
+//                framing), then the ConcurrentPipeWriter's own lock to
+//                append and flush (Kestrel before PR 12285).
+//  - kSingleLock: the frame writer's lock is injected into the
+//                ConcurrentPipeWriter: one acquisition per write (PR 12285).
+//  - kQueue:     the producer never takes the frame writer's lock: it stages
+//                its output in the stream (a per-stream lock nobody else
+//                contends) and schedules the stream once on the connection's
+//                queue; the connection's loop drains the queue, encodes,
+//                applies flow control and writes every scheduled stream's
+//                frames, then flushes once (Kestrel 7, PR 40925).
+//
+// Outbound flow control is the same for all: a DATA frame carries at most
+// min(stream window, connection window, peer's max frame size) bytes; the
+// rest waits in the stream, and streams waiting for window are served
+// round-robin when WINDOW_UPDATEs arrive. A producer on a worker thread
+// blocks while its stream holds more than `max_pending_per_stream` unsent
+// bytes or while the pipe is over its pause threshold (backpressure); the
+// loop thread never blocks.
+//
+//   FrameWriter writer(options, &transport->output(), pool, &stats, hooks);
+//   auto stream = writer.OpenStream(1);
+//   writer.SendHead(*stream, fields, body, /*end=*/true);  // any thread
+//   writer.Flush(...);                                     // loop, end of pass
+//
+// Thread-safety: thread-safe. Producer methods may be called from any
+// thread (one thread at a time per stream); the methods marked "loop" only
+// from the connection's loop thread.
+#ifndef SLUICE_HTTP2_FRAME_WRITER_H_
+#define SLUICE_HTTP2_FRAME_WRITER_H_
+
+#include <absl/base/thread_annotations.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/concurrent_pipe_writer.h"
+#include "core/memory_pool.h"
+#include "core/mutex.h"
+#include "core/pipe.h"
+#include "core/status.h"
+#include "http2/flow_control.h"
+#include "http2/frame.h"
+#include "http2/hpack.h"
+
+namespace sluice::http2 {
+
+enum class OutputStrategy : uint8_t { kTwoLocks, kSingleLock, kQueue };
+
+// "two_locks", "single_lock", "queue".
+std::string_view OutputStrategyName(OutputStrategy strategy);
+// Parses a name of OutputStrategyName; false if unknown.
+bool ParseOutputStrategy(std::string_view name, OutputStrategy* strategy);
+
+// A snapshot of the output counters (shared/DESIGN.md §3).
+struct OutputCounters {
+  // The frame writer's lock (all strategies; in kQueue only the loop takes it).
+  LockCountersSnapshot frame_lock;
+  // kTwoLocks: the ConcurrentPipeWriter's own lock.
+  LockCountersSnapshot pipe_lock;
+  // kQueue: the schedule queue's lock and the per-stream staging locks.
+  LockCountersSnapshot queue_lock;
+  LockCountersSnapshot stage_lock;
+  // Flush calls on the ConcurrentPipeWriter vs flushes of the pipe it
+  // wraps (flushes_requested / flushes_performed is the coalescing ratio).
+  // Folded in as each connection's writer goes away.
+  uint64_t flushes_requested = 0;
+  uint64_t flushes_performed = 0;
+  uint64_t frames = 0;
+  uint64_t data_frames = 0;
+  uint64_t data_bytes = 0;
+  // kQueue: streams put on the queue, and queue drains by the loop.
+  uint64_t streams_scheduled = 0;
+  uint64_t queue_drains = 0;
+  // Producers that blocked: on flow control / on a pending flush.
+  uint64_t window_waits = 0;
+  uint64_t flush_waits = 0;
+};
+
+// The counters of every connection of a server. Thread-safe.
+class OutputStats {
+ public:
+  OutputCounters Snapshot() const;
+
+ private:
+  friend class FrameWriter;
+  static void Add(std::atomic<uint64_t>& c, uint64_t n) {
+    c.fetch_add(n, std::memory_order_relaxed);
+  }
+  LockCounters frame_lock_;
+  LockCounters pipe_lock_;
+  LockCounters queue_lock_;
+  LockCounters stage_lock_;
+  std::atomic<uint64_t> flushes_requested_{0};
+  std::atomic<uint64_t> flushes_performed_{0};
+  std::atomic<uint64_t> frames_{0};
+  std::atomic<uint64_t> data_frames_{0};
+  std::atomic<uint64_t> data_bytes_{0};
+  std::atomic<uint64_t> streams_scheduled_{0};
+  std::atomic<uint64_t> queue_drains_{0};
+  std::atomic<uint64_t> window_waits_{0};
+  std::atomic<uint64_t> flush_waits_{0};
+};
+
+struct FrameWriterOptions {
+  OutputStrategy strategy = OutputStrategy::kSingleLock;
+  // Our HPACK encoder's table limit (the peer's setting can only lower it).
+  uint32_t encoder_table_size = 4096;
+  // Unsent bytes a stream may hold (flow control, or staged in kQueue)
+  // before a producer on a worker thread waits.
+  size_t max_pending_per_stream = 64 * 1024;
+};
+
+class FrameWriter;
+
+// The output side of one stream (Kestrel's Http2OutputProducer). Created by
+// FrameWriter::OpenStream; shared by the connection and the writer's queues.
+class StreamOutput : public std::enable_shared_from_this<StreamOutput> {
+ public:
+  explicit StreamOutput(uint32_t id, LockCounters* stage_counters)
+      : id_(id), stage_mu_(stage_counters) {}
+  uint32_t id() const { return id_; }
+
+ private:
+  friend class FrameWriter;
+  const uint32_t id_;
+
+  // Guarded by the frame writer's lock.
+  SendWindow window_;
+  std::string pending_;  // DATA bytes waiting for window, from pending_off_
+  size_t pending_off_ = 0;
+  bool end_pending_ = false;   // END_STREAM goes out after pending_
+  bool head_written_ = false;  // HEADERS are on the wire
+  bool closed_ = false;        // END_STREAM written, or reset: nothing more
+  bool waiting_ = false;       // on the writer's window-waiters list
+  CondVar room_;               // pending_ shrank, or the stream closed
+
+  // kQueue: what the producer staged for the loop. Guarded by stage_mu_.
+  Mutex stage_mu_;
+  CondVar staged_room_;
+  bool staged_head_ = false;
+  std::vector<std::pair<std::string, std::string>> staged_fields_;
+  std::string staged_data_;
+  bool staged_end_ = false;
+  bool scheduled_ = false;
+  bool stage_closed_ = false;  // reset: producers' bytes are dropped
+  // kQueue: bytes staged or pending, not yet in a DATA frame; a producer
+  // waits on staged_room_ while it is over the limit.
+  std::atomic<size_t> unsent_{0};
+  std::atomic<bool> producer_waiting_{false};
+};
+
+class FrameWriter {
+ public:
+  // Called (from any thread, no writer lock held) when the writer has news
+  // for the loop: streams whose END_STREAM went out, a queue to drain, or
+  // output that started waiting for window. The connection posts itself to
+  // its loop and calls TakeEvents there.
+  using WakeLoop = std::function<void()>;
+
+  struct Events {
+    std::vector<uint32_t> finished_streams;  // END_STREAM written
+    bool drain_queue = false;
+    // Output waits for the peer's window since then (nullopt: not blocked).
+    std::optional<std::chrono::steady_clock::time_point> window_blocked_since;
+  };
+
+  // `out` (the transport's output writer), `pool` and `stats` must outlive
+  // the writer. `loop_thread` says whether the caller is the loop thread.
+  FrameWriter(const FrameWriterOptions& options, PipeWriter* out, MemoryPool* pool,
+              OutputStats* stats, WakeLoop wake_loop, std::function<bool()> on_loop_thread);
+  ~FrameWriter();
+  FrameWriter(const FrameWriter&) = delete;
+  FrameWriter& operator=(const FrameWriter&) = delete;
+
+  OutputStrategy strategy() const { return options_.strategy; }
+
+  // ---- Loop ----------------------------------------------------------------
+  // A new stream with the peer's current initial window.
+  std::shared_ptr<StreamOutput> OpenStream(uint32_t id);
+  // The stream is gone (closed or reset): drops its unsent output; its
+  // producers' later calls return false.
+  void CloseStream(StreamOutput& stream);
+  // Appends a control frame (SETTINGS, PING, WINDOW_UPDATE, RST_STREAM,
+  // GOAWAY) built by the Append* functions of frame.h.
+  void WriteControl(std::string_view frame);
+  // The peer's WINDOW_UPDATE for the connection (stream_id 0) or a stream.
+  // Sends what was waiting. A connection error if the connection window
+  // overflows; false for a stream overflow (the caller resets the stream).
+  [[nodiscard]] bool GrowConnectionWindow(uint32_t increment);
+  [[nodiscard]] bool GrowStreamWindow(StreamOutput& stream, uint32_t increment);
+  // The peer's SETTINGS. False if a stream window overflows (the
+  // connection's FLOW_CONTROL_ERROR).
+  [[nodiscard]] bool SetPeerInitialWindowSize(uint32_t size);
+  void SetPeerMaxFrameSize(uint32_t size);
+  [[nodiscard]] Status SetPeerHeaderTableSize(uint32_t size);
+  // Loop-thread producers inside a pass do not flush: the pass flushes
+  // once at its end.
+  void set_in_pass(bool in_pass) { in_pass_ = in_pass; }
+  // kQueue: writes every scheduled stream's staged output.
+  void DrainQueue();
+  // What happened since the last call (see WakeLoop).
+  Events TakeEvents();
+  // Publishes everything written. Returns true when done now; otherwise
+  // false, and `on_done` runs once the pipe took it (the transport's loop).
+  [[nodiscard]] bool Flush(FlushCallback on_done);
+  // No more output after what is written (GOAWAY sent, or closing): the
+  // transport's output completes once it is flushed. Later producer calls
+  // return false.
+  void Complete();
+  // The connection is gone: producers stop (and waiting ones wake).
+  void Abort();
+
+  // ---- Producers (any thread; one at a time per stream) --------------------
+  // The response head (`fields` start with ":status"), then `body`, then
+  // END_STREAM if `end`. False if the stream or the connection is gone.
+  bool SendHead(StreamOutput& stream, std::span<const HeaderField> fields,
+                std::span<const uint8_t> body, bool end);
+  // More body; END_STREAM if `end`. False if the stream or connection is gone.
+  bool SendData(StreamOutput& stream, std::span<const uint8_t> data, bool end);
+
+  // DATA frames this writer has written (any thread).
+  uint64_t data_frames_sent() const { return data_frames_sent_.load(std::memory_order_relaxed); }
+  // Live counters of this writer's ConcurrentPipeWriter.
+  ConcurrentPipeWriterCounters pipe_counters() const { return out_->counters(); }
+
+ private:
+  // The lock a producer takes in kTwoLocks/kSingleLock, and the loop in all.
+  Mutex* frame_mu() ABSL_LOCK_RETURNED(frame_mu_) { return &frame_mu_; }
+
+  bool OnLoop() const { return on_loop_thread_(); }
+  // Lock-strategy producer path.
+  bool SendLocked(StreamOutput& stream, std::span<const HeaderField>* fields,
+                  std::span<const uint8_t> data, bool end);
+  // kQueue producer path.
+  bool Stage(StreamOutput& stream, std::span<const HeaderField>* fields,
+             std::span<const uint8_t> data, bool end);
+  // Writes HEADERS (+ CONTINUATION) for `fields`. Requires frame_mu_ (and,
+  // in kTwoLocks, the pipe lock).
+  [[nodiscard]] bool WriteHeadersLocked(StreamOutput& stream, std::span<const HeaderField> fields,
+                                        bool end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
+  // Appends `data` to the stream and writes what the windows allow.
+  void QueueDataLocked(StreamOutput& stream, std::span<const uint8_t> data, bool end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
+  // Writes as much of the stream's pending_ as the windows allow; true if
+  // it all went (END_STREAM included).
+  bool WritePendingLocked(StreamOutput& stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
+  // Serves the window-waiters round-robin.
+  void ServeWaitersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
+  void WriteDataFrameLocked(StreamOutput& stream, std::span<const uint8_t> data, bool end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
+  void WriteBytesLocked(std::span<const uint8_t> a, std::span<const uint8_t> b = {})
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
+  void FinishStreamLocked(StreamOutput& stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
+  void UpdateBlockedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
+  // Flushes for a producer: false if the flush is pending (then `*waiter`
+  // is set up to be waited on).
+  struct FlushWaiter;
+  bool FlushLocked(std::shared_ptr<FlushWaiter>* waiter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
+  void Wake();
+
+  const FrameWriterOptions options_;
+  OutputStats* const stats_;
+  const WakeLoop wake_loop_;
+  const std::function<bool()> on_loop_thread_;
+
+  Mutex frame_mu_;
+  // kTwoLocks: with its own lock; otherwise locked by frame_mu_.
+  std::optional<ConcurrentPipeWriter> out_;
+  HpackEncoder encoder_ ABSL_GUARDED_BY(frame_mu_);
+  std::string scratch_ ABSL_GUARDED_BY(frame_mu_);
+  SendWindow connection_window_ ABSL_GUARDED_BY(frame_mu_);
+  int64_t initial_window_ ABSL_GUARDED_BY(frame_mu_) = kDefaultInitialWindowSize;
+  uint32_t max_frame_size_ ABSL_GUARDED_BY(frame_mu_) = kMinMaxFrameSize;
+  std::unordered_map<uint32_t, std::shared_ptr<StreamOutput>> streams_ ABSL_GUARDED_BY(frame_mu_);
+  std::deque<std::shared_ptr<StreamOutput>> waiters_ ABSL_GUARDED_BY(frame_mu_);
+  bool completed_ ABSL_GUARDED_BY(frame_mu_) = false;
+  bool aborted_ ABSL_GUARDED_BY(frame_mu_) = false;
+  // Events for the loop.
+  std::vector<uint32_t> finished_ ABSL_GUARDED_BY(frame_mu_);
+  std::optional<std::chrono::steady_clock::time_point> blocked_since_ ABSL_GUARDED_BY(frame_mu_);
+  bool wake_pending_ ABSL_GUARDED_BY(frame_mu_) = false;
+
+  // kQueue.
+  Mutex queue_mu_;
+  std::vector<std::shared_ptr<StreamOutput>> queue_ ABSL_GUARDED_BY(queue_mu_);
+  bool drain_pending_ ABSL_GUARDED_BY(queue_mu_) = false;
+
+  bool in_pass_ = false;  // loop thread only
+  // Written under frame_mu_, read by the loop without it.
+  std::atomic<uint64_t> data_frames_sent_{0};
+};
+
+}  // namespace sluice::http2
+
+#endif  // SLUICE_HTTP2_FRAME_WRITER_H_

@@ -1,0 +1,318 @@
+#include "http2/frame_writer.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/pipe.h"
+#include "core/testing.h"
+#include "http2/frame.h"
+#include "http2/hpack.h"
+
+namespace sluice::http2 {
+namespace {
+
+struct WrittenFrame {
+  FrameType type;
+  uint8_t flags;
+  uint32_t stream_id;
+  std::string payload;
+};
+
+// A FrameWriter over a real pipe, with the test's thread as "the loop".
+class FrameWriterTest : public testing::DiagnosticPoolTest,
+                        public ::testing::WithParamInterface<OutputStrategy> {
+ protected:
+  void SetUp() override {
+    pipe_.emplace(PipeOptions{.pool = &pool(), .pause_threshold = 0});
+    loop_thread_ = std::this_thread::get_id();
+    FrameWriterOptions options;
+    options.strategy = GetParam();
+    writer_.emplace(
+        options, &pipe_->writer(), &pool(), &stats_, [this] { wakes_.fetch_add(1); },
+        [this] { return std::this_thread::get_id() == loop_thread_; });
+  }
+  void TearDown() override {
+    writer_.reset();
+    pipe_.reset();
+    DiagnosticPoolTest::TearDown();
+  }
+
+  // What the loop does after producers wrote: drain the queue, flush.
+  void LoopPass() {
+    writer_->DrainQueue();
+    ASSERT_TRUE(writer_->Flush([](FlushResult) {}));
+  }
+
+  // Every complete frame published so far.
+  std::vector<WrittenFrame> ReadFrames() {
+    ReadResult read;
+    std::vector<WrittenFrame> frames;
+    if (!pipe_->reader().Read(&read, nullptr)) return frames;
+    const std::string bytes = read.buffer.ToString();
+    size_t at = 0;
+    while (at < bytes.size()) {
+      Frame f;
+      size_t used = 0;
+      auto span = std::span(reinterpret_cast<const uint8_t*>(bytes.data()) + at, bytes.size() - at);
+      DecodeStatus s = DecodeFrame(span, kMaxMaxFrameSize, &f, &used);
+      EXPECT_EQ(s.result, DecodeResult::kFrame);
+      if (s.result != DecodeResult::kFrame) break;
+      frames.push_back({f.type(), f.header.flags, f.header.stream_id,
+                        std::string(reinterpret_cast<const char*>(f.payload.data()),
+                                    f.payload.size())});
+      at += used;
+    }
+    EXPECT_TRUE(pipe_->reader().AdvanceTo(at, bytes.size()).ok());
+    return frames;
+  }
+
+  static std::span<const uint8_t> Bytes(const std::string& s) {
+    return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+  }
+
+  static size_t DataBytes(const std::vector<WrittenFrame>& frames, uint32_t stream) {
+    size_t n = 0;
+    for (const auto& f : frames) {
+      if (f.type == FrameType::kData && f.stream_id == stream) n += f.payload.size();
+    }
+    return n;
+  }
+
+  OutputStats stats_;
+  std::optional<Pipe> pipe_;
+  std::optional<FrameWriter> writer_;
+  std::thread::id loop_thread_;
+  std::atomic<int> wakes_{0};
+};
+
+const HeaderField kOk[] = {{":status", "200"}, {"content-type", "text/plain"}};
+
+TEST_P(FrameWriterTest, WritesHeadersThenDataWithEndStreamOnTheLast) {
+  auto stream = writer_->OpenStream(1);
+  const std::string body = "Hello, World!";
+  ASSERT_TRUE(writer_->SendHead(*stream, kOk, Bytes(body), /*end=*/true));
+  LoopPass();
+  auto frames = ReadFrames();
+  ASSERT_EQ(frames.size(), 2u);
+  EXPECT_EQ(frames[0].type, FrameType::kHeaders);
+  EXPECT_EQ(frames[0].flags, flags::kEndHeaders);
+  EXPECT_EQ(frames[1].type, FrameType::kData);
+  EXPECT_EQ(frames[1].flags, flags::kEndStream);
+  EXPECT_EQ(frames[1].payload, body);
+  HpackDecoder decoder;
+  std::vector<std::pair<std::string, std::string>> fields;
+  ASSERT_TRUE(decoder
+                  .Decode(Bytes(frames[0].payload), true,
+                          [&](std::string_view n, std::string_view v) { fields.emplace_back(n, v); })
+                  .ok());
+  ASSERT_EQ(fields.size(), 2u);
+  EXPECT_EQ(fields[0].second, "200");
+  EXPECT_EQ(writer_->TakeEvents().finished_streams, std::vector<uint32_t>{1});
+}
+
+TEST_P(FrameWriterTest, HeadersOnlyResponseCarriesEndStream) {
+  auto stream = writer_->OpenStream(3);
+  ASSERT_TRUE(writer_->SendHead(*stream, kOk, {}, /*end=*/true));
+  LoopPass();
+  auto frames = ReadFrames();
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].flags, flags::kEndHeaders | flags::kEndStream);
+}
+
+TEST_P(FrameWriterTest, SplitsDataAtThePeersMaxFrameSize) {
+  ASSERT_TRUE(writer_->SetPeerInitialWindowSize(1 << 20));
+  ASSERT_TRUE(writer_->GrowConnectionWindow(1 << 20));
+  auto stream = writer_->OpenStream(1);
+  const std::string body(40000, 'x');
+  ASSERT_TRUE(writer_->SendHead(*stream, kOk, {}, false));
+  ASSERT_TRUE(writer_->SendData(*stream, Bytes(body), true));
+  LoopPass();
+  auto frames = ReadFrames();
+  ASSERT_EQ(frames.size(), 4u);
+  EXPECT_EQ(frames[1].payload.size(), 16384u);
+  EXPECT_EQ(frames[2].payload.size(), 16384u);
+  EXPECT_EQ(frames[3].payload.size(), 40000u - 2 * 16384u);
+  EXPECT_EQ(frames[3].flags, flags::kEndStream);
+}
+
+TEST_P(FrameWriterTest, SplitsALargeHeaderBlockIntoContinuations) {
+  auto stream = writer_->OpenStream(1);
+  const std::string big(40000, 'v');
+  const HeaderField fields[] = {{":status", "200"}, {"x-big", big}};
+  ASSERT_TRUE(writer_->SendHead(*stream, fields, {}, true));
+  LoopPass();
+  auto frames = ReadFrames();
+  ASSERT_EQ(frames.size(), 3u);
+  EXPECT_EQ(frames[0].type, FrameType::kHeaders);
+  EXPECT_EQ(frames[0].flags, flags::kEndStream);
+  EXPECT_EQ(frames[1].type, FrameType::kContinuation);
+  EXPECT_EQ(frames[1].flags, 0);
+  EXPECT_EQ(frames[2].type, FrameType::kContinuation);
+  EXPECT_EQ(frames[2].flags, flags::kEndHeaders);
+}
+
+TEST_P(FrameWriterTest, HoldsDataBeyondTheStreamWindowUntilAWindowUpdate) {
+  auto stream = writer_->OpenStream(1);
+  const std::string body(100000, 'x');
+  ASSERT_TRUE(writer_->GrowConnectionWindow(1 << 20));
+  ASSERT_TRUE(writer_->SendHead(*stream, kOk, Bytes(body), true));
+  LoopPass();
+  auto frames = ReadFrames();
+  EXPECT_EQ(DataBytes(frames, 1), 65535u);
+  EXPECT_EQ(frames.back().flags & flags::kEndStream, 0);
+  EXPECT_TRUE(writer_->TakeEvents().window_blocked_since.has_value());
+  ASSERT_TRUE(writer_->GrowStreamWindow(*stream, 100000 - 65535));
+  LoopPass();
+  frames = ReadFrames();
+  EXPECT_EQ(DataBytes(frames, 1), 100000u - 65535u);
+  EXPECT_EQ(frames.back().flags, flags::kEndStream);
+  auto events = writer_->TakeEvents();
+  EXPECT_FALSE(events.window_blocked_since.has_value());
+  EXPECT_EQ(events.finished_streams, std::vector<uint32_t>{1});
+}
+
+TEST_P(FrameWriterTest, ServesStreamsWaitingForTheConnectionWindowRoundRobin) {
+  ASSERT_TRUE(writer_->SetPeerInitialWindowSize(1 << 20));
+  auto c = writer_->OpenStream(5);
+  const std::string fill(65535, 'c');
+  ASSERT_TRUE(writer_->SendHead(*c, kOk, Bytes(fill), true));  // the connection window is 0
+  auto a = writer_->OpenStream(1);
+  auto b = writer_->OpenStream(3);
+  const std::string body(20000, 'x');
+  ASSERT_TRUE(writer_->SendHead(*a, kOk, Bytes(body), true));
+  ASSERT_TRUE(writer_->SendHead(*b, kOk, Bytes(body), true));
+  LoopPass();
+  auto frames = ReadFrames();
+  EXPECT_EQ(DataBytes(frames, 1) + DataBytes(frames, 3), 0u);
+  // Two frames' worth of window: one frame each, not all of a first.
+  ASSERT_TRUE(writer_->GrowConnectionWindow(2 * 16384));
+  LoopPass();
+  frames = ReadFrames();
+  EXPECT_EQ(DataBytes(frames, 1), 16384u);
+  EXPECT_EQ(DataBytes(frames, 3), 16384u);
+}
+
+TEST_P(FrameWriterTest, ALowerInitialWindowCanMakeAStreamWindowNegative) {
+  ASSERT_TRUE(writer_->GrowConnectionWindow(1 << 20));
+  auto stream = writer_->OpenStream(1);
+  const std::string first(1000, 'a');
+  ASSERT_TRUE(writer_->SendHead(*stream, kOk, Bytes(first), false));
+  LoopPass();
+  EXPECT_EQ(DataBytes(ReadFrames(), 1), 1000u);
+  ASSERT_TRUE(writer_->SetPeerInitialWindowSize(500));  // window: 65535 - 1000 → -500
+  ASSERT_TRUE(writer_->SendData(*stream, Bytes(first), true));
+  LoopPass();
+  EXPECT_EQ(DataBytes(ReadFrames(), 1), 0u);
+  ASSERT_TRUE(writer_->GrowStreamWindow(*stream, 600));  // → 100
+  LoopPass();
+  EXPECT_EQ(DataBytes(ReadFrames(), 1), 100u);
+}
+
+TEST_P(FrameWriterTest, RejectsWindowsPast2To31Minus1) {
+  EXPECT_FALSE(writer_->GrowConnectionWindow(0x7fffffff));
+  auto stream = writer_->OpenStream(1);
+  EXPECT_FALSE(writer_->GrowStreamWindow(*stream, 0x7fffffff));
+}
+
+TEST_P(FrameWriterTest, AClosedStreamDropsItsOutputAndRefusesMore) {
+  auto stream = writer_->OpenStream(1);
+  const std::string body(100000, 'x');
+  ASSERT_TRUE(writer_->SendHead(*stream, kOk, Bytes(body), false));
+  LoopPass();
+  (void)ReadFrames();
+  writer_->CloseStream(*stream);
+  EXPECT_FALSE(writer_->SendData(*stream, Bytes(body), true));
+  ASSERT_TRUE(writer_->GrowConnectionWindow(1 << 20));
+  LoopPass();
+  EXPECT_EQ(DataBytes(ReadFrames(), 1), 0u);
+}
+
+TEST_P(FrameWriterTest, ProducersOnAnotherThreadWakeTheLoopAndFinish) {
+  ASSERT_TRUE(writer_->SetPeerInitialWindowSize(1 << 20));
+  ASSERT_TRUE(writer_->GrowConnectionWindow(1 << 20));
+  auto stream = writer_->OpenStream(1);
+  std::thread producer([&] {
+    const std::string piece(1000, 'p');
+    EXPECT_TRUE(writer_->SendHead(*stream, kOk, {}, false));
+    for (int i = 0; i < 10; ++i) EXPECT_TRUE(writer_->SendData(*stream, Bytes(piece), i == 9));
+  });
+  producer.join();
+  EXPECT_GT(wakes_.load(), 0);  // finished stream (locks) or queue to drain
+  LoopPass();
+  auto frames = ReadFrames();
+  EXPECT_EQ(DataBytes(frames, 1), 10000u);
+  EXPECT_EQ(frames.back().flags, flags::kEndStream);
+}
+
+TEST_P(FrameWriterTest, CountsLocksPerStrategy) {
+  auto stream = writer_->OpenStream(1);
+  std::thread producer([&] { EXPECT_TRUE(writer_->SendHead(*stream, kOk, {}, true)); });
+  producer.join();
+  const OutputCounters before_loop = stats_.Snapshot();
+  LoopPass();
+  const OutputCounters c = stats_.Snapshot();
+  switch (GetParam()) {
+    case OutputStrategy::kTwoLocks:
+      EXPECT_GT(c.pipe_lock.acquisitions, 0u);
+      EXPECT_GT(before_loop.frame_lock.acquisitions, 1u);  // OpenStream + the producer
+      break;
+    case OutputStrategy::kSingleLock:
+      EXPECT_EQ(c.pipe_lock.acquisitions, 0u);
+      EXPECT_GT(before_loop.frame_lock.acquisitions, 1u);
+      break;
+    case OutputStrategy::kQueue:
+      // The producer staged and scheduled; only the loop took the frame lock.
+      EXPECT_EQ(before_loop.frame_lock.acquisitions, 1u);  // OpenStream
+      EXPECT_EQ(c.streams_scheduled, 1u);
+      EXPECT_GT(c.queue_lock.acquisitions, 0u);
+      break;
+  }
+  EXPECT_EQ(DataBytes(ReadFrames(), 1), 0u);
+}
+
+TEST_P(FrameWriterTest, AWorkerWaitsForWindowThenFinishes) {
+  ASSERT_TRUE(writer_->GrowConnectionWindow(1 << 20));
+  auto stream = writer_->OpenStream(1);
+  std::atomic<bool> done{false};
+  std::thread producer([&] {
+    const std::string body(200000, 'w');  // over the 65535 window + 64 KiB of pending
+    EXPECT_TRUE(writer_->SendHead(*stream, kOk, Bytes(body), true));
+    done = true;
+  });
+  // The loop opens the window as the "peer" reads, until the producer is done.
+  size_t got = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (got < 200000 && std::chrono::steady_clock::now() < deadline) {
+    LoopPass();
+    const size_t n = DataBytes(ReadFrames(), 1);
+    got += n;
+    if (n > 0) {
+      ASSERT_TRUE(writer_->GrowStreamWindow(*stream, static_cast<uint32_t>(n)));
+    }
+    std::this_thread::yield();
+  }
+  producer.join();
+  EXPECT_TRUE(done);
+  EXPECT_EQ(got, 200000u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, FrameWriterTest,
+                         ::testing::Values(OutputStrategy::kTwoLocks, OutputStrategy::kSingleLock,
+                                           OutputStrategy::kQueue),
+                         [](const auto& info) { return std::string(OutputStrategyName(info.param)); });
+
+TEST(OutputStrategy, ParsesItsNames) {
+  OutputStrategy s;
+  EXPECT_TRUE(ParseOutputStrategy("queue", &s));
+  EXPECT_EQ(s, OutputStrategy::kQueue);
+  EXPECT_TRUE(ParseOutputStrategy("two_locks", &s));
+  EXPECT_EQ(s, OutputStrategy::kTwoLocks);
+  EXPECT_FALSE(ParseOutputStrategy("three_locks", &s));
+}
+
+}  // namespace
+}  // namespace sluice::http2

@@ -1,0 +1,180 @@
+#include "http2/hpack.h"
+
+#include <nghttp2/nghttp2.h>
+
+#include <algorithm>
+#include <array>
+#include <string>
+#include <vector>
+
+namespace sluice::http2 {
+namespace {
+
+// The errors nghttp2's HPACK functions document, by name.
+std::string_view Nghttp2ErrorName(int code) {
+  switch (code) {
+    case NGHTTP2_ERR_HEADER_COMP:
+      return "NGHTTP2_ERR_HEADER_COMP";
+    case NGHTTP2_ERR_NOMEM:
+      return "NGHTTP2_ERR_NOMEM";
+    case NGHTTP2_ERR_BUFFER_ERROR:
+      return "NGHTTP2_ERR_BUFFER_ERROR";
+    case NGHTTP2_ERR_INSUFF_BUFSIZE:
+      return "NGHTTP2_ERR_INSUFF_BUFSIZE";
+    case NGHTTP2_ERR_INVALID_STATE:
+      return "NGHTTP2_ERR_INVALID_STATE";
+    default:
+      return "nghttp2 error";
+  }
+}
+
+// "HPACK decode: NGHTTP2_ERR_HEADER_COMP (Header compression/decompression error)".
+std::string Describe(std::string_view operation, int code) {
+  std::string message = "HPACK ";
+  message += operation;
+  message += ": ";
+  message += Nghttp2ErrorName(code);
+  message += " (";
+  message += nghttp2_strerror(code);
+  message += ")";
+  return message;
+}
+
+uint8_t* Bytes(std::string_view s) {
+  // nghttp2_nv has non-const pointers, but the deflater only reads (and copies what it indexes).
+  return const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(s.data()));
+}
+
+}  // namespace
+
+HpackEncoder::HpackEncoder(uint32_t max_table_size) : max_table_size_(max_table_size) {
+  // On failure nghttp2 leaves deflater_ null, and Encode reports it.
+  (void)nghttp2_hd_deflate_new(&deflater_, max_table_size);
+}
+
+HpackEncoder::~HpackEncoder() {
+  if (deflater_ != nullptr) nghttp2_hd_deflate_del(deflater_);
+}
+
+Status HpackEncoder::Encode(std::span<const HeaderField> fields, std::string* out) {
+  if (deflater_ == nullptr) return InternalError("HPACK encode: no deflater (out of memory)");
+
+  // A response's fields fit on the stack; only long lists allocate.
+  constexpr size_t kInlineFields = 32;
+  std::array<nghttp2_nv, kInlineFields> inline_nva;
+  std::vector<nghttp2_nv> heap_nva;
+  nghttp2_nv* nva = inline_nva.data();
+  if (fields.size() > kInlineFields) {
+    heap_nva.resize(fields.size());
+    nva = heap_nva.data();
+  }
+  for (size_t i = 0; i < fields.size(); ++i) {
+    const HeaderField& field = fields[i];
+    // NO_COPY_* only matter to nghttp2's session (the deflater copies what it puts in its table
+    // either way); set so the fields are never copied should nghttp2 start to honour them here.
+    uint8_t nv_flags = NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE;
+    if (field.never_index) nv_flags |= NGHTTP2_NV_FLAG_NO_INDEX;
+    nva[i] = nghttp2_nv{Bytes(field.name), Bytes(field.value), field.name.size(),
+                        field.value.size(), nv_flags};
+  }
+
+  const size_t bound = nghttp2_hd_deflate_bound(deflater_, nva, fields.size());
+  const size_t old_size = out->size();
+  out->resize(old_size + bound);
+  const ssize_t written = nghttp2_hd_deflate_hd(
+      deflater_, reinterpret_cast<uint8_t*>(out->data()) + old_size, bound, nva, fields.size());
+  if (written < 0) {
+    out->resize(old_size);
+    return InternalError(Describe("encode", static_cast<int>(written)));
+  }
+  out->resize(old_size + static_cast<size_t>(written));
+  return OkStatus();
+}
+
+Status HpackEncoder::SetPeerTableSize(uint32_t size) {
+  if (deflater_ == nullptr) return InternalError("HPACK encode: no deflater (out of memory)");
+  // nghttp2 caps the size at the deflater's maximum as well; the min states our contract here.
+  const int rv = nghttp2_hd_deflate_change_table_size(deflater_, std::min(size, max_table_size_));
+  if (rv != 0) return InternalError(Describe("table size change", rv));
+  return OkStatus();
+}
+
+HpackDecoder::HpackDecoder(uint32_t max_table_size) {
+  if (nghttp2_hd_inflate_new(&inflater_) != 0) return;  // inflater_ stays null; Decode reports it
+  // Below the protocol's initial 4096, nghttp2 then requires the peer's next block to open with a
+  // size update no larger than max_table_size.
+  if (nghttp2_hd_inflate_change_table_size(inflater_, max_table_size) != 0) {
+    nghttp2_hd_inflate_del(inflater_);
+    inflater_ = nullptr;
+  }
+}
+
+HpackDecoder::~HpackDecoder() {
+  if (inflater_ != nullptr) nghttp2_hd_inflate_del(inflater_);
+}
+
+void HpackDecoder::CountTableSizeUpdates(std::span<const uint8_t> fragment) {
+  for (const uint8_t byte : fragment) {
+    switch (prefix_) {
+      case BlockPrefix::kPastPrefix:
+        return;
+      case BlockPrefix::kSizeUpdateInteger:
+        // RFC 7541 §5.1: continuation octets carry 0x80 until the last.
+        if ((byte & 0x80) == 0) prefix_ = BlockPrefix::kOpcode;
+        break;
+      case BlockPrefix::kOpcode:
+        // 001xxxxx: a dynamic table size update (RFC 7541 §6.3).
+        if ((byte & 0xe0) != 0x20) {
+          prefix_ = BlockPrefix::kPastPrefix;
+          return;
+        }
+        ++table_size_updates_;
+        // A 5-bit prefix of all ones continues in the following octets.
+        if ((byte & 0x1f) == 0x1f) prefix_ = BlockPrefix::kSizeUpdateInteger;
+        break;
+    }
+  }
+}
+
+Status HpackDecoder::Decode(std::span<const uint8_t> fragment, bool final,
+                            const FieldCallback& on_field) {
+  if (inflater_ == nullptr) return InternalError("HPACK decode: no inflater (out of memory)");
+  CountTableSizeUpdates(fragment);
+
+  // An empty span may hold a null pointer; nghttp2 does pointer arithmetic on it.
+  static constexpr uint8_t kNoBytes = 0;
+  const uint8_t* in = fragment.empty() ? &kNoBytes : fragment.data();
+  size_t remaining = fragment.size();
+  for (;;) {
+    nghttp2_nv nv;
+    int inflate_flags = 0;
+    const ssize_t used =
+        nghttp2_hd_inflate_hd2(inflater_, &nv, &inflate_flags, in, remaining, final ? 1 : 0);
+    if (used < 0) {
+      // nghttp2 marks the inflater bad: every later call fails too, as the header promises.
+      const int code = static_cast<int>(used);
+      if (code == NGHTTP2_ERR_NOMEM) return InternalError(Describe("decode", code));
+      return InvalidArgumentError(Describe("decode", code));
+    }
+    in += used;
+    remaining -= static_cast<size_t>(used);
+    if ((inflate_flags & NGHTTP2_HD_INFLATE_EMIT) != 0) {
+      on_field(std::string_view(reinterpret_cast<const char*>(nv.name), nv.namelen),
+               std::string_view(reinterpret_cast<const char*>(nv.value), nv.valuelen));
+    }
+    if ((inflate_flags & NGHTTP2_HD_INFLATE_FINAL) != 0) {
+      nghttp2_hd_inflate_end_headers(inflater_);
+      prefix_ = BlockPrefix::kOpcode;
+      return OkStatus();
+    }
+    if ((inflate_flags & NGHTTP2_HD_INFLATE_EMIT) == 0) {
+      // Without a field to emit nghttp2 returns only after consuming the whole fragment (keeping a
+      // split field's partial state), or with FINAL for a final one. Anything else would loop
+      // forever on peer input, so it is refused rather than assumed away.
+      if (remaining != 0 || final) return InternalError("HPACK decode: inflater made no progress");
+      return OkStatus();
+    }
+  }
+}
+
+}  // namespace sluice::http2

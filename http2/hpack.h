@@ -1,0 +1,104 @@
+// HPACK (RFC 7541) through nghttp2's deflater and inflater
+// (`nghttp2_hd_*`), not nghttp2's session: sluice owns the framing and the
+// connection, nghttp2 owns the compression tables.
+//
+//   sluice::http2::HpackEncoder encoder;
+//   const sluice::http2::HeaderField fields[] = {{":status", "200"}, {"content-length", "2"}};
+//   std::string block;
+//   if (!encoder.Encode(fields, &block).ok()) ...;
+//
+//   sluice::http2::HpackDecoder decoder;
+//   Status s = decoder.Decode(block_bytes, /*final=*/true,
+//       [](std::string_view name, std::string_view value) { ... });
+//
+// Both are stateful: a connection has one of each, and header blocks must
+// be encoded in the order their frames go on the wire and decoded in the
+// order they arrived.
+//
+// Thread-safety: thread-compatible (the owner serializes calls).
+#ifndef SLUICE_HTTP2_HPACK_H_
+#define SLUICE_HTTP2_HPACK_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+
+struct nghttp2_hd_deflater;
+struct nghttp2_hd_inflater;
+
+namespace sluice::http2 {
+
+struct HeaderField {
+  std::string_view name;
+  std::string_view value;
+  // Never put into the dynamic table (secrets such as authorization).
+  bool never_index = false;
+};
+
+class HpackEncoder {
+ public:
+  // `max_table_size`: the largest dynamic table this encoder will use; the
+  // peer's SETTINGS_HEADER_TABLE_SIZE can only lower it.
+  explicit HpackEncoder(uint32_t max_table_size = 4096);
+  ~HpackEncoder();
+  HpackEncoder(const HpackEncoder&) = delete;
+  HpackEncoder& operator=(const HpackEncoder&) = delete;
+
+  // Appends the header block of `fields` to *out. INTERNAL if nghttp2
+  // fails (out of memory); the encoder is unusable afterwards, so the
+  // connection must end.
+  [[nodiscard]] Status Encode(std::span<const HeaderField> fields, std::string* out);
+
+  // The peer's SETTINGS_HEADER_TABLE_SIZE: the next block starts with a
+  // table size update. INTERNAL on failure.
+  [[nodiscard]] Status SetPeerTableSize(uint32_t size);
+
+ private:
+  nghttp2_hd_deflater* deflater_ = nullptr;
+  uint32_t max_table_size_;
+};
+
+class HpackDecoder {
+ public:
+  using FieldCallback = std::function<void(std::string_view name, std::string_view value)>;
+
+  // `max_table_size`: our SETTINGS_HEADER_TABLE_SIZE. A dynamic table size
+  // update above it is a COMPRESSION_ERROR (the HPACK table-size abuse).
+  explicit HpackDecoder(uint32_t max_table_size = 4096);
+  ~HpackDecoder();
+  HpackDecoder(const HpackDecoder&) = delete;
+  HpackDecoder& operator=(const HpackDecoder&) = delete;
+
+  // Decodes one fragment of a header block (HEADERS, then CONTINUATIONs);
+  // `final` marks the last (END_HEADERS). Calls `on_field` for each field,
+  // in order; the views are valid during the call only. Fields may be split
+  // across fragments: nghttp2 keeps the partial state (bounded by the
+  // fragment sizes the connection allows). Returns INVALID_ARGUMENT for a
+  // malformed block (the connection answers COMPRESSION_ERROR); the decoder
+  // is then unusable.
+  [[nodiscard]] Status Decode(std::span<const uint8_t> fragment, bool final,
+                              const FieldCallback& on_field);
+
+  // Dynamic table size updates seen in blocks so far.
+  uint64_t table_size_updates() const { return table_size_updates_; }
+
+ private:
+  // Where the current block stands in its leading dynamic table size updates (RFC 7541 §4.2:
+  // they may only open a block). nghttp2 does not report them, so Decode counts them from the
+  // raw bytes, which may split one update's integer across fragments.
+  enum class BlockPrefix : uint8_t { kOpcode, kSizeUpdateInteger, kPastPrefix };
+  void CountTableSizeUpdates(std::span<const uint8_t> fragment);
+
+  nghttp2_hd_inflater* inflater_ = nullptr;
+  uint64_t table_size_updates_ = 0;
+  BlockPrefix prefix_ = BlockPrefix::kOpcode;
+};
+
+}  // namespace sluice::http2
+
+#endif  // SLUICE_HTTP2_HPACK_H_

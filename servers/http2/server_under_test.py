@@ -1,0 +1,128 @@
+"""//servers:test_server as a child process for the tests of this package, on top of h2_harness.
+
+ServerUnderTest is an h2_harness.Server that keeps what the tests here check after the server
+stopped: its stderr in a file (h2_harness.Server keeps stderr in a pipe nobody reads, which a
+sanitizer report could fill), its exit code, and a certificate file of its own (several TLS servers
+may run one after the other in one test process). Also: the expected /bytes/{n} body at C speed,
+a short description of the first difference between two bodies, and GET /stats.
+
+    with ServerUnderTest(binary, "--h2-output=queue", tls=True) as server:
+        client = h2_harness.H2Client(server)
+        ...
+    assert server.exit_code == 0 and not server.sanitizer_reports(), server.stderr_text()
+"""
+
+import os
+import re
+import select
+import signal
+import subprocess
+import tempfile
+import time
+
+import h2_harness
+
+# Lines a sanitized server prints when it found a bug (GCC's TSan, ASan, LSan, UBSan).
+SANITIZER_MARKERS = (
+    "WARNING: ThreadSanitizer",
+    "ERROR: AddressSanitizer",
+    "ERROR: LeakSanitizer",
+    "runtime error:",
+)
+
+_ALPHABET = bytes(range(ord("a"), ord("z") + 1))
+
+
+def expected_bytes(n):
+    """Same as h2_harness.bytes_pattern(n), without a Python loop per byte."""
+    return (_ALPHABET * (n // 26 + 1))[:n]
+
+
+def describe_mismatch(got, want):
+    """None when got == want, else lengths and the first differing offset (for messages)."""
+    if got == want:
+        return None
+    at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    return "got %d bytes, want %d; first difference at offset %d (got %r, want %r)" % (
+        len(got), len(want), at, bytes(got[at:at + 8]), bytes(want[at:at + 8]))
+
+
+class ServerUnderTest(h2_harness.Server):
+    """A server binary on 127.0.0.1:0 whose stderr goes to a file; use as a context manager.
+
+    After the with-block (or stop()): exit_code, stderr_text(), sanitizer_reports().
+    """
+
+    def __init__(self, binary, *flags, tls=False, startup_timeout=30.0):
+        super().__init__(binary, *flags, tls=tls)
+        self.startup_timeout = startup_timeout  # sanitized binaries start slowly
+        self.exit_code = None
+        self._dir = tempfile.mkdtemp(prefix="sluice-server-", dir=os.environ.get("TEST_TMPDIR"))
+        self.stderr_path = os.path.join(self._dir, "stderr.txt")
+
+    def __enter__(self):
+        args = [self.binary, "--port=0"] + self.flags
+        if self.tls:
+            self.cert_file = os.path.join(self._dir, "cert.pem")
+            args += ["--tls-self-signed", "--tls-cert-out=" + self.cert_file]
+        with open(self.stderr_path, "wb") as stderr:
+            self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=stderr)
+        deadline = time.monotonic() + self.startup_timeout
+        line = b""
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.1)
+            if ready:
+                line = self.proc.stdout.readline()
+                break
+            if self.proc.poll() is not None:
+                break
+        m = re.search(rb"address=[^ ]*:(\d+)", line)
+        if not m:
+            self.stop()
+            raise RuntimeError("server did not print its ready line: %r\nstderr:\n%s" %
+                               (line, self.stderr_text()))
+        self.port = int(m.group(1))
+        self.ready_line = line.decode().strip()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+    def stop(self, timeout=30.0):
+        """SIGTERM, then waits (at most timeout s, then SIGKILL); returns the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.wait_exit(timeout)
+
+    def wait_exit(self, timeout):
+        """Waits for the process to end (SIGKILL after timeout s); returns the exit code."""
+        try:
+            self.exit_code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            self.exit_code = "killed: did not exit within %.0f s of SIGTERM" % timeout
+        self.proc.stdout.close()
+        return self.exit_code
+
+    def stderr_text(self):
+        with open(self.stderr_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def sanitizer_reports(self):
+        """The stderr lines that carry a sanitizer marker."""
+        return [line for line in self.stderr_text().splitlines()
+                if any(marker in line for marker in SANITIZER_MARKERS)]
+
+    def stats(self):
+        """GET /stats over a fresh HTTP/2 connection, as a dict of ints."""
+        client = h2_harness.H2Client(self)
+        try:
+            sid = client.request("/stats")
+            [r] = client.wait([sid])
+        finally:
+            client.close()
+        return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", r["body"].decode())}
