@@ -91,6 +91,22 @@ size_t BufferSequence::CopyTo(size_t offset, std::span<uint8_t> out) const {
   return copied;
 }
 
+std::span<const uint8_t> BufferSequence::Contiguous(size_t offset, size_t n,
+                                                    std::vector<uint8_t>* scratch) const {
+  size_t pos = 0;
+  for (std::span<const uint8_t> chunk : *this) {
+    if (offset < pos + chunk.size()) {
+      const size_t in = offset - pos;
+      if (in + n <= chunk.size()) return chunk.subspan(in, n);
+      break;
+    }
+    pos += chunk.size();
+  }
+  scratch->resize(n);
+  CopyTo(offset, *scratch);
+  return *scratch;
+}
+
 std::string BufferSequence::ToString() const {
   std::string out(size_, '\0');
   CopyTo(0, {reinterpret_cast<uint8_t*>(out.data()), out.size()});

@@ -45,6 +45,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/memory_pool.h"
 #include "core/mutex.h"
@@ -103,6 +104,11 @@ class BufferSequence {
   // Copies min(out.size(), size() - offset) bytes starting at `offset`;
   // returns the number copied.
   size_t CopyTo(size_t offset, std::span<uint8_t> out) const;
+
+  // The `n` bytes at `offset` (which must be within size()) as one span: in
+  // place when one chunk holds them, else copied into *scratch (resized).
+  // For parsers of framed input (an HTTP/2 frame split across segments).
+  std::span<const uint8_t> Contiguous(size_t offset, size_t n, std::vector<uint8_t>* scratch) const;
 
   // Copies the whole sequence into a string (tests, diagnostics).
   std::string ToString() const;

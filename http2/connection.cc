@@ -19,24 +19,6 @@ std::span<const uint8_t> AsBytes(std::string_view s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 
-// The `n` bytes at `offset`, in place when one chunk holds them, else
-// copied into *scratch (a frame split across pipe segments).
-std::span<const uint8_t> Contiguous(const BufferSequence& buffer, size_t offset, size_t n,
-                                    std::vector<uint8_t>* scratch) {
-  size_t pos = 0;
-  for (std::span<const uint8_t> chunk : buffer) {
-    if (offset < pos + chunk.size()) {
-      const size_t in = offset - pos;
-      if (in + n <= chunk.size()) return chunk.subspan(in, n);
-      break;
-    }
-    pos += chunk.size();
-  }
-  scratch->resize(n);
-  buffer.CopyTo(offset, *scratch);
-  return *scratch;
-}
-
 bool IsConnectionSpecific(std::string_view name) {
   return name == "connection" || name == "keep-alive" || name == "proxy-connection" ||
          name == "transfer-encoding" || name == "upgrade";
@@ -324,7 +306,7 @@ size_t Connection::ProcessFrames(const BufferSequence& buffer, bool* need_more) 
     }
     const size_t total = kFrameHeaderSize + header.length;
     if (size - offset < total) return offset;
-    std::span<const uint8_t> bytes = Contiguous(buffer, offset, total, &frame_scratch_);
+    std::span<const uint8_t> bytes = buffer.Contiguous(offset, total, &frame_scratch_);
     size_t used = 0;
     DecodeStatus status = DecodeFrame(bytes, options_.max_frame_size, &frame_, &used);
     offset += total;

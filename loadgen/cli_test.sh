@@ -32,8 +32,8 @@ expect 2 "unknown flag --frobnicate" --frobnicate http://127.0.0.1:1/
 expect 2 "-c: not a non-negative integer" -c many http://127.0.0.1:1/
 expect 2 "needs a value" http://127.0.0.1:1/ -d
 expect 2 "-n and -d exclude each other" -n 10 -d 1s http://127.0.0.1:1/
-expect 2 "not supported yet" --h2 http://127.0.0.1:1/
-expect 2 "not supported yet" https://127.0.0.1:1/
+expect 2 "-m needs --h2" -m 4 http://127.0.0.1:1/
+expect 2 "HTTP/1.1 only" --h2 --pipeline 2 http://127.0.0.1:1/
 expect 2 "IPv4 or [IPv6] literal or localhost" http://example.invalid/
 expect 2 "expected 'Name: value'" -H broken http://127.0.0.1:1/
 # Port 1 on loopback: nothing listens there, the connection is refused.

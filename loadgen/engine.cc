@@ -18,9 +18,11 @@
 #include "core/event_loop.h"
 #include "core/pipe.h"
 #include "core/socket_transport.h"
+#include "core/tls.h"
 #include "http1/chunked_decoder.h"
 #include "http1/field.h"
 #include "http1/response_parser.h"
+#include "loadgen/h2_session.h"
 
 namespace sluice::loadgen {
 
@@ -36,6 +38,9 @@ int64_t NowNs() {
 }
 
 constexpr int kMaxPipeline = 1024;
+constexpr int kMaxStreams = 10000;
+// HTTP/2 request bodies go out whole with the HEADERS: within the protocol's initial window.
+constexpr size_t kMaxH2Body = 16 * 1024;
 
 // Pipe segments of the connections: room for many pipelined responses per read.
 constexpr size_t kPoolBlockSize = 16 * 1024;
@@ -62,6 +67,18 @@ Status ValidateSpec(const LoadSpec& spec) {
   }
   if (spec.pipeline < 1 || spec.pipeline > kMaxPipeline) {
     return InvalidArgumentError("pipeline must be in 1.." + std::to_string(kMaxPipeline));
+  }
+  if (spec.protocol == Protocol::kHttp2) {
+    if (spec.pipeline != 1) {
+      return InvalidArgumentError("pipeline is HTTP/1.1 only: use max_streams (-m) with HTTP/2");
+    }
+    if (spec.body.size() > kMaxH2Body) {
+      return InvalidArgumentError("HTTP/2 request bodies are limited to " +
+                                  std::to_string(kMaxH2Body) + " bytes");
+    }
+  }
+  if (spec.max_streams < 1 || spec.max_streams > kMaxStreams) {
+    return InvalidArgumentError("max_streams must be in 1.." + std::to_string(kMaxStreams));
   }
   if (!(spec.rate >= 0) || !std::isfinite(spec.rate)) {
     return InvalidArgumentError("rate must be a non-negative number");
@@ -171,6 +188,8 @@ void RunResult::Merge(const RunResult& other) {
   errors.bad_response += other.errors.bad_response;
   connections_opened += other.connections_opened;
   reconnects += other.reconnects;
+  connect_latency.Merge(other.connect_latency);
+  tls_handshakes += other.tls_handshakes;
   interim_responses += other.interim_responses;
   duration = std::max(duration, other.duration);
   latency.Merge(other.latency);
@@ -286,7 +305,7 @@ class Engine::Worker::Connection {
   // Fails the connection if its oldest request is older than the timeout.
   void CheckTimeout(int64_t now);
 
-  size_t in_flight() const { return ring_size_; }
+  size_t in_flight() const { return h2_ != nullptr ? h2_in_flight_ : ring_size_; }
   bool paced() const { return paced_; }
   int64_t next_intended_ns() const { return next_intended_ns_; }
   // Measured requests in flight.
@@ -304,7 +323,26 @@ class Engine::Worker::Connection {
     bool measured;
   };
 
-  void OnConnected(StatusOr<std::shared_ptr<SocketConnection>> connected, uint64_t generation);
+  // A TCP connection (and, over TLS, its handshake) ended: `socket` or `tls` is set on success.
+  void OnConnected(Status status, std::shared_ptr<SocketConnection> socket,
+                   std::shared_ptr<TlsConnection> tls, uint64_t generation);
+  bool open() const { return socket_ != nullptr || tls_ != nullptr; }
+  // The connection's pipes: the socket's, or the TLS adapter's plaintext ones.
+  PipeReader& In() { return tls_ != nullptr ? tls_->input() : socket_->input(); }
+  PipeWriter& Out() { return tls_ != nullptr ? tls_->output() : socket_->output(); }
+  // HTTP/2: frames in; false if the connection was dropped.
+  bool OnInputH2(ReadResult& in, int64_t now);
+  // HTTP/2: the slot of stream `id` (stream ids are sequential: id / 2 modulo the table size).
+  size_t SlotOf(uint32_t id) const { return (id >> 1) & (slots_.size() - 1); }
+  // HTTP/2: fails every stream in flight above `above_id` (measured ones count as failed).
+  void FailStreams(uint32_t above_id);
+  // Writes owed HTTP/2 frames and flushes (unless a flush is pending). False if the flush is
+  // pending or the connection was dropped.
+  bool FlushOutput();
+  // Requests in flight at most: the pipeline depth, or the HTTP/2 streams.
+  size_t Capacity() const {
+    return h2_ != nullptr ? static_cast<size_t>(w_->spec_.max_streams) : pipeline_;
+  }
   void PumpInput();
   // Parses every response in `in`, then sends. False if the connection was dropped.
   bool OnInput(ReadResult& in);
@@ -321,6 +359,19 @@ class Engine::Worker::Connection {
   const size_t pipeline_;
 
   std::shared_ptr<SocketConnection> socket_;
+  std::shared_ptr<TlsConnection> tls_;
+  int64_t connect_started_ns_ = 0;
+  // HTTP/2: the session, frames waiting to be written, and the streams in flight by slot.
+  class H2Events;
+  std::unique_ptr<H2Session> h2_;
+  std::unique_ptr<H2Events> h2_events_;
+  std::string h2_out_;
+  struct StreamSlot {
+    uint32_t id = 0;  // 0: free
+    InFlight f{};
+  };
+  std::vector<StreamSlot> slots_;
+  size_t h2_in_flight_ = 0;
   // Bumped whenever the socket changes: callbacks of an older socket are ignored.
   uint64_t generation_ = 0;
   State state_ = State::kIdle;
@@ -367,13 +418,49 @@ Engine::Worker::Connection::Connection(Worker* worker, int index)
 
 uint64_t Engine::Worker::Connection::MeasuredInFlight() const {
   uint64_t n = 0;
+  if (h2_ != nullptr) {
+    for (const StreamSlot& slot : slots_) n += slot.id != 0 && slot.f.measured;
+    return n;
+  }
   for (size_t i = 0; i < ring_size_; ++i) n += ring_[(ring_head_ + i) % pipeline_].measured;
   return n;
 }
 
+// Completions and resets of one HTTP/2 connection's streams, from its session.
+class Engine::Worker::Connection::H2Events final : public H2Session::Listener {
+ public:
+  explicit H2Events(Connection* c) : c_(c) {}
+  int64_t now = 0;
+
+  void OnResponse(uint32_t id, uint16_t status) override {
+    StreamSlot& slot = c_->slots_[c_->SlotOf(id)];
+    if (slot.id != id) return;
+    slot.id = 0;
+    --c_->h2_in_flight_;
+    c_->w_->RecordCompletion(slot.f.intended_ns, slot.f.sent_ns, slot.f.measured, status, now);
+  }
+  void OnStreamReset(uint32_t id, http2::ErrorCode code) override {
+    StreamSlot& slot = c_->slots_[c_->SlotOf(id)];
+    if (slot.id != id) return;
+    slot.id = 0;
+    --c_->h2_in_flight_;
+    if (slot.f.measured) {
+      c_->w_->CountError(
+          &ErrorCounts::read,
+          UnavailableError("stream reset by the server: " + std::string(http2::ErrorCodeName(code))),
+          now);
+    }
+    c_->w_->RecordFailure(slot.f.measured);
+  }
+
+ private:
+  Connection* const c_;
+};
+
 void Engine::Worker::Connection::Connect() {
   state_ = State::kConnecting;
   ++w_->connecting_;
+  connect_started_ns_ = NowNs();
   const uint64_t generation = ++generation_;
   const SocketConnectionOptions options{
       .pool = &w_->engine_->pool_,
@@ -381,26 +468,54 @@ void Engine::Worker::Connection::Connect() {
       .read_size_hint = 4096,
       .connect_timeout =
           std::chrono::ceil<std::chrono::milliseconds>(nanoseconds(w_->timeout_ns_))};
+  if (w_->engine_->tls_context_ != nullptr) {
+    TlsConnectionOptions tls_options;
+    tls_options.pool = &w_->engine_->pool_;
+    tls_options.handshake_timeout = options.connect_timeout;
+    TlsConnection::Connect(w_->loop(), w_->spec_.address, w_->engine_->tls_context_, options,
+                           tls_options,
+                           [this, generation](StatusOr<std::shared_ptr<TlsConnection>> c) {
+                             if (!c.ok()) {
+                               OnConnected(c.status(), nullptr, nullptr, generation);
+                             } else {
+                               OnConnected(OkStatus(), nullptr, std::move(*c), generation);
+                             }
+                           });
+    return;
+  }
   SocketConnection::Connect(w_->loop(), w_->spec_.address, options,
                             [this, generation](StatusOr<std::shared_ptr<SocketConnection>> c) {
-                              OnConnected(std::move(c), generation);
+                              if (!c.ok()) {
+                                OnConnected(c.status(), nullptr, nullptr, generation);
+                              } else {
+                                OnConnected(OkStatus(), std::move(*c), nullptr, generation);
+                              }
                             });
 }
 
-void Engine::Worker::Connection::OnConnected(StatusOr<std::shared_ptr<SocketConnection>> connected,
+void Engine::Worker::Connection::OnConnected(Status status,
+                                             std::shared_ptr<SocketConnection> socket,
+                                             std::shared_ptr<TlsConnection> tls,
                                              uint64_t generation) {
   --w_->connecting_;
+  if (status.ok() && tls != nullptr && w_->spec_.protocol == Protocol::kHttp2 &&
+      tls->alpn() != "h2") {
+    tls->Close();
+    tls = nullptr;
+    status = UnavailableError("the server did not negotiate h2 (ALPN)");
+  }
   if (generation != generation_ || w_->finished_) {
     // Abandoned while connecting.
-    if (connected.ok()) (*connected)->Close();
+    if (socket != nullptr) socket->Close();
+    if (tls != nullptr) tls->Close();
     if (generation == generation_) state_ = State::kIdle;
     w_->MaybeSignalTornDown();
     return;
   }
   const int64_t now = NowNs();
-  if (!connected.ok()) {
+  if (!status.ok()) {
     state_ = State::kIdle;
-    w_->CountError(&ErrorCounts::connect, connected.status(), now);
+    w_->CountError(&ErrorCounts::connect, status, now);
     if (w_->WantsToSend(*this)) {
       // Back off while the target refuses: 1 ms, doubling to 100 ms.
       const auto delay =
@@ -416,20 +531,36 @@ void Engine::Worker::Connection::OnConnected(StatusOr<std::shared_ptr<SocketConn
     return;
   }
   connect_failures_ = 0;
-  socket_ = std::move(*connected);
+  socket_ = std::move(socket);
+  tls_ = std::move(tls);
   state_ = State::kOpen;
   w_->CountConnectionOpened(ever_connected_);
   ever_connected_ = true;
+  // Connection setup (TCP, plus the TLS handshake) is kept apart from request latency.
+  (void)w_->result_.connect_latency.Record(std::max<int64_t>(1, now - connect_started_ns_));
+  if (tls_ != nullptr) ++w_->result_.tls_handshakes;
+  if (w_->spec_.protocol == Protocol::kHttp2) {
+    H2Session::Options h2_options;
+    h2_options.max_streams = static_cast<uint32_t>(w_->spec_.max_streams);
+    h2_ = std::make_unique<H2Session>(h2_options, w_->engine_->h2_fields_, w_->spec_.body);
+    if (h2_events_ == nullptr) h2_events_ = std::make_unique<H2Events>(this);
+    size_t table = 4;
+    while (table < 4 * static_cast<size_t>(w_->spec_.max_streams)) table *= 2;
+    slots_.assign(table, StreamSlot{});
+    h2_in_flight_ = 0;
+    h2_out_.clear();
+    h2_->Start(&h2_out_);
+  }
   PumpInput();
   if (state_ == State::kOpen && generation == generation_) FillPipeline(now);
 }
 
 void Engine::Worker::Connection::PumpInput() {
   const uint64_t generation = generation_;
-  while (socket_ != nullptr && generation == generation_) {
+  while (open() && generation == generation_) {
     ReadResult in;
     // 16 bytes of trivially copyable capture: std::function keeps it inline, no allocation.
-    const bool ready = socket_->input().Read(&in, [this, generation](ReadResult later) {
+    const bool ready = In().Read(&in, [this, generation](ReadResult later) {
       if (generation != generation_) return;
       if (OnInput(later)) PumpInput();
     });
@@ -447,6 +578,7 @@ bool Engine::Worker::Connection::OnInput(ReadResult& in) {
     Drop(now);
     return false;
   }
+  if (h2_ != nullptr) return OnInputH2(in, now);
   const BufferSequence& buffer = in.buffer;
   size_t offset = 0;
   Status bad;
@@ -520,7 +652,7 @@ bool Engine::Worker::Connection::OnInput(ReadResult& in) {
   }
   if (w_->Measured(now)) w_->result_.bytes_read += offset;
   // Examined everything: the next read waits for new bytes.
-  socket_->input().AdvanceTo(offset, buffer.size()).IgnoreError();
+  In().AdvanceTo(offset, buffer.size()).IgnoreError();
   if (!bad.ok()) {
     w_->CountError(&ErrorCounts::bad_response, bad, now);
     Drop(now);
@@ -573,9 +705,18 @@ void Engine::Worker::Connection::FillPipeline(int64_t now) {
   // Closed loop: a full batch of `pipeline_` once the previous one is answered (wrk's
   // pipelining), so a connection costs one writev per `pipeline_` requests rather than one per
   // read. At a constant rate requests go out on schedule while fewer than `pipeline_` are in
-  // flight.
-  if (!paced_ && ring_size_ > 0) return;
-  const size_t free = pipeline_ - ring_size_;
+  // flight. HTTP/2 keeps `max_streams` in flight: every pass refills the streams that ended.
+  if (h2_ == nullptr && !paced_ && ring_size_ > 0) return;
+  size_t free = 0;
+  if (h2_ != nullptr) {
+    const size_t allowed = h2_->sendable();
+    const uint32_t next = h2_->next_stream_id();
+    while (free < allowed && slots_[SlotOf(next + 2 * static_cast<uint32_t>(free))].id == 0) {
+      ++free;
+    }
+  } else {
+    free = pipeline_ - ring_size_;
+  }
   if (free == 0) return;
   const int64_t measure_start = w_->engine_->measure_start_ns_;
   size_t count = free;
@@ -607,15 +748,29 @@ void Engine::Worker::Connection::FillPipeline(int64_t now) {
     w_->MaybeFinish(now);
     return;
   }
-  const size_t size = w_->engine_->request_size_;
-  if (Status s = socket_->output().Write(
-          std::string_view(w_->engine_->request_batch_).substr(0, count * size));
-      !s.ok()) {
+  if (h2_ != nullptr) {
+    for (size_t i = 0; i < count; ++i) {
+      const int64_t intended =
+          paced_ ? next_intended_ns_ + static_cast<int64_t>(i) * interval_ns_ : now;
+      const uint32_t id = h2_->SendRequest(&h2_out_);
+      slots_[SlotOf(id)] = StreamSlot{id, InFlight{intended, now, intended >= measure_start}};
+      ++h2_in_flight_;
+    }
+    const Status s = Out().Write(h2_out_);
+    h2_out_.clear();
+    if (!s.ok()) {
+      w_->CountError(&ErrorCounts::write, s, now);
+      Drop(now);
+      return;
+    }
+  } else if (Status s = Out().Write(std::string_view(w_->engine_->request_batch_)
+                                        .substr(0, count * w_->engine_->request_size_));
+             !s.ok()) {
     w_->CountError(&ErrorCounts::write, s, now);
     Drop(now);
     return;
   }
-  for (size_t i = 0; i < count; ++i) {
+  for (size_t i = 0; h2_ == nullptr && i < count; ++i) {
     const int64_t intended =
         paced_ ? next_intended_ns_ + static_cast<int64_t>(i) * interval_ns_ : now;
     size_t slot = ring_head_ + ring_size_;
@@ -625,23 +780,106 @@ void Engine::Worker::Connection::FillPipeline(int64_t now) {
   }
   if (paced_) next_intended_ns_ += static_cast<int64_t>(count) * interval_ns_;
   w_->RecordSent(count, measured);
+  if (!FlushOutput()) return;
+  if (paced_ && in_flight() < Capacity() && next_intended_ns_ < w_->send_until_ns_) {
+    w_->SchedulePacer(this, next_intended_ns_);
+  }
+}
+
+bool Engine::Worker::Connection::FlushOutput() {
+  if (h2_ != nullptr && !h2_out_.empty()) {
+    // Frames we owe the server (SETTINGS and PING ACKs, WINDOW_UPDATEs).
+    const Status s = Out().Write(h2_out_);
+    h2_out_.clear();
+    if (!s.ok()) {
+      w_->CountError(&ErrorCounts::write, s, NowNs());
+      Drop(NowNs());
+      return false;
+    }
+  }
+  if (flush_pending_) return false;
   const uint64_t generation = generation_;
   FlushResult flushed;
-  if (!socket_->output().Flush(&flushed, [this, generation](FlushResult) {
+  if (!Out().Flush(&flushed, [this, generation](FlushResult) {
         if (generation != generation_) return;
         flush_pending_ = false;
         FillPipeline(NowNs());
       })) {
     // The output is over its pause threshold: wait for the socket to take it.
     flush_pending_ = true;
-    return;
+    return false;
   }
-  if (paced_ && ring_size_ < pipeline_ && next_intended_ns_ < w_->send_until_ns_) {
-    w_->SchedulePacer(this, next_intended_ns_);
+  return true;
+}
+
+bool Engine::Worker::Connection::OnInputH2(ReadResult& in, int64_t now) {
+  const uint64_t generation = generation_;
+  size_t consumed = 0;
+  h2_events_->now = now;
+  const Status s = h2_->OnInput(in.buffer, 0, &consumed, &h2_out_, h2_events_.get());
+  if (generation != generation_) return false;
+  if (w_->Measured(now)) w_->result_.bytes_read += consumed;
+  In().AdvanceTo(consumed, in.buffer.size()).IgnoreError();
+  if (!s.ok()) {
+    w_->CountError(s.code() == StatusCode::kUnavailable ? &ErrorCounts::read
+                                                         : &ErrorCounts::bad_response,
+                   s, now);
+    Drop(now);
+    return false;
+  }
+  if (in.is_completed) {
+    if (!in.status.ok()) {
+      const bool write = in.status.message().starts_with("sendmsg");
+      w_->CountError(write ? &ErrorCounts::write : &ErrorCounts::read, in.status, now);
+    } else if (h2_in_flight_ > 0) {
+      w_->CountError(&ErrorCounts::read,
+                     UnavailableError("server closed the connection with streams in flight"),
+                     now);
+    }
+    Drop(now);
+    return false;
+  }
+  if (h2_->goaway()) {
+    // The server stops taking streams: those above its last stream id will never be answered.
+    const size_t before = h2_in_flight_;
+    FailStreams(h2_->goaway_last_stream_id());
+    if (h2_in_flight_ < before) {
+      w_->CountError(&ErrorCounts::read,
+                     UnavailableError("GOAWAY: streams above the last stream id not served"), now);
+    }
+    if (h2_in_flight_ == 0) {
+      (void)FlushOutput();
+      if (generation == generation_) Drop(now);
+      return false;
+    }
+  }
+  FillPipeline(now);
+  if (generation != generation_) return false;
+  if (!h2_out_.empty()) (void)FlushOutput();
+  return generation == generation_;
+}
+
+void Engine::Worker::Connection::FailStreams(uint32_t above_id) {
+  for (StreamSlot& slot : slots_) {
+    if (slot.id == 0 || slot.id <= above_id) continue;
+    slot.id = 0;
+    --h2_in_flight_;
+    w_->RecordFailure(slot.f.measured);
   }
 }
 
 void Engine::Worker::Connection::CheckTimeout(int64_t now) {
+  if (h2_ != nullptr) {
+    for (const StreamSlot& slot : slots_) {
+      if (slot.id == 0 || now - slot.f.sent_ns < w_->timeout_ns_) continue;
+      if (slot.f.measured) {
+        w_->CountError(&ErrorCounts::timeout, DeadlineExceededError("request timed out"), now);
+      }
+      Drop(now);
+      return;
+    }
+    return;
+  }
   if (ring_size_ == 0 || now - ring_[ring_head_].sent_ns < w_->timeout_ns_) return;
   if (ring_[ring_head_].measured) {
     w_->CountError(&ErrorCounts::timeout, DeadlineExceededError("request timed out"), now);
@@ -651,12 +889,18 @@ void Engine::Worker::Connection::CheckTimeout(int64_t now) {
 
 void Engine::Worker::Connection::CloseSocket() {
   ++generation_;
-  if (socket_ != nullptr) {
+  if (open()) {
     // Completing our input side first drops our pending read callback.
-    socket_->input().Complete();
-    socket_->Close();
+    In().Complete();
+    if (tls_ != nullptr) tls_->Close();
+    if (socket_ != nullptr) socket_->Close();
     socket_ = nullptr;
+    tls_ = nullptr;
   }
+  h2_.reset();
+  h2_out_.clear();
+  slots_.clear();
+  h2_in_flight_ = 0;
   if (state_ == State::kOpen) state_ = State::kIdle;
   ring_head_ = ring_size_ = 0;
   parser_.Reset();
@@ -667,6 +911,7 @@ void Engine::Worker::Connection::CloseSocket() {
 
 void Engine::Worker::Connection::Drop(int64_t now) {
   while (ring_size_ > 0) w_->RecordFailure(PopInFlight().measured);
+  if (h2_ != nullptr) FailStreams(0);
   CloseSocket();
   if (w_->WantsToSend(*this)) {
     Connect();
@@ -677,7 +922,7 @@ void Engine::Worker::Connection::Drop(int64_t now) {
 
 void Engine::Worker::Connection::Abandon() {
   // Requests in flight were accounted for by Finish.
-  w_->outstanding_ -= ring_size_;
+  w_->outstanding_ -= in_flight();
   CloseSocket();
 }
 
@@ -886,6 +1131,50 @@ void Engine::Worker::OnIoEvents(uint32_t) {
 // ---------------------------------------------------------------------------
 // Engine
 
+std::string HostOf(std::string_view authority) {
+  if (!authority.empty() && authority[0] == '[') {
+    const size_t end = authority.find(']');
+    return std::string(authority.substr(1, end == std::string_view::npos ? end : end - 1));
+  }
+  const size_t colon = authority.find(':');
+  if (colon != std::string_view::npos && authority.find(':', colon + 1) == std::string_view::npos) {
+    return std::string(authority.substr(0, colon));
+  }
+  return std::string(authority);
+}
+
+std::vector<std::pair<std::string, std::string>> H2RequestFields(const LoadSpec& spec) {
+  std::string authority = spec.authority;
+  std::vector<std::pair<std::string, std::string>> regular;
+  bool has_length = false;
+  for (const auto& [name, value] : spec.headers) {
+    std::string lower = name;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower == "host") {
+      authority = value;
+      continue;
+    }
+    // Connection-specific fields do not exist in HTTP/2 (RFC 9113 §8.2.2).
+    if (lower == "connection" || lower == "keep-alive" || lower == "proxy-connection" ||
+        lower == "upgrade" || (lower == "te" && value != "trailers")) {
+      continue;
+    }
+    has_length = has_length || lower == "content-length";
+    regular.emplace_back(std::move(lower), value);
+  }
+  std::vector<std::pair<std::string, std::string>> fields = {
+      {":method", spec.method},
+      {":scheme", spec.tls ? "https" : "http"},
+      {":authority", authority},
+      {":path", spec.path},
+  };
+  for (auto& f : regular) fields.push_back(std::move(f));
+  if (!spec.body.empty() && !has_length) {
+    fields.emplace_back("content-length", std::to_string(spec.body.size()));
+  }
+  return fields;
+}
+
 Engine::Engine(LoadSpec spec)
     : spec_(std::move(spec)),
       request_batch_([this] {
@@ -903,7 +1192,20 @@ Engine::~Engine() = default;
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(LoadSpec spec) {
   if (Status s = ValidateSpec(spec); !s.ok()) return s;
-  return std::unique_ptr<Engine>(new Engine(std::move(spec)));
+  auto engine = std::unique_ptr<Engine>(new Engine(std::move(spec)));
+  const LoadSpec& sp = engine->spec_;
+  const bool h2 = sp.protocol == Protocol::kHttp2;
+  if (sp.tls) {
+    TlsClientOptions tls;
+    tls.alpn = {h2 ? "h2" : "http/1.1"};
+    tls.verify_peer = !sp.insecure;
+    tls.server_name = HostOf(sp.authority);
+    StatusOr<std::shared_ptr<TlsContext>> context = TlsContext::CreateClient(tls);
+    if (!context.ok()) return context.status();
+    engine->tls_context_ = std::move(*context);
+  }
+  if (h2) engine->h2_fields_ = H2RequestFields(sp);
+  return engine;
 }
 
 void Engine::WorkerFinished() {

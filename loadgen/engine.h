@@ -36,8 +36,13 @@
 //   if (!engine.ok()) return engine.status();
 //   sluice::StatusOr<sluice::loadgen::RunResult> result = (*engine)->Run();
 //
-// Later protocols (HTTP/2 streams, TLS) plug in below the Worker: the schedule, the tickets, the
-// timeout sweep, the histograms and the counters are protocol-neutral.
+// HTTP/2 (`protocol` kHttp2, h2c by prior knowledge or ALPN "h2" over TLS) keeps `max_streams`
+// streams in flight per connection and refills the ones that ended after every read, with the
+// frames of one pass in one flush; it uses sluice's own HTTP/2 codec (loadgen/h2_session.h over
+// http2/frame.h and http2/hpack.h). TLS (`tls`) wraps each connection in core/tls.h's adapter;
+// connection setup time (TCP + handshake) goes into its own histogram, not request latency. The
+// schedule, the tickets, the timeout sweep, the histograms and the counters are
+// protocol-neutral.
 //
 // Thread contract: Engine is thread-compatible, except Stop() and progress(), which are
 // thread-safe. Run() blocks its caller; the loops run on their own threads.
@@ -56,12 +61,15 @@
 
 #include "core/memory_pool.h"
 #include "core/mutex.h"
+#include "core/tls.h"
 #include "core/status.h"
 #include "loadgen/histogram.h"
 
 namespace sluice::loadgen {
 
-// What to run. The gRPC agent will receive exactly this.
+enum class Protocol : uint8_t { kHttp1, kHttp2 };
+
+// What to run. The gRPC agent receives exactly this.
 struct LoadSpec {
   // Where to connect: SocketAddress syntax ("127.0.0.1:8080", "[::1]:8080").
   std::string address;
@@ -88,6 +96,14 @@ struct LoadSpec {
   // Requests in flight per connection (HTTP/1.1 pipelining), written in one flush; 1: plain
   // keep-alive.
   int pipeline = 1;
+  // HTTP/1.1, or HTTP/2 (h2c by prior knowledge in cleartext, ALPN "h2" over TLS).
+  Protocol protocol = Protocol::kHttp1;
+  // HTTP/2: concurrent streams per connection (h2load's -m).
+  int max_streams = 1;
+  // TLS (https://). The server name (SNI, certificate check) is the host part of `authority`.
+  bool tls = false;
+  // Skip the certificate check (-k).
+  bool insecure = false;
   // A request unanswered this long after it was written is a timeout: counted, its connection
   // closed and reopened. Also the connect timeout, and how long the end of a run waits for the
   // requests in flight.
@@ -130,6 +146,10 @@ struct RunResult {
   // Connections established, and of those, the ones that replaced a closed one.
   uint64_t connections_opened = 0;
   uint64_t reconnects = 0;
+  // Connection setup, kept apart from request latency: TCP connect plus, over TLS, the
+  // handshake (ns), one sample per established connection.
+  Histogram connect_latency;
+  uint64_t tls_handshakes = 0;
   // Interim (1xx) responses skipped.
   uint64_t interim_responses = 0;
   // The measured period: from the end of the warmup to the last response (or the stop).
@@ -201,6 +221,10 @@ class Engine {
   const std::string request_batch_;
   const size_t request_size_;
   const bool head_request_;
+  // TLS (https): the client context, shared by every connection.
+  std::shared_ptr<TlsContext> tls_context_;
+  // HTTP/2: the request's header list (pseudo-headers first, lowercase names).
+  std::vector<std::pair<std::string, std::string>> h2_fields_;
   MemoryPool pool_;
   // Measured requests handed out so far (requests mode): a connection claims its tickets before
   // sending, one atomic add per flush.

@@ -117,6 +117,88 @@ TEST(Engine, PipelinedCountsMatchTheServer) {
   EXPECT_EQ(server.server().stats().requests, 10'007u);
 }
 
+TEST(Engine, Http2StreamsCountsMatchTheServer) {
+  CountingServer server;
+  LoadSpec spec = SpecFor(server.port());
+  spec.protocol = Protocol::kHttp2;
+  spec.connections = 3;
+  spec.max_streams = 16;
+  spec.requests = 10'007;
+  const RunResult r = RunOrDie(spec);
+  ExpectBalanced(r);
+  EXPECT_EQ(r.requests_completed, 10'007u);
+  EXPECT_EQ(r.status_codes[200], 10'007u);
+  EXPECT_EQ(r.errors.total(), 0u) << r.first_error;
+  EXPECT_EQ(server.handled(), 10'007u);
+  EXPECT_EQ(server.server().stats().h2_streams, 10'007u);
+  EXPECT_EQ(r.connections_opened, 3u);
+  EXPECT_EQ(r.connect_latency.count(), 3u);
+  EXPECT_EQ(r.tls_handshakes, 0u);
+}
+
+TEST(Engine, Http2ReadsLargeResponsesAcrossFrames) {
+  CountingServer server;
+  LoadSpec spec = SpecFor(server.port());
+  spec.protocol = Protocol::kHttp2;
+  spec.path = "/big";
+  spec.connections = 2;
+  spec.max_streams = 8;
+  spec.requests = 500;
+  const RunResult r = RunOrDie(spec);
+  ExpectBalanced(r);
+  EXPECT_EQ(r.requests_completed, 500u);
+  EXPECT_EQ(r.errors.total(), 0u) << r.first_error;
+  EXPECT_GT(r.bytes_read, 500u * 25 * 1024);
+}
+
+TEST(Engine, TlsWithAlpnCountsHandshakesApartFromLatency) {
+  ServerOptions options = LoopbackServer();
+  options.tls.enabled = true;
+  options.tls.self_signed = true;
+  Server server(options);
+  std::atomic<uint64_t> handled{0};
+  server.Get("/", [&](http::Request& req, http::Response& res) {
+    handled.fetch_add(1);
+    res.Write(req.protocol_version());
+  });
+  ASSERT_TRUE(server.Start().ok());
+  for (Protocol protocol : {Protocol::kHttp1, Protocol::kHttp2}) {
+    LoadSpec spec = SpecFor(server.port());
+    spec.protocol = protocol;
+    spec.tls = true;
+    spec.insecure = true;  // a self-signed certificate
+    spec.connections = 2;
+    spec.max_streams = protocol == Protocol::kHttp2 ? 8 : 1;
+    spec.requests = 1000;
+    const RunResult r = RunOrDie(spec);
+    ExpectBalanced(r);
+    EXPECT_EQ(r.requests_completed, 1000u);
+    EXPECT_EQ(r.errors.total(), 0u) << r.first_error;
+    EXPECT_EQ(r.tls_handshakes, 2u);
+    EXPECT_EQ(r.connect_latency.count(), 2u);
+  }
+  EXPECT_EQ(handled.load(), 2000u);
+  EXPECT_EQ(server.stats().h2_streams, 1000u);
+}
+
+TEST(Engine, TlsRefusesAnUntrustedCertificateUnlessInsecure) {
+  ServerOptions options = LoopbackServer();
+  options.tls.enabled = true;
+  options.tls.self_signed = true;
+  Server server(options);
+  server.Get("/", [](http::Request&, http::Response& res) { res.Write("ok"); });
+  ASSERT_TRUE(server.Start().ok());
+  LoadSpec spec = SpecFor(server.port());
+  spec.tls = true;
+  spec.connections = 1;
+  spec.duration = milliseconds(200);
+  spec.timeout = milliseconds(500);
+  const RunResult r = RunOrDie(spec);
+  EXPECT_EQ(r.requests_completed, 0u);
+  EXPECT_GT(r.errors.connect, 0u);
+  EXPECT_EQ(r.tls_handshakes, 0u);
+}
+
 TEST(Engine, DurationRunDrainsSoNothingIsLostOrDoubleCounted) {
   CountingServer server;
   LoadSpec spec = SpecFor(server.port());
@@ -443,6 +525,25 @@ TEST(Engine, SerializesTheRequestOnce) {
   spec.body.clear();
   spec.method = "GET";
   EXPECT_EQ(SerializeRequest(spec), "GET /submit?x=1 HTTP/1.1\r\nhost: example.com\r\n\r\n");
+}
+
+TEST(Engine, Http2CountsResetStreamsAsFailures) {
+  ServerOptions options = LoopbackServer();
+  options.http2.max_concurrent_streams = 4;  // more streams than allowed are refused
+  Server server(options);
+  server.Get("/", [](http::Request&, http::Response& res) { res.Write("ok"); });
+  ASSERT_TRUE(server.Start().ok());
+  LoadSpec spec = SpecFor(server.port());
+  spec.protocol = Protocol::kHttp2;
+  spec.connections = 1;
+  spec.max_streams = 8;
+  spec.requests = 200;
+  const RunResult r = RunOrDie(spec);
+  ExpectBalanced(r);
+  // The session learns the limit from SETTINGS; streams sent before that may be refused.
+  EXPECT_EQ(r.requests_completed + r.requests_failed, 200u);
+  EXPECT_EQ(r.requests_failed, r.errors.read);
+  EXPECT_EQ(server.stats().h2_refused_streams, r.requests_failed);
 }
 
 TEST(Engine, RejectsInvalidSpecs) {

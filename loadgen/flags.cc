@@ -56,16 +56,14 @@ bool IsIpv6Literal(const std::string& host) {
   return inet_pton(AF_INET6, host.c_str(), &a) == 1;
 }
 
-// http://HOST[:PORT][/path[?query]] with HOST an IPv4 literal, [IPv6] literal or localhost.
+// http[s]://HOST[:PORT][/path[?query]] with HOST an IPv4 literal, [IPv6] literal or localhost.
 Status ParseUrl(std::string_view url, LoadSpec* spec) {
-  if (url.starts_with("https://")) {
-    return Bad("https:// is not supported yet (TLS comes with the HTTP/2 part); use http://");
+  spec->tls = url.starts_with("https://");
+  const std::string_view scheme = spec->tls ? "https://" : "http://";
+  if (!url.starts_with(scheme)) {
+    return Bad("URL must start with http:// or https://: \"" + std::string(url) + "\"");
   }
-  constexpr std::string_view kScheme = "http://";
-  if (!url.starts_with(kScheme)) {
-    return Bad("URL must start with http://: \"" + std::string(url) + "\"");
-  }
-  std::string_view rest = url.substr(kScheme.size());
+  std::string_view rest = url.substr(scheme.size());
   const size_t path_start = rest.find_first_of("/?#");
   std::string_view authority = rest.substr(0, path_start);
   std::string_view path = path_start == std::string_view::npos ? "/" : rest.substr(path_start);
@@ -82,7 +80,7 @@ Status ParseUrl(std::string_view url, LoadSpec* spec) {
     return Bad("URL must not carry user information");
   }
   std::string host;
-  std::string_view port = "80";
+  std::string_view port = spec->tls ? "443" : "80";
   if (authority.front() == '[') {
     const size_t close = authority.find(']');
     if (close == std::string_view::npos) return Bad("URL: unterminated [IPv6] host");
@@ -121,10 +119,11 @@ Status ParseUrl(std::string_view url, LoadSpec* spec) {
 std::string_view Usage() {
   return R"(Usage: loadgen [flags] URL
 
-HTTP/1.1 load generator: keep-alive and pipelining, closed loop or constant rate with
-coordinated-omission correction, exact latency histograms.
+HTTP/1.1 and HTTP/2 load generator: keep-alive, pipelining, concurrent streams, TLS, closed loop
+or constant rate with coordinated-omission correction, exact latency histograms.
 
-URL: http://HOST[:PORT][/path][?query]; HOST is an IPv4 literal, an [IPv6] literal or localhost.
+URL: http[s]://HOST[:PORT][/path][?query]; HOST is an IPv4 literal, an [IPv6] literal or
+localhost. https:// runs over TLS (the connection setup time is reported apart from latency).
 
 Load:
   -c, --connections N   connections (default 10)
@@ -134,10 +133,12 @@ Load:
       --warmup D        load before measuring; not counted (default 0)
   -R, --rate R          constant rate in requests/s over all connections; latency is measured from
                         each request's intended send time (corrected) and from its actual send
-      --pipeline N      requests in flight per connection, written together (default 1)
+      --pipeline N      HTTP/1.1: requests in flight per connection, written together (default 1)
       --timeout D       per-request timeout; the connection is closed and reopened (default 2s)
       --h1              HTTP/1.1 (default)
-      --h2              HTTP/2 (not supported yet)
+      --h2              HTTP/2: h2c by prior knowledge for http://, ALPN h2 for https://
+  -m, --max-streams N   HTTP/2: concurrent streams per connection (default 1, like h2load)
+  -k, --insecure        https: do not verify the server's certificate
 
 Request:
   -X, --method M        request method (default GET)
@@ -192,6 +193,7 @@ StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string_view>& args)
   bool requests_given = false;
   bool duration_given = false;
   bool body_given = false;
+  bool streams_given = false;
   std::vector<std::string_view> positional;
 
   for (size_t i = 0; i < args.size(); ++i) {
@@ -284,7 +286,17 @@ StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string_view>& args)
     } else if (name == "--h1") {
       if (Status s = no_value(); !s.ok()) return s;
     } else if (name == "--h2") {
-      return Bad("--h2: HTTP/2 is not supported yet; use --h1 (the default)");
+      if (Status s = no_value(); !s.ok()) return s;
+      spec.protocol = Protocol::kHttp2;
+    } else if (name == "-m" || name == "--max-streams") {
+      LOADGEN_VALUE(v);
+      StatusOr<int> n = ParseInt(name, *v, 1, 10000);
+      if (!n.ok()) return n.status();
+      spec.max_streams = *n;
+      streams_given = true;
+    } else if (name == "-k" || name == "--insecure") {
+      if (Status s = no_value(); !s.ok()) return s;
+      spec.insecure = true;
     } else if (name == "-H" || name == "--header") {
       LOADGEN_VALUE(v);
       const size_t colon = v->find(':');
@@ -334,6 +346,10 @@ StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string_view>& args)
     return Bad("one URL expected, got also \"" + std::string(positional[1]) + "\"");
   }
   if (requests_given && duration_given) return Bad("-n and -d exclude each other");
+  if (streams_given && spec.protocol != Protocol::kHttp2) return Bad("-m needs --h2");
+  if (spec.pipeline > 1 && spec.protocol == Protocol::kHttp2) {
+    return Bad("--pipeline is HTTP/1.1 only; use -m with --h2");
+  }
   options.url = std::string(positional[0]);
   if (Status s = ParseUrl(positional[0], &spec); !s.ok()) return s;
   if (spec.connections < spec.threads) {

@@ -83,6 +83,16 @@ TEST(Flags, UrlForms) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->spec.address, "10.0.0.1:80");
   EXPECT_EQ(r->spec.path, "/?a=b");
+  EXPECT_FALSE(r->spec.tls);
+  r = Parse({"-k", "https://localhost/x"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->spec.tls);
+  EXPECT_TRUE(r->spec.insecure);
+  EXPECT_EQ(r->spec.address, "127.0.0.1:443");
+  r = Parse({"--h2", "-m", "16", "http://127.0.0.1:8080/"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->spec.protocol, Protocol::kHttp2);
+  EXPECT_EQ(r->spec.max_streams, 16);
   r = Parse({"-n", "100", "http://127.0.0.1/", "--json"});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->spec.requests, 100u);
@@ -109,8 +119,10 @@ TEST(Flags, ReportsBadArgumentsClearly) {
   EXPECT_THAT(ErrorOf({"http://127.0.0.1/", "http://127.0.0.2/"}), HasSubstr("one URL"));
   EXPECT_THAT(ErrorOf({"--body-file", "/nonexistent/file", "http://127.0.0.1/"}),
               HasSubstr("cannot read"));
-  EXPECT_THAT(ErrorOf({"--h2", "http://127.0.0.1/"}), HasSubstr("not supported yet"));
-  EXPECT_THAT(ErrorOf({"https://127.0.0.1/"}), HasSubstr("not supported yet"));
+  EXPECT_THAT(ErrorOf({"-m", "8", "http://127.0.0.1/"}), HasSubstr("-m needs --h2"));
+  EXPECT_THAT(ErrorOf({"--h2", "--pipeline", "4", "http://127.0.0.1/"}),
+              HasSubstr("HTTP/1.1 only"));
+  EXPECT_THAT(ErrorOf({"ftp://127.0.0.1/"}), HasSubstr("http:// or https://"));
 }
 
 TEST(Flags, HelpNeedsNoUrl) {

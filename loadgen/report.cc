@@ -152,9 +152,11 @@ std::string FormatSummary(const CliOptions& options, const RunResult& result,
   const bool paced = spec.rate > 0;
   const Histogram& main_latency = paced ? result.corrected_latency : result.latency;
   std::string out;
-  out += Printf("Load: %s %s with %d connection(s) on %d thread(s), pipeline %d, ",
-                spec.method.c_str(), options.url.c_str(), spec.connections, spec.threads,
-                spec.pipeline);
+  out += Printf("Load: %s %s with %d connection(s) on %d thread(s), ", spec.method.c_str(),
+                options.url.c_str(), spec.connections, spec.threads);
+  out += spec.protocol == Protocol::kHttp2
+             ? Printf("HTTP/2 %d stream(s) per connection, ", spec.max_streams)
+             : Printf("HTTP/1.1 pipeline %d, ", spec.pipeline);
   out += paced ? Printf("constant rate %.0f req/s", spec.rate) : std::string("closed loop");
   out += Printf(", measured %.2fs\n", Seconds(result.duration));
 
@@ -212,8 +214,14 @@ std::string FormatSummary(const CliOptions& options, const RunResult& result,
                 ", timeout %" PRIu64 ", bad response %" PRIu64 "\n",
                 e.connect, e.read, e.write, e.timeout, e.bad_response);
   if (!result.first_error.empty()) out += "    first: " + result.first_error + "\n";
-  out += Printf("  Connections: %" PRIu64 " opened, %" PRIu64 " reconnects\n",
+  out += Printf("  Connections: %" PRIu64 " opened, %" PRIu64 " reconnects",
                 result.connections_opened, result.reconnects);
+  if (result.connect_latency.count() > 0) {
+    out += Printf("; setup%s mean %s, max %s", result.tls_handshakes > 0 ? " (TCP + TLS)" : "",
+                  FormatLatency(result.connect_latency.Mean()).c_str(),
+                  FormatLatency(static_cast<double>(result.connect_latency.max())).c_str());
+  }
+  out += "\n";
   const double seconds = Seconds(result.duration);
   out += "  Throughput: " +
          FormatBytesPerSecond(
@@ -230,7 +238,10 @@ std::string FormatJson(const CliOptions& options, const RunResult& result) {
   out += "\"spec\":{";
   out += "\"url\":" + JsonString(options.url);
   out += ",\"address\":" + JsonString(spec.address);
-  out += ",\"protocol\":\"http/1.1\"";
+  out += std::string(",\"protocol\":") +
+         (spec.protocol == Protocol::kHttp2 ? "\"h2\"" : "\"http/1.1\"");
+  out += ",\"tls\":" + std::string(spec.tls ? "true" : "false");
+  out += ",\"max_streams\":" + std::to_string(spec.max_streams);
   out += ",\"method\":" + JsonString(spec.method);
   out += ",\"connections\":" + std::to_string(spec.connections);
   out += ",\"threads\":" + std::to_string(spec.threads);
@@ -270,7 +281,9 @@ std::string FormatJson(const CliOptions& options, const RunResult& result) {
          ",\"bad_response\":" + std::to_string(e.bad_response) + "}";
   out += ",\"first_error\":" + JsonString(result.first_error);
   out += ",\"connections\":{\"opened\":" + std::to_string(result.connections_opened) +
-         ",\"reconnects\":" + std::to_string(result.reconnects) + "}";
+         ",\"reconnects\":" + std::to_string(result.reconnects) +
+         ",\"tls_handshakes\":" + std::to_string(result.tls_handshakes) + "}";
+  out += ",\"connect_latency\":" + LatencyJson(result.connect_latency);
   out += ",\"interim_responses\":" + std::to_string(result.interim_responses);
   out += ",\"latency\":" + LatencyJson(result.latency);
   out += ",\"corrected_latency\":" + LatencyJson(result.corrected_latency);
