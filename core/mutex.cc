@@ -49,14 +49,17 @@ void Mutex::LockCounted() {
 }
 
 void Mutex::RecordAcquired() {
-  counters_->acquisitions_.fetch_add(1, std::memory_order_relaxed);
-  locked_at_ = std::chrono::steady_clock::now();
+  const uint64_t n = counters_->acquisitions_.fetch_add(1, std::memory_order_relaxed);
+  timed_ = n % kHoldSampleEvery == 0;
+  if (timed_) locked_at_ = std::chrono::steady_clock::now();
 }
 
 void Mutex::RecordHold() {
+  if (!timed_) return;
   auto held = std::chrono::steady_clock::now() - locked_at_;
   counters_->hold_ns_.fetch_add(
-      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(held).count()),
+      kHoldSampleEvery *
+          static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(held).count()),
       std::memory_order_relaxed);
 }
 

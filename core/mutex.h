@@ -31,7 +31,10 @@ struct LockCountersSnapshot {
   uint64_t acquisitions = 0;
   // Acquisitions that found the lock held and had to wait.
   uint64_t contended = 0;
-  // Total time the lock was held, summed over acquisitions.
+  // Total time the lock was held, summed over acquisitions. Sampled: one
+  // acquisition in Mutex::kHoldSampleEvery is timed and counts for that many
+  // (two clock reads per acquisition would cost more than many of the
+  // critical sections they measure).
   uint64_t hold_ns = 0;
   // Largest number of threads seen waiting at once.
   uint64_t max_waiters = 0;
@@ -83,6 +86,10 @@ class ABSL_LOCKABLE Mutex {
 
   LockCounters* counters() const { return counters_; }
 
+  // Hold time is measured on every this-many-th acquisition (the first one
+  // included) and scaled.
+  static constexpr uint64_t kHoldSampleEvery = 16;
+
  private:
   friend class CondVar;
   void LockCounted();
@@ -93,6 +100,7 @@ class ABSL_LOCKABLE Mutex {
   LockCounters* const counters_;
   // Written only while holding mu_.
   std::chrono::steady_clock::time_point locked_at_;
+  bool timed_ = false;  // this acquisition's hold is measured
 };
 
 class ABSL_SCOPED_LOCKABLE MutexLock {

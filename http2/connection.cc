@@ -15,6 +15,8 @@ namespace {
 // exchange sees both and notifies.
 constexpr uint64_t kClosedBit = uint64_t{1} << 63;
 
+constexpr size_t kMaxSpareStreams = 16;
+
 std::span<const uint8_t> AsBytes(std::string_view s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
@@ -74,6 +76,22 @@ class Connection::Stream final : public http::ResponseSink,
  public:
   Stream(Connection* conn, uint32_t id, std::shared_ptr<StreamOutput> out, uint32_t window)
       : conn_(conn), id_(id), out_(std::move(out)), recv_window_(window) {}
+
+  // Makes a closed stream nobody holds any more new again, keeping the
+  // capacity of its Request, Response and buffers.
+  void Recycle(uint32_t id, std::shared_ptr<StreamOutput> out, uint32_t window) {
+    id_ = id;
+    out_ = std::move(out);
+    recv_window_ = ReceiveWindow(window);
+    content_length_.reset();
+    body_received_ = 0;
+    head_request_ = recv_ended_ = response_done_ = reset_ = in_map_ = false;
+    body_claimed_ = body_end_delivered_ = false;
+    body_status_ = OkStatus();
+    body_buffer_.clear();
+    on_data_ = nullptr;
+    on_end_ = nullptr;
+  }
 
   // http::ResponseSink (handler's thread).
   bool SendHead(uint16_t status, std::span<const std::pair<std::string, std::string>> headers,
@@ -157,8 +175,8 @@ class Connection::Stream final : public http::ResponseSink,
   }
 
   Connection* const conn_;
-  const uint32_t id_;
-  const std::shared_ptr<StreamOutput> out_;
+  uint32_t id_;
+  std::shared_ptr<StreamOutput> out_;
   http::Request request_;
   http::Response response_;
   ReceiveWindow recv_window_;
@@ -265,6 +283,7 @@ bool Connection::ProcessPass(const ReadResult& read) {
     in_pass_ = false;
     writer_.set_in_pass(false);
     FlushOutput();
+    RecycleRetiredStreams();
   }
   if (closing_) consumed = buffer.size();  // lingering: drop what the peer sends
   if (closed_) return false;
@@ -472,7 +491,7 @@ std::optional<Http2Error> Connection::OnHeaders(const Frame& frame) {
   block_.trailers = false;
   block_.discard = false;
   block_.refused = false;
-  block_.fields.clear();
+  block_.field_count = 0;
   block_.list_size = 0;
   block_.too_large = false;
   block_.regular_seen = false;
@@ -553,7 +572,7 @@ void Connection::OnField(std::string_view name, std::string_view value) {
       block_.malformed = "unknown pseudo-header";
       return;
     }
-    for (const auto& f : block_.fields) {
+    for (const auto& f : block_.Fields()) {
       if (f.first == name) {
         block_.malformed = "duplicate pseudo-header";
         return;
@@ -578,7 +597,14 @@ void Connection::OnField(std::string_view name, std::string_view value) {
     block_.malformed = problem;
     return;
   }
-  if (!block_.too_large) block_.fields.emplace_back(name, value);
+  if (block_.too_large) return;
+  if (block_.field_count < block_.fields.size()) {
+    block_.fields[block_.field_count].first.assign(name);
+    block_.fields[block_.field_count].second.assign(value);
+  } else {
+    block_.fields.emplace_back(name, value);
+  }
+  ++block_.field_count;
 }
 
 std::optional<Http2Error> Connection::EndHeaderBlock() {
@@ -606,7 +632,7 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
     return OnRequestEnd(s.get());
   }
   std::string_view method, scheme, path, authority;
-  for (const auto& [name, value] : block_.fields) {
+  for (const auto& [name, value] : block_.Fields()) {
     if (name == ":method") method = value;
     if (name == ":scheme") scheme = value;
     if (name == ":path") path = value;
@@ -627,7 +653,14 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
     ResetStream(id, ErrorCode::kProtocolError);
     return std::nullopt;
   }
-  auto s = std::make_shared<Stream>(this, id, writer_.OpenStream(id), options_.stream_window);
+  std::shared_ptr<Stream> s;
+  if (spare_streams_.empty()) {
+    s = std::make_shared<Stream>(this, id, writer_.OpenStream(id), options_.stream_window);
+  } else {
+    s = std::move(spare_streams_.back());
+    spare_streams_.pop_back();
+    s->Recycle(id, writer_.OpenStream(id), options_.stream_window);
+  }
   s->in_map_ = true;
   streams_.emplace(id, s);
   counters_->streams.fetch_add(1, std::memory_order_relaxed);
@@ -642,7 +675,7 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
   if (q != std::string_view::npos) req.SetQuery(path.substr(q + 1));
   req.SetAuthority(authority);
   bool bad_length = false;
-  for (const auto& [name, value] : block_.fields) {
+  for (const auto& [name, value] : block_.Fields()) {
     if (name[0] == ':') continue;
     if (name == "content-length") {
       uint64_t v = 0;
@@ -841,12 +874,25 @@ void Connection::RemoveStream(Stream* s) {
   writer_.CloseStream(*s->out_);
   std::shared_ptr<Stream> keep = streams_[s->id_];
   streams_.erase(s->id_);
+  // Reused at the end of the pass if nobody else holds it then.
+  retired_streams_.push_back(std::move(keep));
   if (!streams_.empty() || closing_) return;
   if (goaway_sent_ || peer_goaway_ || input_done_) {
     CloseAfterFlush();
   } else {
     ArmIdleTimer();
   }
+}
+
+void Connection::RecycleRetiredStreams() {
+  for (std::shared_ptr<Stream>& s : retired_streams_) {
+    // Nobody else holds it (no handler, no deferred response): reuse it.
+    if (s.use_count() == 1 && spare_streams_.size() < kMaxSpareStreams) {
+      s->out_.reset();
+      spare_streams_.push_back(std::move(s));
+    }
+  }
+  retired_streams_.clear();
 }
 
 void Connection::RememberReset(uint32_t id) {
@@ -869,6 +915,7 @@ void Connection::WakeFromWriter() {
     self->in_pass_ = false;
     self->writer_.set_in_pass(false);
     self->FlushOutput();
+    self->RecycleRetiredStreams();
   });
 }
 

@@ -32,6 +32,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -126,7 +127,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     bool discard = false;                    // refused or ignored: decode only (HPACK state)
     bool refused = false;                    // over max_concurrent_streams: REFUSED_STREAM
     std::optional<Http2Error> stream_error;  // sent once the block is decoded
+    // The first field_count entries are this block's; the rest keep their
+    // capacity for the next block.
     std::vector<std::pair<std::string, std::string>> fields;
+    size_t field_count = 0;
+    std::span<const std::pair<std::string, std::string>> Fields() const {
+      return {fields.data(), field_count};
+    }
     size_t list_size = 0;
     bool too_large = false;
     bool regular_seen = false;
@@ -161,6 +168,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Closes `stream` in the protocol sense if both sides are done.
   void MaybeCloseStream(Stream* stream);
   void RemoveStream(Stream* stream);
+  // Moves the retired streams nobody holds any more to spare_streams_.
+  void RecycleRetiredStreams();
   void RememberReset(uint32_t id);
   bool RecentlyReset(uint32_t id) const;
   // After the writer woke us (or at the end of a pass): finished streams,
@@ -194,6 +203,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   FrameWriter writer_;
 
   std::unordered_map<uint32_t, std::shared_ptr<Stream>> streams_;
+  // Closed streams nobody holds any more, reused (their Request/Response
+  // keep their capacity).
+  std::vector<std::shared_ptr<Stream>> spare_streams_;
+  // Streams removed during the current pass, recycled at its end.
+  std::vector<std::shared_ptr<Stream>> retired_streams_;
   HeaderBlock block_;
   std::vector<uint8_t> frame_scratch_;
   Frame frame_;

@@ -132,8 +132,9 @@ void FrameWriter::CloseStream(StreamOutput& stream) {
     stream.end_pending_ = false;
     streams_.erase(stream.id_);
     stream.room_.SignalAll();
-    UpdateBlockedLocked();
+    if (!waiters_.empty()) UpdateBlockedLocked();
   }
+  if (options_.strategy != OutputStrategy::kQueue) return;  // nothing is ever staged
   MutexLock lock(&stream.stage_mu_);
   stream.stage_closed_ = true;
   stream.unsent_.store(0, std::memory_order_relaxed);
@@ -362,6 +363,7 @@ void FrameWriter::Abort() {
       streams.push_back(s);
     }
   }
+  if (options_.strategy != OutputStrategy::kQueue) return;
   for (auto& s : streams) {
     MutexLock lock(&s->stage_mu_);
     s->stage_closed_ = true;
