@@ -249,7 +249,12 @@ bool FrameWriter::Stage(StreamOutput& stream, std::span<const HeaderField>* fiel
     if (fields != nullptr) {
       stream.staged_head_ = true;
       stream.staged_fields_.clear();
-      for (const HeaderField& f : *fields) stream.staged_fields_.emplace_back(f.name, f.value);
+      for (const HeaderField& f : *fields) {
+        const uint32_t lengths[2] = {static_cast<uint32_t>(f.name.size()),
+                                     static_cast<uint32_t>(f.value.size())};
+        stream.staged_fields_.append(reinterpret_cast<const char*>(lengths), sizeof(lengths));
+        stream.staged_fields_.append(f.name).append(f.value);
+      }
     }
     stream.staged_data_.append(reinterpret_cast<const char*>(data.data()), data.size());
     stream.staged_end_ = stream.staged_end_ || end;
@@ -282,7 +287,7 @@ bool FrameWriter::Stage(StreamOutput& stream, std::span<const HeaderField>* fiel
 }
 
 void FrameWriter::DrainQueue() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  std::vector<std::shared_ptr<StreamOutput>> batch;
+  std::vector<std::shared_ptr<StreamOutput>>& batch = drain_batch_;
   {
     MutexLock lock(&queue_mu_);
     batch.swap(queue_);
@@ -290,9 +295,6 @@ void FrameWriter::DrainQueue() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   }
   if (batch.empty()) return;
   OutputStats::Add(stats_->queue_drains_, 1);
-  std::vector<std::pair<std::string, std::string>> fields;
-  std::vector<HeaderField> views;
-  std::string data;
   MutexLock lock(&frame_mu_);
   PipeLockScope pipe(out_->mutex(), &frame_mu_);
   for (const std::shared_ptr<StreamOutput>& s : batch) {
@@ -303,26 +305,33 @@ void FrameWriter::DrainQueue() ABSL_NO_THREAD_SAFETY_ANALYSIS {
       s->scheduled_ = false;
       head = s->staged_head_;
       s->staged_head_ = false;
-      if (head) fields.swap(s->staged_fields_);
-      data.clear();
-      data.swap(s->staged_data_);
+      // Swapped, not copied: the buffers' capacity circulates.
+      if (head) drain_fields_.swap(s->staged_fields_);
+      drain_data_.clear();
+      drain_data_.swap(s->staged_data_);
       end = s->staged_end_;
       s->staged_end_ = false;
     }
     if (s->closed_ || aborted_ || completed_) continue;
     bool ok = true;
     if (head) {
-      views.clear();
-      for (const auto& [name, value] : fields) views.push_back({name, value});
-      ok = WriteHeadersLocked(*s, views, end && data.empty());
+      drain_views_.clear();
+      for (size_t at = 0; at + 8 <= drain_fields_.size();) {
+        uint32_t lengths[2];
+        std::memcpy(lengths, drain_fields_.data() + at, sizeof(lengths));
+        at += sizeof(lengths);
+        const std::string_view name(drain_fields_.data() + at, lengths[0]);
+        const std::string_view value(drain_fields_.data() + at + lengths[0], lengths[1]);
+        drain_views_.push_back({name, value});
+        at += lengths[0] + lengths[1];
+      }
+      ok = WriteHeadersLocked(*s, drain_views_, end && drain_data_.empty());
     }
-    if (ok && (!data.empty() || (end && !head))) QueueDataLocked(*s, AsBytes(data), end);
-    // Give the staging buffers' capacity back for the next round.
-    if (head) {
-      MutexLock stage(&s->stage_mu_);
-      if (s->staged_fields_.empty()) fields.swap(s->staged_fields_);
+    if (ok && (!drain_data_.empty() || (end && !head))) {
+      QueueDataLocked(*s, AsBytes(drain_data_), end);
     }
   }
+  batch.clear();
 }
 
 FrameWriter::Events FrameWriter::TakeEvents() {

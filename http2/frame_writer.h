@@ -158,7 +158,9 @@ class StreamOutput : public std::enable_shared_from_this<StreamOutput> {
   Mutex stage_mu_;
   CondVar staged_room_;
   bool staged_head_ = false;
-  std::vector<std::pair<std::string, std::string>> staged_fields_;
+  // The head's fields, flat (no allocation per field once warm): per field
+  // a 4-byte name length, a 4-byte value length, the name, the value.
+  std::string staged_fields_;
   std::string staged_data_;
   bool staged_end_ = false;
   bool scheduled_ = false;
@@ -299,6 +301,12 @@ class FrameWriter {
   std::vector<uint32_t> finished_ ABSL_GUARDED_BY(frame_mu_);
   std::optional<std::chrono::steady_clock::time_point> blocked_since_ ABSL_GUARDED_BY(frame_mu_);
   bool wake_pending_ ABSL_GUARDED_BY(frame_mu_) = false;
+
+  // kQueue: the loop's scratch for DrainQueue (loop thread only).
+  std::vector<std::shared_ptr<StreamOutput>> drain_batch_;
+  std::string drain_fields_;
+  std::vector<HeaderField> drain_views_;
+  std::string drain_data_;
 
   // kQueue.
   Mutex queue_mu_;
