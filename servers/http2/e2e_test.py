@@ -62,7 +62,7 @@ class Http2Behaviour:
     def exchange(self, client, path, method="GET", body=None):
         sid = client.request(path, method=method, body=body)
         [r] = client.wait([sid], WAIT)
-        self.assertIsNone(r["reset"], "%s %s: stream reset with code %s" % (method, path, r["reset"]))
+        self.assertIsNone(r["reset"], "%s %s: reset with code %s" % (method, path, r["reset"]))
         return r
 
     def assert_body(self, got, want, what):
@@ -146,6 +146,22 @@ class Http2Behaviour:
         # The connection carries new streams after the reset.
         self.assert_bytes_response(self.exchange(client, "/bytes/50000"), 50000)
         self.assertGreaterEqual(self.server.stats()["h2_peer_resets"], 1)
+
+    def test_cancel_mid_upload_leaves_other_streams_alone(self):
+        client = self.client()
+        upload = client.request("/echo", method="POST", body=b"u" * 30000, end=False)
+        other = client.request("/bytes/300000")
+        deadline = time.monotonic() + WAIT
+        while not client.responses[upload]["body"]:
+            self.assertLess(time.monotonic(), deadline, "nothing echoed of the unfinished upload")
+            self.assertTrue(client.pump(1.0), "server closed the connection")
+        client.conn.reset_stream(upload, error_code=h2_harness.CANCEL)
+        client.flush()
+        [r] = client.wait([other], WAIT)
+        self.assert_bytes_response(r, 300000)
+        body = random.Random(SEED).randbytes(200_000)
+        r = self.exchange(client, "/echo", method="POST", body=body)
+        self.assert_body(r["body"], body, "POST /echo after a cancelled upload")
 
     def test_several_connections_at_once(self):
         rng = random.Random(SEED)

@@ -1,4 +1,4 @@
-"""HTTP/2 interop: real clients (curl, nghttp, h2load, headless Chromium) against //servers:test_server.
+"""HTTP/2 interop: curl, nghttp, h2load and headless Chromium against //servers:test_server.
 
 For each output strategy (--h2-output) and handler placement (--handler-threads 0 and 4), one
 cleartext server (h2c with prior knowledge, HTTP/1.1) and one TLS server (ALPN h2 and http/1.1),
@@ -44,7 +44,7 @@ def tmpdir():
 
 
 def run(args, env=None, timeout=COMMAND_TIMEOUT):
-    """Runs args under timeout(1) (which kills the whole process group); returns CompletedProcess."""
+    """Runs args under timeout(1), which kills the whole process group; returns CompletedProcess."""
     return subprocess.run(["timeout", "-k", "5", str(timeout)] + list(args), env=env,
                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           timeout=timeout + 15)

@@ -52,6 +52,12 @@ class ManyWriterStress:
                 failures += self.run_round(server, round_index, sizes, window, connection_window)
                 if not server.alive():
                     break
+            if server.alive():
+                stats = server.stats()
+                for counter in ("h2_stream_errors", "h2_connection_errors", "h2_peer_resets"):
+                    if stats.get(counter) != 0:
+                        failures.append("server stats: %s=%s, want 0" % (
+                            counter, stats.get(counter)))
         code = server.exit_code
         reports = server.sanitizer_reports()
         if code != 0:
@@ -107,6 +113,14 @@ class ManyWriterStress:
         return failures
 
 
+def sanitizer_runtimes(binary):
+    """Which sanitizer runtimes the binary names (GCC links them as shared libraries)."""
+    with open(binary, "rb") as f:
+        data = f.read()
+    found = [name for name in ("tsan", "asan", "ubsan") if b"lib%s.so" % name.encode() in data]
+    return "sanitizers: " + (", ".join(found) if found else "none")
+
+
 def _make_suites():
     for strategy in STRATEGIES:
         name = "ManyWriterStress_%s" % strategy
@@ -117,5 +131,6 @@ _make_suites()
 
 if __name__ == "__main__":
     BINARY = sys.argv[1]
-    print("stress_test: seed %d (server %s)" % (SEED, BINARY), flush=True)
+    print("stress_test: seed %d, server %s (%s)" % (SEED, BINARY, sanitizer_runtimes(BINARY)),
+          flush=True)
     unittest.main(argv=[sys.argv[0], "-v"] + sys.argv[2:])

@@ -1,0 +1,1 @@
+../../http2/testing/h2_harness.py
