@@ -1,4 +1,4 @@
-"""sluice's HTTP/2 conformance suite (RFC 9113 §3-8) over raw frames, against //servers:test_server.
+"""sluice's HTTP/2 conformance suite (RFC 9113 §3-8) over raw frames, against the test server.
 
 Each test sends exactly the frames it names (RawConnection; send_raw_frame for malformed ones) and
 asserts the error code, its scope (RST_STREAM for a stream error, GOAWAY for a connection error),
@@ -8,10 +8,15 @@ connection gets a response, after a stream error the same connection does.
 
 Run under Bazel (`bazel test //http2:conformance_test`) or directly:
   /usr/bin/python3 http2/conformance_test.py --server=bazel-bin/servers/test_server [-k NAME]
+SLUICE_CONFORMANCE_SERVER_FLAGS adds server flags to every server of the suite, e.g.
+"--h2-output=queue --handler-threads=4" to run it against another output strategy.
+
 """
 
 import os
 import signal
+import socket
+import struct
 import sys
 import time
 import unittest
@@ -51,6 +56,12 @@ ERROR_NAMES = {
     h2h.ENHANCE_YOUR_CALM: "ENHANCE_YOUR_CALM",
 }
 
+FRAME_NAMES = {
+    DATA: "DATA", HEADERS: "HEADERS", PRIORITY: "PRIORITY", RST_STREAM: "RST_STREAM",
+    SETTINGS: "SETTINGS", PUSH_PROMISE: "PUSH_PROMISE", PING: "PING", GOAWAY: "GOAWAY",
+    WINDOW_UPDATE: "WINDOW_UPDATE", CONTINUATION: "CONTINUATION",
+}
+
 HELLO = b"Hello, World!"
 
 
@@ -68,13 +79,27 @@ def settings_payload(pairs):
     return b"".join(i.to_bytes(2, "big") + v.to_bytes(4, "big") for i, v in pairs)
 
 
+def hpack_integer(value, prefix_bits, first_byte_flags):
+    """An RFC 7541 §5.1 integer with an N-bit prefix."""
+    limit = (1 << prefix_bits) - 1
+    if value < limit:
+        return bytes([first_byte_flags | value])
+    out = [first_byte_flags | limit]
+    value -= limit
+    while value >= 128:
+        out.append(value % 128 + 128)
+        value //= 128
+    out.append(value)
+    return bytes(out)
+
+
 def u32(n):
     return n.to_bytes(4, "big")
 
 
 def describe(frame):
     """A frame for failure messages."""
-    name = type(frame).__name__.replace("Frame", "").upper()
+    name = FRAME_NAMES.get(frame.type, "type 0x%x" % frame.type)
     if isinstance(frame, hf.GoAwayFrame):
         return "GOAWAY(%s, last_stream_id=%d, debug=%r)" % (
             error_name(frame.error_code), frame.last_stream_id, bytes(frame.additional_data))
@@ -89,6 +114,14 @@ def describe(frame):
 def request(path="/plaintext", method="GET", extra=()):
     return [(":method", method), (":scheme", "http"), (":path", path),
             (":authority", "localhost")] + list(extra)
+
+
+def stop(server):
+    """Stops a harness Server (SIGTERM, bounded wait) and closes its pipes; the exit status."""
+    server.__exit__(None, None, None)
+    server.proc.stdout.close()
+    server.proc.stderr.close()
+    return server.proc.returncode
 
 
 class WaitFailed(AssertionError):
@@ -117,8 +150,23 @@ class Peer(h2h.RawConnection):
         self._fragments = b""
         self._pings = 0
         self.server_settings = {}
+        self.handshake_done = False
         if handshake:
             self.handshake()
+            self.handshake_done = True
+
+    def close(self):
+        """An abortive close (RST): the server drops the connection at once, even with a response
+        still waiting for window, so a class's server stops without waiting for it."""
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+        self.sock.close()
+
+    def close_gracefully(self):
+        """FIN, as a client that is done would."""
+        self.sock.close()
 
     def next_frame(self, timeout=STEP):
         frame = self.read_frame(timeout)
@@ -129,16 +177,24 @@ class Peer(h2h.RawConnection):
                 self._fragments = b""
         return frame
 
-    def until(self, predicate, what, timeout=STEP):
-        """Frames until one satisfies predicate; returns (frame, frames before it)."""
+    def until(self, predicate, what, timeout=STEP, probe=False):
+        """Frames until one satisfies predicate; returns (frame, frames before it).
+
+        With `probe`, a PING follows what the test sent: the server handles frames in order, so
+        its ACK arriving first means the awaited frame will not come (a fast failure instead of
+        a timeout)."""
         deadline = time.monotonic() + timeout
         seen = []
+        probe_data = self.send_ping() if probe else None
         try:
             while True:
                 frame = self.next_frame(max(0.0, deadline - time.monotonic()))
                 if predicate(frame):
                     return frame, seen
                 seen.append(frame)
+                if probe_data is not None and self.is_ack_of(frame, probe_data):
+                    reason = "the server answered a later PING first"
+                    break
         except h2h.ConnectionClosed:
             reason = "the server closed the connection"
         except TimeoutError:
@@ -157,15 +213,26 @@ class Peer(h2h.RawConnection):
         except TimeoutError:
             return False
 
+    def send_ping(self):
+        """Sends a PING with data of its own (none if the connection is gone); returns the data."""
+        self._pings += 1
+        data = b"probe%03d" % (self._pings % 1000)
+        try:
+            self.send_frame(hf.PingFrame(0, opaque_data=data))
+        except OSError:
+            pass  # the server closed: what is read next tells
+        return data
+
+    @staticmethod
+    def is_ack_of(frame, data):
+        return isinstance(frame, hf.PingFrame) and "ACK" in frame.flags and \
+            frame.opaque_data == data
+
     def barrier(self, timeout=STEP):
         """Sends a PING and reads until its ACK: the server has handled everything sent before.
         Returns the frames that came first."""
-        self._pings += 1
-        data = b"barrier" + bytes([self._pings % 256])
-        self.send_frame(hf.PingFrame(0, opaque_data=data))
-        _, seen = self.until(
-            lambda f: isinstance(f, hf.PingFrame) and "ACK" in f.flags and f.opaque_data == data,
-            "the ACK of a PING")
+        data = self.send_ping()
+        _, seen = self.until(lambda f: self.is_ack_of(f, data), "the ACK of a PING", timeout)
         return seen
 
     def send_block(self, stream_id, block, end_stream=True, chunk=16384, padded=0):
@@ -220,6 +287,16 @@ class Peer(h2h.RawConnection):
         self.until(done, "responses on streams %s" % list(stream_ids), timeout)
         return out
 
+    def read_data(self, stream_id, total, what):
+        """DATA of stream_id until `total` bytes came; returns how many did (the last frame may
+        carry more)."""
+        got = 0
+        while got < total:
+            frame, _ = self.until(lambda f: isinstance(f, hf.DataFrame) and
+                                  f.stream_id == stream_id, what)
+            got += len(frame.data)
+        return got
+
     def data_on(self, frames, stream_id):
         return sum(len(f.data) for f in frames
                    if isinstance(f, hf.DataFrame) and f.stream_id == stream_id)
@@ -236,7 +313,7 @@ class ConformanceTestCase(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        cls.server.__exit__(None, None, None)
+        stop(cls.server)
 
     def setUp(self):
         self.assertTrue(self.server.alive(), "the server exited in an earlier test")
@@ -250,7 +327,8 @@ class ConformanceTestCase(unittest.TestCase):
     def assert_get_served(self, peer, stream_id, path="/plaintext"):
         peer.get(stream_id, path)
         r = peer.collect([stream_id])[stream_id]
-        self.assertIsNone(r.reset, "stream %d reset with %s" % (stream_id, error_name(r.reset or 0)))
+        self.assertIsNone(r.reset, "stream %d reset with %s" % (stream_id,
+                                                                error_name(r.reset or 0)))
         self.assertEqual(r.status(), 200)
         if path == "/plaintext":
             self.assertEqual(bytes(r.body), HELLO)
@@ -261,10 +339,12 @@ class ConformanceTestCase(unittest.TestCase):
         self.assertTrue(self.server.alive(), "the server exited")
         self.assert_get_served(self.connect(), 1)
 
-    def assert_connection_error(self, peer, code, debug, serves=True):
-        """GOAWAY with `code` and `debug` in its debug data, then the close (bounded)."""
+    def assert_connection_error(self, peer, code, debug, serves=True, probe=None):
+        """GOAWAY with `code` and `debug` in its debug data, then the close (bounded). `probe`
+        (default: once past the handshake) fails fast when a PING sent after is answered first."""
         goaway, _ = peer.until(lambda f: isinstance(f, hf.GoAwayFrame),
-                               "GOAWAY(%s, %r)" % (error_name(code), debug))
+                               "GOAWAY(%s, %r)" % (error_name(code), debug),
+                               probe=peer.handshake_done if probe is None else probe)
         self.assertEqual(error_name(goaway.error_code), error_name(code), describe(goaway))
         self.assertIn(debug.encode(), bytes(goaway.additional_data), describe(goaway))
         self.assertTrue(peer.is_closed(), "the connection stayed open after " + describe(goaway))
@@ -277,7 +357,7 @@ class ConformanceTestCase(unittest.TestCase):
         frame, _ = peer.until(
             lambda f: isinstance(f, hf.GoAwayFrame) or
             (isinstance(f, hf.RstStreamFrame) and f.stream_id == stream_id),
-            "RST_STREAM(stream=%d, %s)" % (stream_id, error_name(code)))
+            "RST_STREAM(stream=%d, %s)" % (stream_id, error_name(code)), probe=True)
         self.assertIsInstance(frame, hf.RstStreamFrame,
                               "a connection error instead of a stream error: " + describe(frame))
         self.assertEqual(error_name(frame.error_code), error_name(code), describe(frame))
@@ -288,7 +368,7 @@ class ConformanceTestCase(unittest.TestCase):
         frame, _ = peer.until(
             lambda f: isinstance(f, hf.GoAwayFrame) or
             (isinstance(f, hf.RstStreamFrame) and f.stream_id == stream_id),
-            "RST_STREAM(stream=%d) or GOAWAY with %s" % (stream_id, error_name(code)))
+            "RST_STREAM(stream=%d) or GOAWAY with %s" % (stream_id, error_name(code)), probe=True)
         self.assertEqual(error_name(frame.error_code), error_name(code), describe(frame))
         return frame
 
@@ -307,6 +387,14 @@ class PrefaceTest(ConformanceTestCase):
         peer.send(h2h.PREFACE + raw_frame(SETTINGS, ACK, 0))
         self.assert_connection_error(peer, h2h.PROTOCOL_ERROR,
                                      "the first frame after the preface must be SETTINGS")
+
+    def test_malformed_first_frame_other_than_settings_is_protocol_error(self):
+        peer = self.connect(send_preface=False, handshake=False)
+        # The SETTINGS after it makes the probe PING valid on a server that went on.
+        peer.send(h2h.PREFACE + raw_frame(WINDOW_UPDATE, 0, 1, u32(0)) + raw_frame(SETTINGS, 0, 0))
+        self.assert_connection_error(peer, h2h.PROTOCOL_ERROR,
+                                     "the first frame after the preface must be SETTINGS",
+                                     probe=True)
 
     def test_preface_in_pieces_is_accepted(self):
         peer = self.connect(send_preface=False, handshake=False)
@@ -347,9 +435,27 @@ class TlsPrefaceTest(ConformanceTestCase):
         self.assert_get_served(self.connect(), 1)
 
 
+class TimeoutTestCase(ConformanceTestCase):
+
+    def assert_closed_within(self, peer, seconds, goaway_code):
+        """The server closes within `seconds`; a GOAWAY before that must carry goaway_code."""
+        deadline = time.monotonic() + seconds
+        try:
+            while True:
+                frame = peer.next_frame(max(0.0, deadline - time.monotonic()))
+                if isinstance(frame, hf.GoAwayFrame):
+                    self.assertEqual(error_name(frame.error_code), error_name(goaway_code),
+                                     describe(frame))
+        except h2h.ConnectionClosed:
+            pass
+        except TimeoutError:
+            self.fail("the connection is still open after %.1f s" % seconds)
+        self.assert_server_serves()
+
+
 # §3.4: a client that does not complete its preface in time (--header-timeout-ms is also the
-# HTTP/2 preface timeout).
-class PrefaceTimeoutTest(ConformanceTestCase):
+# HTTP/2 preface timeout: "the client preface and first SETTINGS must arrive within this").
+class PrefaceTimeoutTest(TimeoutTestCase):
     server_flags = ("--header-timeout-ms=300",)
 
     def test_preface_without_settings_in_time_is_settings_timeout(self):
@@ -357,17 +463,28 @@ class PrefaceTimeoutTest(ConformanceTestCase):
         peer.send(h2h.PREFACE)
         self.assert_connection_error(peer, h2h.SETTINGS_TIMEOUT, "no preface and SETTINGS in time")
 
-    def test_silent_client_is_closed(self):
+    def test_preface_cut_short_is_closed_after_the_header_timeout(self):
         peer = self.connect(send_preface=False, handshake=False)
-        # Nothing sent: the protocol is not known yet, so a close without a frame is expected; a
-        # GOAWAY, if any, must say SETTINGS_TIMEOUT.
-        try:
-            frame, _ = peer.until(lambda f: isinstance(f, hf.GoAwayFrame), "GOAWAY or close")
-            self.assertEqual(frame.error_code, h2h.SETTINGS_TIMEOUT, describe(frame))
-        except WaitFailed as e:
-            self.assertIn("closed the connection", str(e))
-        self.assertTrue(peer.closed or peer.is_closed())
-        self.assert_server_serves()
+        peer.send(h2h.PREFACE[:10])
+        self.assert_closed_within(peer, 2.0, h2h.SETTINGS_TIMEOUT)
+
+
+# A connection that sends nothing: --keep-alive-timeout-ms (also the HTTP/2 idle timeout).
+class IdleTimeoutTest(TimeoutTestCase):
+    server_flags = ("--keep-alive-timeout-ms=300",)
+
+    def test_silent_client_is_closed(self):
+        # The protocol is not known yet: a close (FIN) without any frame.
+        peer = self.connect(send_preface=False, handshake=False)
+        self.assert_closed_within(peer, STEP, h2h.NO_ERROR)
+
+    def test_idle_connection_gets_goaway_no_error_then_close(self):
+        peer = self.connect()
+        self.assert_get_served(peer, 1)
+        goaway, _ = peer.until(lambda f: isinstance(f, hf.GoAwayFrame), "GOAWAY")
+        self.assertEqual(error_name(goaway.error_code), "NO_ERROR", describe(goaway))
+        self.assertEqual(goaway.last_stream_id, 1, describe(goaway))
+        self.assertTrue(peer.is_closed())
 
 
 # §4.2 Frame size, §6 per-frame lengths.
@@ -420,6 +537,12 @@ class FrameSizeTest(ConformanceTestCase):
         peer = self.connect()
         peer.send_raw_frame(WINDOW_UPDATE, 0, 0, b"\0\0\x01")
         self.assert_connection_error(peer, h2h.FRAME_SIZE_ERROR, "WINDOW_UPDATE: length must be 4")
+
+    def test_goaway_shorter_than_8_is_frame_size_error(self):
+        peer = self.connect()
+        peer.send_raw_frame(GOAWAY, 0, 0, u32(0))
+        self.assert_connection_error(peer, h2h.FRAME_SIZE_ERROR,
+                                     "GOAWAY: length must be at least 8")
 
     def test_priority_length_not_5_is_stream_frame_size_error(self):
         peer = self.connect()
@@ -480,8 +603,9 @@ class StreamIdTest(ConformanceTestCase):
         peer = self.connect()
         self.assert_get_served(peer, 5)
         peer.send_headers(3, request())
-        self.assert_connection_error(peer, h2h.PROTOCOL_ERROR,
-                                     "HEADERS: stream id not above the last one")
+        goaway = self.assert_connection_error(peer, h2h.PROTOCOL_ERROR,
+                                              "HEADERS: stream id not above the last one")
+        self.assertEqual(goaway.last_stream_id, 5)
 
     def test_data_on_idle_stream_is_protocol_error(self):
         peer = self.connect()
@@ -498,6 +622,16 @@ class StreamIdTest(ConformanceTestCase):
         peer.send_frame(hf.WindowUpdateFrame(1, window_increment=100))
         self.assert_connection_error(peer, h2h.PROTOCOL_ERROR, "WINDOW_UPDATE: on an idle stream")
 
+    def test_frames_on_a_server_stream_never_opened_are_protocol_error(self):
+        for name, frame in [("DATA", raw_frame(DATA, 0, 2, b"x")),
+                            ("RST_STREAM", raw_frame(RST_STREAM, 0, 2, u32(h2h.CANCEL))),
+                            ("WINDOW_UPDATE", raw_frame(WINDOW_UPDATE, 0, 2, u32(1)))]:
+            with self.subTest(frame=name):
+                peer = self.connect()
+                self.assert_get_served(peer, 5)  # closes the client's idle streams 1 and 3
+                peer.send(frame)
+                self.assert_connection_error(peer, h2h.PROTOCOL_ERROR, name + ": on an idle stream")
+
     def test_data_on_closed_stream_is_stream_closed(self):
         # §6.1 asks for a stream error, §5.1 ("closed") allows a connection error: either scope.
         peer = self.connect()
@@ -507,7 +641,8 @@ class StreamIdTest(ConformanceTestCase):
         if isinstance(frame, hf.RstStreamFrame):
             self.assert_get_served(peer, 3)
         else:
-            self.assertIn(b"DATA: on a closed stream", bytes(frame.additional_data))
+            self.assertTrue(peer.is_closed())
+            self.assert_server_serves()
 
     def test_data_after_client_reset_is_stream_closed(self):
         peer = self.connect()
@@ -536,6 +671,74 @@ class StreamIdTest(ConformanceTestCase):
         peer.send_headers(1, [("x-trailer", "1")])
         self.assert_stream_error(peer, 1, h2h.STREAM_CLOSED)
         peer.send_frame(hf.SettingsFrame(0, settings={INITIAL_WINDOW_SIZE: 65535}))
+        self.assert_get_served(peer, 3)
+
+    def test_frames_on_a_stream_the_server_reset_are_ignored(self):
+        # §5.1 "closed": frames the peer sent before it saw our RST_STREAM MUST be ignored.
+        peer = self.connect()
+        peer.send_headers(1, request("/echo", "POST", [("X-Upper", "1")]), end_stream=False)
+        peer.send_frame(hf.DataFrame(1, data=b"in flight"))
+        peer.send_frame(hf.WindowUpdateFrame(1, window_increment=100))
+        peer.send_headers(1, [("x-trailer", "1")], end_stream=True)
+        self.assert_stream_error(peer, 1, h2h.PROTOCOL_ERROR)
+        seen = peer.barrier()
+        self.assertEqual([describe(f) for f in seen
+                          if isinstance(f, (hf.GoAwayFrame, hf.RstStreamFrame))], [])
+        self.assert_get_served(peer, 3)
+
+    def test_trailers_after_the_server_reset_an_early_response_are_ignored(self):
+        # The response ends before the request: RST_STREAM(NO_ERROR) (§8.1), and what the client
+        # had in flight, trailers included, is ignored (§5.1).
+        peer = self.connect()
+        peer.send_headers(1, request(), end_stream=False)
+        r = peer.collect([1])[1]
+        self.assertEqual((r.status(), bytes(r.body)), (200, HELLO))
+        peer.send_frame(hf.DataFrame(1, data=b"body in flight"))
+        peer.send_headers(1, [("x-trailer", "1")], end_stream=True)
+        seen = peer.barrier()
+        self.assertEqual([describe(f) for f in seen
+                          if isinstance(f, hf.GoAwayFrame) or
+                          (isinstance(f, hf.RstStreamFrame) and f.error_code != h2h.NO_ERROR)],
+                         [])
+        self.assert_get_served(peer, 3)
+
+    def test_priority_on_an_idle_stream_does_not_open_it(self):
+        peer = self.connect()
+        peer.send_frame(hf.PriorityFrame(7, depends_on=0, stream_weight=16))
+        self.assert_get_served(peer, 3)
+        self.assert_get_served(peer, 7)
+
+    def test_reserved_bit_of_the_stream_id_is_ignored(self):
+        peer = self.connect()
+        frame = bytearray(raw_frame(HEADERS, END_STREAM | END_HEADERS, 1,
+                                    peer.header_block(request())))
+        frame[5] |= 0x80  # §4.1: the reserved bit MUST be ignored when receiving
+        peer.send(bytes(frame))
+        r = peer.collect([1])[1]
+        self.assertEqual((r.status(), bytes(r.body)), (200, HELLO))
+
+    def test_unknown_flags_are_ignored(self):
+        peer = self.connect()
+        peer.send_raw_frame(PING, 0xFE, 0, b"flags!!!")
+        ack, _ = peer.until(lambda f: isinstance(f, hf.PingFrame), "PING ACK")
+        self.assertEqual((sorted(ack.flags), ack.opaque_data), (["ACK"], b"flags!!!"))
+        peer.send_raw_frame(HEADERS, END_HEADERS | 0x02 | 0x10 | 0x40 | 0x80, 1,
+                            peer.header_block(request("/echo", "POST")))
+        peer.send_raw_frame(DATA, END_STREAM | 0x02 | 0x04 | 0x10 | 0x20, 1, b"abc")
+        r = peer.collect([1])[1]
+        self.assertEqual((r.status(), bytes(r.body)), (200, b"abc"))
+
+    def test_no_data_after_client_reset(self):
+        peer = self.connect(settings={INITIAL_WINDOW_SIZE: 100})
+        peer.get(1, "/bytes/100000")
+        peer.read_data(1, 100, "the first 100 bytes")
+        peer.barrier()
+        peer.send_frame(hf.RstStreamFrame(1, error_code=h2h.CANCEL))
+        # Window enough for all of it, had the stream lived on.
+        peer.send_frame(hf.SettingsFrame(0, settings={INITIAL_WINDOW_SIZE: 1 << 20}))
+        peer.send_frame(hf.WindowUpdateFrame(0, window_increment=1 << 20))
+        seen = peer.barrier()
+        self.assertEqual([describe(f) for f in seen if f.stream_id == 1], [])
         self.assert_get_served(peer, 3)
 
     def test_push_promise_from_client_is_protocol_error(self):
@@ -572,6 +775,15 @@ class ContinuationTest(ConformanceTestCase):
         block = peer.header_block(request())
         peer.send_raw_frame(HEADERS, END_STREAM, 1, block[:5])
         peer.send_raw_frame(0xFA, 0, 1, b"extension")
+        self.assert_connection_error(peer, h2h.PROTOCOL_ERROR,
+                                     "CONTINUATION expected for the open header block")
+
+    def test_frame_with_a_stream_error_interleaved_in_header_block_is_protocol_error(self):
+        peer = self.connect()
+        block = peer.header_block(request())
+        peer.send(raw_frame(HEADERS, END_STREAM, 1, block[:3]) +
+                  raw_frame(WINDOW_UPDATE, 0, 1, u32(0)) +
+                  raw_frame(CONTINUATION, END_HEADERS, 1, block[3:]))
         self.assert_connection_error(peer, h2h.PROTOCOL_ERROR,
                                      "CONTINUATION expected for the open header block")
 
@@ -651,6 +863,15 @@ class SettingsTest(ConformanceTestCase):
         peer.until(lambda f: isinstance(f, hf.SettingsFrame) and "ACK" in f.flags, "SETTINGS ACK")
         self.assert_get_served(peer, 1)
 
+    def test_last_value_of_a_repeated_setting_applies(self):
+        peer = self.connect()
+        peer.send_raw_frame(SETTINGS, 0, 0, settings_payload([(INITIAL_WINDOW_SIZE, 1),
+                                                              (INITIAL_WINDOW_SIZE, 100)]))
+        peer.get(1, "/bytes/1000")
+        total = peer.read_data(1, 100, "100 bytes of DATA")
+        total += peer.data_on(peer.barrier(), 1)
+        self.assertEqual(total, 100)
+
     def test_unknown_settings_are_ignored(self):
         peer = self.connect()
         peer.send_raw_frame(SETTINGS, 0, 0, settings_payload([(0x99, 5), (0xFF00, 2**32 - 1),
@@ -692,20 +913,17 @@ class SettingsTest(ConformanceTestCase):
     def test_server_respects_client_max_frame_size(self):
         peer = self.connect()  # our MAX_FRAME_SIZE: the default 16384
         peer.get(1, "/bytes/100000")
-        frames = []
-        peer.until(lambda f: frames.append(f) or (isinstance(f, hf.DataFrame) and
-                                                  "END_STREAM" in f.flags) or
-                   (isinstance(f, hf.DataFrame) and self.grant(peer, f)), "the response")
-        sizes = [len(f.data) for f in frames if isinstance(f, hf.DataFrame)]
+        sizes = []
+        while True:
+            frame, _ = peer.until(lambda f: isinstance(f, hf.DataFrame) and f.stream_id == 1,
+                                  "DATA on stream 1")
+            sizes.append(frame.flow_controlled_length)
+            if "END_STREAM" in frame.flags:
+                break
+            peer.send_frame(hf.WindowUpdateFrame(0, window_increment=sizes[-1]))
+            peer.send_frame(hf.WindowUpdateFrame(1, window_increment=sizes[-1]))
         self.assertEqual(sum(sizes), 100000)
         self.assertLessEqual(max(sizes), 16384)
-
-    @staticmethod
-    def grant(peer, f):
-        if f.flow_controlled_length:
-            peer.send_frame(hf.WindowUpdateFrame(0, window_increment=f.flow_controlled_length))
-            peer.send_frame(hf.WindowUpdateFrame(1, window_increment=f.flow_controlled_length))
-        return False
 
 
 # §5.2 and §6.9 flow control, §6.1 padding.
@@ -791,9 +1009,12 @@ class FlowControlTest(ConformanceTestCase):
     def test_server_respects_client_initial_window_size(self):
         peer = self.connect(settings={INITIAL_WINDOW_SIZE: 100})
         peer.get(1, "/bytes/1000")
-        sent = peer.data_on(peer.barrier(), 1)
-        self.assertLessEqual(sent, 100)
-        peer.send_frame(hf.WindowUpdateFrame(1, window_increment=1000 - sent))
+        # The window's worth, then nothing more (what the server sends before answering a later
+        # PING, once the first 100 bytes are out).
+        sent = peer.read_data(1, 100, "the first 100 bytes")
+        sent += peer.data_on(peer.barrier(), 1)
+        self.assertEqual(sent, 100)
+        peer.send_frame(hf.WindowUpdateFrame(1, window_increment=900))
         r = peer.collect([1], grant=False)[1]
         self.assertEqual(sent + len(r.body), 1000)
         self.assertTrue(r.ended)
@@ -815,8 +1036,9 @@ class FlowControlTest(ConformanceTestCase):
     def test_server_respects_the_connection_window(self):
         peer = self.connect(settings={INITIAL_WINDOW_SIZE: 1 << 20})
         peer.get(1, "/bytes/100000")
-        sent = peer.data_on(peer.barrier(), 1)
-        self.assertLessEqual(sent, 65535)
+        sent = peer.read_data(1, 65535, "the connection window's worth")
+        sent += peer.data_on(peer.barrier(), 1)
+        self.assertEqual(sent, 65535)
         peer.send_frame(hf.WindowUpdateFrame(0, window_increment=100000 - sent))
         r = peer.collect([1], grant=False)[1]
         self.assertEqual(sent + len(r.body), 100000)
@@ -824,14 +1046,12 @@ class FlowControlTest(ConformanceTestCase):
     def test_initial_window_size_increase_mid_stream_releases_data(self):
         peer = self.connect(settings={INITIAL_WINDOW_SIZE: 100})
         peer.get(1, "/bytes/1000")
-        total = peer.data_on(peer.barrier(), 1)
-        self.assertLessEqual(total, 100)
+        total = peer.read_data(1, 100, "the first 100 bytes")
+        total += peer.data_on(peer.barrier(), 1)
+        self.assertEqual(total, 100)
         peer.send_frame(hf.SettingsFrame(0, settings={INITIAL_WINDOW_SIZE: 300}))
         # 200 more without any WINDOW_UPDATE, and no more than that.
-        while total < 300:
-            frame, _ = peer.until(lambda f: isinstance(f, hf.DataFrame) and f.stream_id == 1,
-                                  "DATA released by the larger INITIAL_WINDOW_SIZE")
-            total += len(frame.data)
+        total += peer.read_data(1, 200, "DATA released by the larger INITIAL_WINDOW_SIZE")
         total += peer.data_on(peer.barrier(), 1)
         self.assertEqual(total, 300)
         peer.send_frame(hf.SettingsFrame(0, settings={INITIAL_WINDOW_SIZE: 1000}))
@@ -841,25 +1061,29 @@ class FlowControlTest(ConformanceTestCase):
     def test_initial_window_size_decrease_mid_stream_can_make_the_window_negative(self):
         peer = self.connect(settings={INITIAL_WINDOW_SIZE: 100})
         peer.get(1, "/bytes/1000")
-        total = 0
-        while total < 100:
-            frame, _ = peer.until(lambda f: isinstance(f, hf.DataFrame) and f.stream_id == 1,
-                                  "the first 100 bytes")
-            total += len(frame.data)
+        total = peer.read_data(1, 100, "the first 100 bytes")
         # Window 100 - 100 = 0, shifted by 50 - 100: -50; +75 makes it 25 (§6.9.2).
         peer.send_frame(hf.SettingsFrame(0, settings={INITIAL_WINDOW_SIZE: 50}))
         peer.send_frame(hf.WindowUpdateFrame(1, window_increment=75))
         total += peer.data_on(peer.barrier(), 1)
         self.assertLessEqual(total, 125)
-        while total < 125:
-            frame, _ = peer.until(lambda f: isinstance(f, hf.DataFrame) and f.stream_id == 1,
-                                  "the 25 bytes a negative window plus 75 allows")
-            total += len(frame.data)
+        total += peer.read_data(1, 125 - total, "the 25 bytes a negative window plus 75 allows")
         total += peer.data_on(peer.barrier(), 1)
         self.assertEqual(total, 125)
         peer.send_frame(hf.WindowUpdateFrame(1, window_increment=875))
         r = peer.collect([1], grant=False)[1]
         self.assertEqual(total + len(r.body), 1000)
+
+    def test_large_request_body_flows_through_window_updates(self):
+        # 3 MiB each way: more than the server's stream and connection windows, so it must give
+        # them back as the handler consumes the body.
+        client = h2h.H2Client(self.server)
+        self.addCleanup(client.close)
+        body = os.urandom(3 << 20)
+        sid = client.request("/echo", "POST", body=body)
+        r = client.wait([sid])[0]
+        self.assertIsNone(r["reset"])
+        self.assertEqual(bytes(r["body"]), body)
 
     def test_padded_headers_and_data_are_accepted(self):
         peer = self.connect()
@@ -896,31 +1120,31 @@ class HeaderValidationTest(ConformanceTestCase):
         self.assert_stream_error(peer, 1, h2h.PROTOCOL_ERROR)
         self.assert_get_served(peer, 3)  # the connection goes on
 
-    def test_uppercase_header_name(self):
+    def test_uppercase_header_name_resets_the_stream(self):
         self.assert_malformed(request(extra=[("X-Upper", "1")]))
 
-    def test_invalid_character_in_header_name(self):
+    def test_invalid_character_in_header_name_resets_the_stream(self):
         self.assert_malformed(request(extra=[("x name", "1")]))
 
-    def test_empty_header_name(self):
+    def test_empty_header_name_resets_the_stream(self):
         self.assert_malformed(request(extra=[("", "1")]))
 
-    def test_connection_header(self):
+    def test_connection_header_resets_the_stream(self):
         self.assert_malformed(request(extra=[("connection", "keep-alive")]))
 
-    def test_transfer_encoding_header(self):
+    def test_transfer_encoding_header_resets_the_stream(self):
         self.assert_malformed(request(extra=[("transfer-encoding", "chunked")]))
 
-    def test_keep_alive_header(self):
+    def test_keep_alive_header_resets_the_stream(self):
         self.assert_malformed(request(extra=[("keep-alive", "timeout=5")]))
 
-    def test_upgrade_header(self):
+    def test_upgrade_header_resets_the_stream(self):
         self.assert_malformed(request(extra=[("upgrade", "h2c")]))
 
-    def test_proxy_connection_header(self):
+    def test_proxy_connection_header_resets_the_stream(self):
         self.assert_malformed(request(extra=[("proxy-connection", "keep-alive")]))
 
-    def test_te_other_than_trailers(self):
+    def test_te_other_than_trailers_resets_the_stream(self):
         self.assert_malformed(request(extra=[("te", "gzip")]))
 
     def test_te_trailers_is_accepted(self):
@@ -930,45 +1154,51 @@ class HeaderValidationTest(ConformanceTestCase):
         self.assertEqual(r.status(), 200)
         self.assertIn(b"te: trailers", bytes(r.body))
 
-    def test_pseudo_header_after_regular_header(self):
+    def test_pseudo_header_after_regular_header_resets_the_stream(self):
         self.assert_malformed([(":method", "GET"), (":scheme", "http"), ("x-a", "1"),
                                (":path", "/plaintext")])
 
-    def test_unknown_pseudo_header(self):
+    def test_unknown_pseudo_header_resets_the_stream(self):
         self.assert_malformed(request() + [(":foo", "bar")])
 
-    def test_response_pseudo_header_in_request(self):
+    def test_response_pseudo_header_in_request_resets_the_stream(self):
         self.assert_malformed([(":status", "200")] + request())
 
-    def test_duplicate_pseudo_header(self):
+    def test_duplicate_pseudo_header_resets_the_stream(self):
         self.assert_malformed(request() + [(":path", "/headers")])
 
-    def test_missing_method(self):
+    def test_missing_method_resets_the_stream(self):
         self.assert_malformed([h for h in request() if h[0] != ":method"])
 
-    def test_missing_scheme(self):
+    def test_missing_scheme_resets_the_stream(self):
         self.assert_malformed([h for h in request() if h[0] != ":scheme"])
 
-    def test_missing_path(self):
+    def test_missing_path_resets_the_stream(self):
         self.assert_malformed([h for h in request() if h[0] != ":path"])
 
-    def test_empty_path(self):
+    def test_empty_path_resets_the_stream(self):
         self.assert_malformed([(":method", "GET"), (":scheme", "http"), (":path", ""),
                                (":authority", "localhost")])
 
-    def test_carriage_return_in_header_value(self):
+    def test_carriage_return_in_header_value_resets_the_stream(self):
         self.assert_malformed(request(extra=[("x-a", "a\rb")]))
 
-    def test_line_feed_in_header_value(self):
+    def test_line_feed_in_header_value_resets_the_stream(self):
         self.assert_malformed(request(extra=[("x-a", "a\nb")]))
 
-    def test_nul_in_header_value(self):
+    def test_nul_in_header_value_resets_the_stream(self):
         self.assert_malformed(request(extra=[("x-a", "a\0b")]))
 
-    def test_whitespace_around_header_value(self):
+    def test_whitespace_around_header_value_resets_the_stream(self):
         self.assert_malformed(request(extra=[("x-a", " padded ")]))
 
-    def test_content_length_larger_than_data(self):
+    def test_head_response_has_no_content(self):
+        peer = self.connect()
+        peer.send_headers(1, request("/plaintext", "HEAD"))
+        r = peer.collect([1])[1]
+        self.assertEqual((r.status(), bytes(r.body)), (200, b""))
+
+    def test_content_length_larger_than_data_resets_the_stream(self):
         peer = self.connect()
         peer.send_headers(1, request("/echo", "POST", [("content-length", "10")]),
                           end_stream=False)
@@ -976,7 +1206,7 @@ class HeaderValidationTest(ConformanceTestCase):
         self.assert_stream_error(peer, 1, h2h.PROTOCOL_ERROR)
         self.assert_get_served(peer, 3)
 
-    def test_content_length_smaller_than_data(self):
+    def test_content_length_smaller_than_data_resets_the_stream(self):
         peer = self.connect()
         peer.send_headers(1, request("/echo", "POST", [("content-length", "3")]),
                           end_stream=False)
@@ -984,7 +1214,24 @@ class HeaderValidationTest(ConformanceTestCase):
         self.assert_stream_error(peer, 1, h2h.PROTOCOL_ERROR)
         self.assert_get_served(peer, 3)
 
-    def test_content_length_with_no_data(self):
+    def test_non_numeric_content_length_resets_the_stream(self):
+        self.assert_malformed(request("/echo", "POST", [("content-length", "abc")]),
+                              end_stream=False)
+
+    def test_conflicting_content_lengths_resets_the_stream(self):
+        self.assert_malformed(request("/echo", "POST", [("content-length", "3"),
+                                                        ("content-length", "4")]),
+                              end_stream=False)
+
+    def test_connect_with_path_resets_the_stream(self):
+        # §8.5: CONNECT has :authority only.
+        self.assert_malformed([(":method", "CONNECT"), (":authority", "localhost:443"),
+                               (":scheme", "https"), (":path", "/")])
+
+    def test_connect_without_authority_resets_the_stream(self):
+        self.assert_malformed([(":method", "CONNECT")])
+
+    def test_content_length_with_no_data_resets_the_stream(self):
         self.assert_malformed(request("/echo", "POST", [("content-length", "3")]))
 
     def test_matching_content_length_is_accepted(self):
@@ -1004,7 +1251,7 @@ class HeaderValidationTest(ConformanceTestCase):
         self.assertIsNone(r.reset)
         self.assertEqual((r.status(), bytes(r.body)), (200, b"body"))
 
-    def test_pseudo_header_in_trailers(self):
+    def test_pseudo_header_in_trailers_resets_the_stream(self):
         peer = self.connect()
         peer.send_headers(1, request("/echo", "POST"), end_stream=False)
         peer.send_frame(hf.DataFrame(1, data=b"body"))
@@ -1012,7 +1259,7 @@ class HeaderValidationTest(ConformanceTestCase):
         self.assert_stream_error(peer, 1, h2h.PROTOCOL_ERROR)
         self.assert_get_served(peer, 3)
 
-    def test_trailers_without_end_stream(self):
+    def test_trailers_without_end_stream_resets_the_stream(self):
         peer = self.connect()
         peer.send_headers(1, request("/echo", "POST"), end_stream=False)
         peer.send_frame(hf.DataFrame(1, data=b"body"))
@@ -1020,7 +1267,7 @@ class HeaderValidationTest(ConformanceTestCase):
         self.assert_stream_error(peer, 1, h2h.PROTOCOL_ERROR)
         self.assert_get_served(peer, 3)
 
-    def test_uppercase_name_in_trailers(self):
+    def test_uppercase_name_in_trailers_resets_the_stream(self):
         peer = self.connect()
         peer.send_headers(1, request("/echo", "POST"), end_stream=False)
         peer.send_headers(1, [("X-Checksum", "abc")], end_stream=True)
@@ -1051,25 +1298,41 @@ class HpackTest(ConformanceTestCase):
 
     def test_table_size_update_within_the_limit_is_accepted(self):
         peer = self.connect()
-        peer.encoder = __import__("hpack").Encoder()  # a fresh table: the update below empties it
-        peer.send_raw_frame(HEADERS, END_STREAM | END_HEADERS, 1,
-                            hpack_integer(0, 5, 0x20) + peer.header_block(request()))
-        r = peer.collect([1])[1]
+        self.assert_get_served(peer, 1)  # something in the dynamic tables
+        # To 0 (emptying both tables; our encoder's too) and back to 4096: RFC 7541 §4.2.
+        peer.encoder.header_table_size = 0
+        peer.encoder.header_table_size = 4096
+        peer.encoder.encode([])  # drops the encoder's pending update: we send ours
+        peer.send_raw_frame(HEADERS, END_STREAM | END_HEADERS, 3,
+                            hpack_integer(0, 5, 0x20) + hpack_integer(4096, 5, 0x20) +
+                            peer.header_block(request()))
+        r = peer.collect([3])[3]
         self.assertEqual((r.status(), bytes(r.body)), (200, HELLO))
+        self.assert_get_served(peer, 5)  # the tables are still in step
 
+    def test_table_size_update_after_a_field_is_compression_error(self):
+        peer = self.connect()
+        # RFC 7541 §4.2: a size update only at the start of a header block.
+        peer.send_raw_frame(HEADERS, END_STREAM | END_HEADERS, 1,
+                            peer.header_block(request()) + hpack_integer(0, 5, 0x20))
+        self.assert_connection_error(peer, h2h.COMPRESSION_ERROR, "HPACK")
 
-def hpack_integer(value, prefix_bits, first_byte_flags):
-    """An RFC 7541 §5.1 integer with an N-bit prefix."""
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes([first_byte_flags | value])
-    out = [first_byte_flags | limit]
-    value -= limit
-    while value >= 128:
-        out.append(value % 128 + 128)
-        value //= 128
-    out.append(value)
-    return bytes(out)
+    def test_truncated_header_block_is_compression_error(self):
+        peer = self.connect()
+        # A literal whose name announces 5 bytes and carries 2, then END_HEADERS.
+        peer.send_raw_frame(HEADERS, END_STREAM | END_HEADERS, 1,
+                            peer.header_block(request()) + b"\x40\x05ab")
+        self.assert_connection_error(peer, h2h.COMPRESSION_ERROR, "HPACK")
+
+    def test_encoder_honours_client_header_table_size_0(self):
+        # RFC 7541 §4.2: after our SETTINGS_HEADER_TABLE_SIZE of 0 the server's next header
+        # block starts with a size update to 0, and it never indexes.
+        peer = self.connect(settings={HEADER_TABLE_SIZE: 0})
+        peer.decoder.max_allowed_table_size = 0
+        for sid in (1, 3, 5):
+            self.assert_get_served(peer, sid)
+            self.assertEqual(peer.decoder.header_table_size, 0)
+            self.assertEqual(len(peer.decoder.header_table.dynamic_entries), 0)
 
 
 # §5.1.2 concurrency, §6.5.2 MAX_HEADER_LIST_SIZE, §6.8 GOAWAY.
@@ -1182,55 +1445,86 @@ class AbuseTest(ConformanceTestCase):
         peer.send(raw_frame(DATA, 0, 1) * 100)
         self.assert_connection_error(peer, h2h.ENHANCE_YOUR_CALM, "DATA: flood of empty frames")
 
+
+
+# A peer that never opens its window (zero-window stall), against --h2-stall-timeout-ms.
+class WindowStallTest(ConformanceTestCase):
+    server_flags = ("--h2-stall-timeout-ms=300",)
+
     def test_zero_window_stall_is_enhance_your_calm(self):
-        # AbuseLimits::window_stall_timeout (30 s by default) has no server flag, and 30 s does
-        # not fit this suite's budget.
-        self.skipTest("no flag sets the HTTP/2 zero-window stall timeout "
-                      "(AbuseLimits::window_stall_timeout, default 30 s)")
+        peer = self.connect(settings={hf.SettingsFrame.INITIAL_WINDOW_SIZE: 0})
+        peer.get(1, "/bytes/1000")
+        started = time.monotonic()
+        self.assert_connection_error(peer, h2h.ENHANCE_YOUR_CALM,
+                                     "flow control: peer kept its window closed", probe=False)
+        self.assertGreaterEqual(time.monotonic() - started, 0.25)
 
 
 # §6.8: graceful shutdown. One server per test: each ends with the server gone.
 class GracefulShutdownTest(unittest.TestCase):
 
+    def start_server(self):
+        server = h2h.Server(SERVER_BINARY, *EXTRA_FLAGS).__enter__()
+        self.addCleanup(stop, server)
+        return server
+
+    def connect(self, server, settings=None):
+        peer = Peer(server, settings=settings)
+        self.addCleanup(peer.close)
+        return peer
+
     def test_sigterm_sends_goaway_no_error_and_finishes_the_stream_in_flight(self):
-        with h2h.Server(SERVER_BINARY, *EXTRA_FLAGS) as server:
-            peer = Peer(server, settings={INITIAL_WINDOW_SIZE: 0})
-            self.addCleanup(peer.close)
-            peer.get(1, "/bytes/100000")
-            peer.until(lambda f: isinstance(f, hf.HeadersFrame) and f.stream_id == 1,
-                       "the response HEADERS")
-            server.proc.send_signal(signal.SIGTERM)
-            goaway, _ = peer.until(lambda f: isinstance(f, hf.GoAwayFrame), "GOAWAY")
-            self.assertEqual(error_name(goaway.error_code), "NO_ERROR", describe(goaway))
-            self.assertEqual(goaway.last_stream_id, 1, describe(goaway))
-            # A stream opened after the GOAWAY is not processed (§6.8).
-            peer.get(3)
-            peer.send_frame(hf.SettingsFrame(0, settings={INITIAL_WINDOW_SIZE: 65535}))
-            r = peer.collect([1])[1]
-            self.assertIsNone(r.reset)
-            self.assertEqual(bytes(r.body), h2h.bytes_pattern(100000))
-            frames = []
-            try:
-                while True:
-                    frames.append(peer.next_frame(STEP))
-            except h2h.ConnectionClosed:
-                pass
-            self.assertEqual([describe(f) for f in frames
-                              if isinstance(f, (hf.HeadersFrame, hf.DataFrame))], [])
-            self.assertEqual(server.proc.wait(timeout=STEP), 0)
+        server = self.start_server()
+        peer = self.connect(server, settings={INITIAL_WINDOW_SIZE: 0})
+        peer.get(1, "/bytes/100000")
+        peer.until(lambda f: isinstance(f, hf.HeadersFrame) and f.stream_id == 1,
+                   "the response HEADERS")
+        server.proc.send_signal(signal.SIGTERM)
+        goaway, _ = peer.until(lambda f: isinstance(f, hf.GoAwayFrame), "GOAWAY")
+        self.assertEqual(error_name(goaway.error_code), "NO_ERROR", describe(goaway))
+        self.assertEqual(goaway.last_stream_id, 1, describe(goaway))
+        # A stream opened after the GOAWAY is not processed (§6.8).
+        peer.get(3)
+        peer.send_frame(hf.SettingsFrame(0, settings={INITIAL_WINDOW_SIZE: 65535}))
+        r = peer.collect([1])[1]
+        self.assertIsNone(r.reset)
+        self.assertEqual(bytes(r.body), h2h.bytes_pattern(100000))
+        frames = []
+        try:
+            while True:
+                frames.append(peer.next_frame(STEP))
+        except h2h.ConnectionClosed:
+            pass
+        self.assertEqual([describe(f) for f in frames
+                          if isinstance(f, (hf.HeadersFrame, hf.DataFrame))], [])
+        peer.close_gracefully()
+        self.assertEqual(server.proc.wait(timeout=STEP), 0)
 
     def test_sigterm_closes_an_idle_connection_with_goaway_no_error(self):
-        with h2h.Server(SERVER_BINARY, *EXTRA_FLAGS) as server:
-            peer = Peer(server)
-            self.addCleanup(peer.close)
-            peer.get(1)
-            self.assertEqual(peer.collect([1])[1].status(), 200)
-            server.proc.send_signal(signal.SIGTERM)
-            goaway, _ = peer.until(lambda f: isinstance(f, hf.GoAwayFrame), "GOAWAY")
-            self.assertEqual(error_name(goaway.error_code), "NO_ERROR", describe(goaway))
-            self.assertEqual(goaway.last_stream_id, 1, describe(goaway))
-            self.assertTrue(peer.is_closed())
-            self.assertEqual(server.proc.wait(timeout=STEP), 0)
+        server = self.start_server()
+        peer = self.connect(server)
+        peer.get(1)
+        self.assertEqual(peer.collect([1])[1].status(), 200)
+        server.proc.send_signal(signal.SIGTERM)
+        goaway, _ = peer.until(lambda f: isinstance(f, hf.GoAwayFrame), "GOAWAY")
+        self.assertEqual(error_name(goaway.error_code), "NO_ERROR", describe(goaway))
+        self.assertEqual(goaway.last_stream_id, 1, describe(goaway))
+        self.assertTrue(peer.is_closed())
+        peer.close_gracefully()
+        self.assertEqual(server.proc.wait(timeout=STEP), 0)
+
+    def test_connection_closed_by_both_sides_after_goaway_does_not_delay_shutdown(self):
+        server = self.start_server()
+        peer = self.connect(server)
+        peer.send_raw_frame(PING, 0, 0, b"short")
+        goaway, _ = peer.until(lambda f: isinstance(f, hf.GoAwayFrame), "GOAWAY")
+        self.assertTrue(peer.is_closed())
+        peer.close_gracefully()  # both sides have sent FIN: nothing is left to linger for
+        start = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(server.proc.wait(timeout=STEP), 0)
+        # A clean exit takes milliseconds; the linger timeout is 2 s.
+        self.assertLess(time.monotonic() - start, 1.0)
 
 
 if __name__ == "__main__":

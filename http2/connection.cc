@@ -289,9 +289,15 @@ bool Connection::ProcessPass(const ReadResult& read) {
   if (closed_) return false;
   (void)transport_->input().AdvanceTo(consumed, need_more ? buffer.size() : consumed);
   if (read.is_completed && consumed == buffer.size()) {
-    // The peer finished sending. Streams in flight still get their answers.
+    // The peer finished sending. Streams in flight still get their answers;
+    // a connection already closing is done once its output drains (the
+    // transport releases the socket when both directions completed).
     CompleteInput();
-    if (streams_.empty()) CloseAfterFlush();
+    if (closing_) {
+      FinishClosed();
+    } else if (streams_.empty()) {
+      CloseAfterFlush();
+    }
     return false;
   }
   return true;
@@ -332,6 +338,15 @@ size_t Connection::ProcessFrames(const BufferSequence& buffer, bool* need_more) 
     std::optional<Http2Error> error;
     if (status.result == DecodeResult::kError) {
       error = status.error;
+      // Sequencing comes first: inside a header block, or before the first
+      // SETTINGS, any frame but the expected one is a connection error.
+      if (!error->is_connection_error() && block_.stream_id != 0) {
+        error = Http2Error::Connection(ErrorCode::kProtocolError,
+                                       "CONTINUATION expected for the open header block");
+      } else if (!error->is_connection_error() && !settings_received_) {
+        error = Http2Error::Connection(ErrorCode::kProtocolError,
+                                       "the first frame after the preface must be SETTINGS");
+      }
       // A stream error in a frame that carries a header block still has to
       // keep the HPACK state in sync: the connection cannot go on safely.
       if (!error->is_connection_error() &&
@@ -447,7 +462,7 @@ std::optional<Http2Error> Connection::OnWindowUpdate(const Frame& frame) {
   }
   auto it = streams_.find(id);
   if (it == streams_.end()) {
-    if (id > last_peer_stream_id_) {
+    if (IsIdle(id)) {
       return Http2Error::Connection(ErrorCode::kProtocolError, "WINDOW_UPDATE: on an idle stream");
     }
     return std::nullopt;  // a closed stream: ignored
@@ -463,7 +478,7 @@ std::optional<Http2Error> Connection::OnRstStream(const Frame& frame) {
   const uint32_t id = frame.header.stream_id;
   auto it = streams_.find(id);
   if (it == streams_.end()) {
-    if (id > last_peer_stream_id_) {
+    if (IsIdle(id)) {
       return Http2Error::Connection(ErrorCode::kProtocolError, "RST_STREAM: on an idle stream");
     }
     return std::nullopt;
@@ -509,10 +524,13 @@ std::optional<Http2Error> Connection::OnHeaders(const Frame& frame) {
       block_.stream_error =
           Http2Error::Stream(id, ErrorCode::kProtocolError, "HEADERS: trailers without END_STREAM");
     }
+  } else if (id <= last_peer_stream_id_ && RecentlyReset(id)) {
+    // Trailers (or a late HEADERS) of a stream we reset: decoded for the
+    // HPACK state, then ignored (RFC 9113 §5.1, closed).
+    block_.discard = true;
   } else if (id <= last_peer_stream_id_) {
-    return Http2Error::Connection(
-        RecentlyReset(id) ? ErrorCode::kStreamClosed : ErrorCode::kProtocolError,
-        "HEADERS: stream id not above the last one");
+    return Http2Error::Connection(ErrorCode::kProtocolError,
+                                  "HEADERS: stream id not above the last one");
   } else {
     last_peer_stream_id_ = id;
     if (auto e = guard_.OnStreamOpened()) return e;
@@ -757,7 +775,7 @@ std::optional<Http2Error> Connection::OnData(const Frame& frame) {
   ConsumeConnectionWindow(length);
   auto it = streams_.find(id);
   if (it == streams_.end()) {
-    if (id > last_peer_stream_id_) {
+    if (IsIdle(id)) {
       return Http2Error::Connection(ErrorCode::kProtocolError, "DATA: on an idle stream");
     }
     if (RecentlyReset(id)) return std::nullopt;  // in flight when we reset it
@@ -1041,7 +1059,7 @@ void Connection::CloseAfterFlush() {
       self->CloseNow();
     }
   });
-  if (input_done_) CloseNow();
+  if (input_done_) FinishClosed();
 }
 
 void Connection::CompleteInput() {
@@ -1051,6 +1069,12 @@ void Connection::CompleteInput() {
 }
 
 void Connection::CloseNow() {
+  if (closed_) return;
+  FinishClosed();
+  transport_->Close();
+}
+
+void Connection::FinishClosed() {
   if (closed_) return;
   closed_ = true;
   for (EventLoop::TimerId* t : {&preface_timer_, &idle_timer_, &linger_timer_, &stall_timer_}) {
@@ -1063,7 +1087,6 @@ void Connection::CloseNow() {
     s->in_map_ = false;
   }
   streams_.clear();
-  transport_->Close();
   open_exchanges_.fetch_or(kClosedBit);
   NotifyClosedIfDone();
 }

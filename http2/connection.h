@@ -170,6 +170,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void RemoveStream(Stream* stream);
   // Moves the retired streams nobody holds any more to spare_streams_.
   void RecycleRetiredStreams();
+  // A stream the client has not opened: above the last one it opened, or
+  // even (server-initiated; we never push).
+  bool IsIdle(uint32_t id) const { return id > last_peer_stream_id_ || id % 2 == 0; }
   void RememberReset(uint32_t id);
   bool RecentlyReset(uint32_t id) const;
   // After the writer woke us (or at the end of a pass): finished streams,
@@ -185,7 +188,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void ArmIdleTimer();
   void CancelIdleTimer();
   void CloseAfterFlush();
+  // Aborts the transport (a reset) and finishes.
   void CloseNow();
+  // Marks the connection closed, ends its streams and notifies; the
+  // transport finishes sending what our completed output holds.
+  void FinishClosed();
   void NotifyClosedIfDone();
   // Runs `task` on the loop: now if on it, else posted.
   void RunOnLoop(std::function<void()> task);

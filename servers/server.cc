@@ -103,6 +103,7 @@ struct Server::Served {
 struct Server::Sniffer {
   std::unique_ptr<Transport> transport;
   EventLoop::TimerId timer = 0;
+  bool head_started = false;  // some bytes arrived: the header timeout runs
   // The read loop, kept alive here until the protocol is decided.
   std::shared_ptr<std::function<void()>> read_more;
 };
@@ -255,7 +256,19 @@ void Server::Sniff(LoopState* state, std::unique_ptr<Transport> transport) {
     const bool undecided = matches && n < preface.size() && read.status.ok() &&
                            !read.is_completed && !read.is_canceled && !state->shutting_down;
     if (undecided) {
-      // Wait for more bytes (a client may send the preface in pieces).
+      // Wait for more bytes (a client may send the preface in pieces). Once
+      // some arrived, the rest is due within the header timeout.
+      if (!read.buffer.empty() && !s->head_started) {
+        s->head_started = true;
+        if (s->timer != 0) loop->CancelTimer(s->timer);
+        std::weak_ptr<Sniffer> weak_sniffer = s;
+        s->timer = loop->RunAfter(options_.http1.header_timeout, [weak_sniffer] {
+          if (auto sn = weak_sniffer.lock()) {
+            sn->timer = 0;
+            sn->transport->Close();  // a partial preface: reset, the read fails
+          }
+        });
+      }
       (void)s->transport->input().AdvanceTo(0, read.buffer.size());
       return false;
     }

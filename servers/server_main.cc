@@ -42,6 +42,8 @@ std::string ServerUsage(std::string_view program, std::string_view description) 
   --no-h2                   serve HTTP/1.1 only (no ALPN h2, no h2c prior knowledge)
   --h2-output=STRATEGY      HTTP/2 output strategy: two_locks, single_lock (default) or queue
   --h2-max-streams=N        HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS (100)
+  --h2-stall-timeout-ms=N   HTTP/2: GOAWAY a peer that keeps output blocked on a closed window this
+                            long (30000)
   --help                    this text
 
 Once listening, prints one line on stdout:
@@ -89,6 +91,12 @@ Status ParseServerFlags(int argc, char** argv, ServerOptions* options, bool* hel
       if (!need_value() || !http2::ParseOutputStrategy(value, &options->http2.output.strategy)) {
         return bad("needs two_locks, single_lock or queue");
       }
+    } else if (name == "--h2-stall-timeout-ms") {
+      int64_t ms = 0;
+      if (!need_value() || !ParseNumber<int64_t>(value, &ms, 1, 86'400'000)) {
+        return bad("needs milliseconds 1-86400000");
+      }
+      options->http2.limits.window_stall_timeout = std::chrono::milliseconds(ms);
     } else if (name == "--h2-max-streams") {
       if (!need_value() ||
           !ParseNumber<uint32_t>(value, &options->http2.max_concurrent_streams, 1, 1'000'000)) {
