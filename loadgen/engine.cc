@@ -226,6 +226,11 @@ class Engine::Worker : private IoHandler {
   int64_t finish_ns() const { return finish_ns_; }
 
   uint64_t completed() const { return completed_.load(std::memory_order_relaxed); }
+  // Any thread: adds the latest published latency snapshot to *into.
+  void MergeLatencySnapshot(Histogram* into) {
+    MutexLock lock(&snapshot_mu_);
+    into->Merge(snapshot_);
+  }
   uint64_t errors() const { return errors_.load(std::memory_order_relaxed); }
 
  private:
@@ -289,6 +294,12 @@ class Engine::Worker : private IoHandler {
   Mutex mu_;
   CondVar cv_;
   bool torn_down_ ABSL_GUARDED_BY(mu_) = false;
+
+  // The corrected latency so far, copied from result_ by the loop (Sweep) about every 250 ms,
+  // for live percentiles (progress, the agent's WatchRun).
+  Mutex snapshot_mu_;
+  Histogram snapshot_ ABSL_GUARDED_BY(snapshot_mu_);
+  int64_t snapshot_ns_ = 0;  // loop thread: when it was last published
 };
 
 // One HTTP/1.1 connection (and its successors after reconnects). Owned by the worker; runs on
@@ -994,6 +1005,11 @@ void Engine::Worker::Sweep() {
   if (finished_) return;
   const int64_t now = NowNs();
   for (auto& c : connections_) c->CheckTimeout(now);
+  if (now - snapshot_ns_ >= 250'000'000) {
+    snapshot_ns_ = now;
+    MutexLock lock(&snapshot_mu_);
+    snapshot_ = result_.corrected_latency;
+  }
   if (!finished_) sweep_timer_ = loop()->RunAfter(sweep_interval_, [this] { Sweep(); });
 }
 
@@ -1229,10 +1245,13 @@ Progress Engine::progress() const {
   const int64_t now = NowNs();
   p.elapsed = nanoseconds(now - start_ns_);
   p.warming_up = now < measure_start_ns_;
-  for (const Worker* w : workers_) {
+  Histogram latency;
+  for (Worker* w : workers_) {
     p.requests_completed += w->completed();
     p.errors += w->errors();
+    w->MergeLatencySnapshot(&latency);
   }
+  if (latency.count() > 0) p.p99_ns = latency.ValueAtPercentile(99.0);
   return p;
 }
 

@@ -176,6 +176,9 @@ struct Progress {
   bool warming_up = false;
   uint64_t requests_completed = 0;  // measured ones
   uint64_t errors = 0;              // ErrorCounts::total() so far
+  // The 99th percentile of the (corrected) latency so far, ns; 0 before any completion. From
+  // snapshots the loops publish about every 250 ms, so it lags by that much.
+  uint64_t p99_ns = 0;
 };
 
 // Tries one TCP connection to `address` within `timeout` and closes it: OK, INVALID_ARGUMENT for

@@ -199,6 +199,22 @@ TEST(Engine, TlsRefusesAnUntrustedCertificateUnlessInsecure) {
   EXPECT_EQ(r.tls_handshakes, 0u);
 }
 
+TEST(Engine, ProgressCarriesALiveP99) {
+  CountingServer server;
+  LoadSpec spec = SpecFor(server.port());
+  spec.connections = 2;
+  spec.duration = milliseconds(800);
+  StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(spec);
+  ASSERT_TRUE(engine.ok());
+  uint64_t live_p99 = 0;
+  StatusOr<RunResult> r = (*engine)->Run(
+      [&](const Progress& p) { live_p99 = std::max(live_p99, p.p99_ns); }, milliseconds(100));
+  ASSERT_TRUE(r.ok());
+  EXPECT_GT(live_p99, 0u);
+  // A snapshot of the same data: never above the final maximum.
+  EXPECT_LE(live_p99, r->corrected_latency.max());
+}
+
 TEST(Engine, DurationRunDrainsSoNothingIsLostOrDoubleCounted) {
   CountingServer server;
   LoadSpec spec = SpecFor(server.port());

@@ -1,0 +1,117 @@
+#!/bin/bash
+# The distributed mode at the process level: two `loadgen agent` processes on 127.0.0.1:0 and a
+# `loadgen --agents` controller against the plaintext sample server (also on port 0). Checks the
+# listening line, the merged summary and JSON against the server's work, the exit codes for a
+# wrong or missing token and an unreachable agent, and that the agents exit 0 on SIGTERM.
+# Usage: agent_cli_test.sh PATH_TO_LOADGEN PATH_TO_PLAINTEXT_SERVER
+set -u
+loadgen="$1"
+plaintext="$2"
+work="${TEST_TMPDIR:-$(mktemp -d)}"
+failures=0
+pids=()
+
+cleanup() {
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null; done
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+
+# wait_for_address FILE: prints the address= value of FILE's first line once it is there (10 s).
+wait_for_address() {
+  local file="$1" line
+  for _ in $(seq 1 200); do
+    line="$(grep -m1 -o 'address=[^ ]*' "$file" 2>/dev/null)"
+    if [[ -n "$line" ]]; then
+      echo "${line#address=}"
+      return 0
+    fi
+    sleep 0.05
+  done
+  echo "no address= line in $file:" >&2
+  cat "$file" >&2
+  return 1
+}
+
+"$plaintext" --port 0 >"$work/server.out" 2>&1 &
+pids+=($!)
+server="$(wait_for_address "$work/server.out")" || exit 1
+
+LOADGEN_TOKEN=t0ken "$loadgen" agent --listen 127.0.0.1:0 >"$work/agent1.out" 2>"$work/agent1.err" &
+agent1_pid=$!
+pids+=($agent1_pid)
+"$loadgen" agent --listen 127.0.0.1:0 --token t0ken --max-duration 20s \
+  >"$work/agent2.out" 2>"$work/agent2.err" &
+agent2_pid=$!
+pids+=($agent2_pid)
+agent1="$(wait_for_address "$work/agent1.out")" || exit 1
+agent2="$(wait_for_address "$work/agent2.out")" || exit 1
+if ! grep -qx "agent listening address=127.0.0.1:[0-9]*" "$work/agent1.out"; then
+  fail "agent listening line: $(cat "$work/agent1.out")"
+fi
+
+# A merged run: 2000 requests split over the agents, JSON to a file, summary on stdout.
+out="$("$loadgen" --agents "$agent1,$agent2" --token t0ken -c 4 -n 2000 \
+  --json="$work/result.json" "http://$server/plaintext" 2>&1)"
+code=$?
+if [[ "$code" != 0 ]]; then
+  fail "controller exited $code: $out"
+elif [[ "$out" != *"Agents: 2 ($agent1, $agent2), results merged"* ]]; then
+  fail "no agents line: $out"
+elif [[ "$out" != *"2000 sent, 2000 completed, 0 failed, 0 unfinished"* ]]; then
+  fail "merged counts: $out"
+elif [[ "$out" != *"200 - 2000"* ]]; then
+  fail "status codes: $out"
+elif ! grep -q '"completed":2000,' "$work/result.json"; then
+  fail "JSON: $(cat "$work/result.json")"
+else
+  echo "ok: controller merged 2000 requests from $agent1 and $agent2"
+fi
+for err in "$work/agent1.err" "$work/agent2.err"; do
+  if ! grep -q "1000 requests completed" "$err"; then fail "agent log $err: $(cat "$err")"; fi
+done
+
+# expect EXIT_CODE MESSAGE_SUBSTRING ARGS...
+expect() {
+  local want_code="$1" want_text="$2"
+  shift 2
+  local out code
+  out="$("$loadgen" "$@" 2>&1)"
+  code=$?
+  if [[ "$code" != "$want_code" ]]; then
+    fail "loadgen $* exited $code, want $want_code; output: $out"
+  elif [[ "$out" != *"$want_text"* ]]; then
+    fail "loadgen $* did not say \"$want_text\"; output: $out"
+  else
+    echo "ok: loadgen $* -> $code"
+  fi
+}
+
+expect 1 "UNAUTHENTICATED" --agents "$agent1" --token wrong -n 10 "http://$server/plaintext"
+expect 2 "needs --token" --agents "$agent1" -n 10 "http://$server/plaintext"
+expect 2 "must be at least the number of agents" --agents "$agent1,$agent2" --token t0ken -c 1 \
+  -n 10 "http://$server/plaintext"
+expect 1 "agent 127.0.0.1:1 did not start the run" --agents 127.0.0.1:1 --token t0ken -n 10 \
+  "http://$server/plaintext"
+expect 0 "--agents H:P" --help
+expect 0 "Usage: loadgen agent" agent --help
+expect 2 "--listen HOST:PORT is required" agent --token t0ken
+expect 2 "--token (or LOADGEN_TOKEN) is required" agent --listen 127.0.0.1:0
+
+# SIGTERM: the agents stop and exit 0.
+for pid in "$agent1_pid" "$agent2_pid"; do
+  kill -TERM "$pid"
+  wait "$pid"
+  code=$?
+  if [[ "$code" != 0 ]]; then fail "agent $pid exited $code on SIGTERM"; fi
+done
+
+if ((failures > 0)); then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "all passed"

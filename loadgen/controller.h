@@ -1,0 +1,116 @@
+// The controller: `loadgen --agents HOST:PORT,HOST:PORT --token T [run flags] URL` runs one load
+// on several agents (loadgen/agent.h) at once and prints the merged result exactly as a local
+// run would (shared/DESIGN.md §6).
+//
+// The spec parsed from the run flags is split over the agents (SplitSpec): connections, the rate
+// and the request count are divided, so each connection runs the schedule it would run locally.
+// Every agent gets StartRun with the same start time, about a second ahead; the controller then
+// watches all progress streams (the combined progress line of a local run), fetches every result
+// and merges them with RunResult::Merge: counts add, histograms merge bucket for bucket, so the
+// percentiles of the merged result are exact, never averaged.
+//
+//   sluice::loadgen::ControllerOptions options;
+//   options.agents = {"10.0.0.2:7000", "10.0.0.3:7000"};
+//   options.token = "s3cret";
+//   options.run = *sluice::loadgen::ParseCommandLine(args);
+//   sluice::StatusOr<sluice::loadgen::ControllerResult> result =
+//       sluice::loadgen::RunOnAgents(options, {});
+//
+// An agent that fails (unreachable, refuses the run, its stream breaks, its result is unreadable)
+// fails the whole run: the other agents are stopped and RunOnAgents returns UNAVAILABLE naming the
+// agent and what it said. A result an agent cut short by its own max duration is merged, and
+// reported in ControllerResult::agents.
+//
+// Thread-safety: stateless functions; RunOnAgents may be called from several threads at once
+// (each call has its own channels and threads).
+#ifndef SLUICE_LOADGEN_CONTROLLER_H_
+#define SLUICE_LOADGEN_CONTROLLER_H_
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "loadgen/engine.h"
+#include "loadgen/flags.h"
+
+namespace sluice::loadgen {
+
+// The controller's own flags, taken out of the command line before ParseCommandLine sees it.
+struct ControllerFlags {
+  std::vector<std::string> agents;
+  std::string token;
+};
+
+// Removes "--agents A,B" and "--token T" (or "--agents=A,B", "--token=T") from `args`, up to a
+// "--", and returns the remaining arguments in order. The token may come from `token_from_env`
+// (LOADGEN_TOKEN; null: none) instead. INVALID_ARGUMENT for a flag without a value, an empty or
+// malformed agent list (each must be HOST:PORT), duplicate agents, --agents given twice, a token
+// without --agents, or --agents without a token.
+[[nodiscard]] StatusOr<std::vector<std::string_view>> ExtractControllerFlags(
+    const std::vector<std::string_view>& args, const char* token_from_env, ControllerFlags* flags);
+
+// The --help text for the distributed mode (`loadgen agent` and --agents), to follow Usage().
+std::string_view DistributedUsage();
+
+// Splits `spec` over `agents` agents: agent i gets connections/agents connections (the first
+// connections % agents one more), min(threads, its connections) threads, the rate in proportion
+// to its connections, and requests/agents of the request count (the first ones one more).
+// Everything else is copied. INVALID_ARGUMENT if there are fewer connections, or (in request
+// mode) fewer requests, than agents.
+[[nodiscard]] StatusOr<std::vector<LoadSpec>> SplitSpec(const LoadSpec& spec, size_t agents);
+
+struct ControllerOptions {
+  std::vector<std::string> agents;
+  std::string token;
+  // The run as parsed by ParseCommandLine (the spec for all agents together).
+  CliOptions run;
+  // The synchronized start is this far ahead of the controller's clock when the first StartRun
+  // goes out.
+  std::chrono::nanoseconds start_delay = std::chrono::seconds(1);
+  // The deadline of StartRun, StopRun and GetResult calls.
+  std::chrono::nanoseconds call_timeout = std::chrono::seconds(10);
+  // How often on_progress is called.
+  std::chrono::nanoseconds progress_interval = std::chrono::milliseconds(250);
+};
+
+struct ControllerHooks {
+  // Called on the calling thread about every progress_interval with the combined progress of all
+  // agents (elapsed: the longest; completed and errors: sums) and the sum of their live rates.
+  std::function<void(const Progress& progress, double live_rate)> on_progress;
+  // Polled as often; true once: StopRun goes to every agent and the (partial) results are merged.
+  std::function<bool()> should_stop;
+};
+
+// How one agent's run ended.
+struct AgentReport {
+  std::string agent;
+  std::string run_id;
+  uint64_t requests_completed = 0;
+  // The agent ended its run early: StopRun (should_stop) or its max duration.
+  bool partial = false;
+  std::string stop_reason;
+};
+
+struct ControllerResult {
+  // All agents' results merged exactly.
+  RunResult merged;
+  // Requests-per-second samples of the whole run (per-agent one-second windows added up), for
+  // FormatSummary.
+  std::vector<double> rate_samples;
+  // In the order of ControllerOptions::agents.
+  std::vector<AgentReport> agents;
+};
+
+// Runs options.run on options.agents (see the file comment) and returns the merged result.
+// INVALID_ARGUMENT from SplitSpec; UNAVAILABLE naming the agent when one fails (the others are
+// stopped first).
+[[nodiscard]] StatusOr<ControllerResult> RunOnAgents(const ControllerOptions& options,
+                                                     const ControllerHooks& hooks);
+
+}  // namespace sluice::loadgen
+
+#endif  // SLUICE_LOADGEN_CONTROLLER_H_

@@ -1,0 +1,309 @@
+// The controller: splitting a spec, its flags, and real runs over two in-process agents (gRPC on
+// loopback, port 0) against an in-process sluice::Server whose own request count is the truth.
+#include "loadgen/controller.h"
+
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "loadgen/agent.h"
+#include "loadgen/flags.h"
+#include "servers/server.h"
+
+namespace sluice::loadgen {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using std::chrono::steady_clock;
+using std::chrono::system_clock;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr char kToken[] = "controller-test-token";
+
+TEST(SplitSpec, DividesConnectionsRateAndRequests) {
+  LoadSpec spec;
+  spec.connections = 10;
+  spec.threads = 4;
+  spec.rate = 1000;
+  spec.requests = 1001;
+  StatusOr<std::vector<LoadSpec>> parts = SplitSpec(spec, 3);
+  ASSERT_TRUE(parts.ok()) << parts.status().ToString();
+  ASSERT_EQ(parts->size(), 3u);
+  EXPECT_EQ((*parts)[0].connections, 4);
+  EXPECT_EQ((*parts)[1].connections, 3);
+  EXPECT_EQ((*parts)[2].connections, 3);
+  EXPECT_EQ((*parts)[0].threads, 4);
+  EXPECT_EQ((*parts)[1].threads, 3);
+  EXPECT_DOUBLE_EQ((*parts)[0].rate, 400);
+  EXPECT_DOUBLE_EQ((*parts)[1].rate, 300);
+  EXPECT_EQ((*parts)[0].requests, 334u);
+  EXPECT_EQ((*parts)[1].requests, 334u);
+  EXPECT_EQ((*parts)[2].requests, 333u);
+  // Each connection keeps the rate it would have locally.
+  for (const LoadSpec& part : *parts) {
+    EXPECT_DOUBLE_EQ(part.rate / part.connections, spec.rate / spec.connections);
+  }
+}
+
+TEST(SplitSpec, KeepsDurationModeAndEverythingElse) {
+  LoadSpec spec;
+  spec.address = "127.0.0.1:8080";
+  spec.path = "/x";
+  spec.connections = 2;
+  spec.duration = seconds(7);
+  spec.pipeline = 8;
+  StatusOr<std::vector<LoadSpec>> parts = SplitSpec(spec, 2);
+  ASSERT_TRUE(parts.ok());
+  for (const LoadSpec& part : *parts) {
+    EXPECT_EQ(part.connections, 1);
+    EXPECT_EQ(part.threads, 1);
+    EXPECT_EQ(part.requests, 0u);
+    EXPECT_EQ(part.duration, seconds(7));
+    EXPECT_EQ(part.pipeline, 8);
+    EXPECT_EQ(part.path, "/x");
+    EXPECT_EQ(part.rate, 0);
+  }
+}
+
+TEST(SplitSpec, NeedsAConnectionAndARequestPerAgent) {
+  LoadSpec spec;
+  spec.connections = 2;
+  EXPECT_THAT(SplitSpec(spec, 3).status().message(), HasSubstr("-c (2)"));
+  spec.connections = 8;
+  spec.requests = 2;
+  EXPECT_THAT(SplitSpec(spec, 3).status().message(), HasSubstr("-n (2)"));
+  EXPECT_EQ(SplitSpec(spec, 0).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ExtractControllerFlags, TakesOutAgentsAndTokenAndKeepsTheRest) {
+  ControllerFlags flags;
+  StatusOr<std::vector<std::string_view>> rest =
+      ExtractControllerFlags({"-c", "8", "--agents", "10.0.0.1:7000,[::1]:7001,host.example:7002",
+                              "-d", "1s", "--token=t0k", "http://127.0.0.1:1/"},
+                             nullptr, &flags);
+  ASSERT_TRUE(rest.ok()) << rest.status().ToString();
+  EXPECT_THAT(*rest, ElementsAre("-c", "8", "-d", "1s", "http://127.0.0.1:1/"));
+  EXPECT_THAT(flags.agents, ElementsAre("10.0.0.1:7000", "[::1]:7001", "host.example:7002"));
+  EXPECT_EQ(flags.token, "t0k");
+}
+
+TEST(ExtractControllerFlags, UsesTheEnvironmentTokenAndStopsAtDoubleDash) {
+  ControllerFlags flags;
+  StatusOr<std::vector<std::string_view>> rest =
+      ExtractControllerFlags({"--agents=a:1", "--", "--token"}, "env-token", &flags);
+  ASSERT_TRUE(rest.ok()) << rest.status().ToString();
+  EXPECT_THAT(*rest, ElementsAre("--", "--token"));
+  EXPECT_EQ(flags.token, "env-token");
+
+  // Without --agents, nothing is taken and the environment does not matter.
+  ControllerFlags local;
+  rest = ExtractControllerFlags({"-c", "1", "http://127.0.0.1:1/"}, "env-token", &local);
+  ASSERT_TRUE(rest.ok());
+  EXPECT_EQ(rest->size(), 3u);
+  EXPECT_TRUE(local.agents.empty());
+  EXPECT_TRUE(local.token.empty());
+}
+
+TEST(ExtractControllerFlags, RejectsBadAgentListsAndMissingTokens) {
+  auto error = [](std::vector<std::string_view> args) {
+    ControllerFlags flags;
+    return ExtractControllerFlags(args, nullptr, &flags).status().message();
+  };
+  EXPECT_THAT(error({"--agents", "a:1", "URL"}), HasSubstr("needs --token"));
+  EXPECT_THAT(error({"--token", "t", "URL"}), HasSubstr("only with --agents"));
+  EXPECT_THAT(error({"--agents", "a:1,,b:2", "--token", "t"}), HasSubstr("got \"\""));
+  EXPECT_THAT(error({"--agents", "a", "--token", "t"}), HasSubstr("HOST:PORT"));
+  EXPECT_THAT(error({"--agents", "a:0", "--token", "t"}), HasSubstr("HOST:PORT"));
+  EXPECT_THAT(error({"--agents", "a:70000", "--token", "t"}), HasSubstr("HOST:PORT"));
+  EXPECT_THAT(error({"--agents", "::1:7000", "--token", "t"}), HasSubstr("HOST:PORT"));
+  EXPECT_THAT(error({"--agents", "a:1,a:1", "--token", "t"}), HasSubstr("a:1 given twice"));
+  EXPECT_THAT(error({"--agents", "a:1", "--agents", "b:1", "--token", "t"}),
+              HasSubstr("given twice"));
+  EXPECT_THAT(error({"--agents", "a:1", "--token", ""}), HasSubstr("must not be empty"));
+  EXPECT_THAT(error({"-c", "1", "--agents"}), HasSubstr("needs a value"));
+}
+
+// One agent: its service and its gRPC server on 127.0.0.1:0.
+class TestAgent {
+ public:
+  TestAgent() {
+    AgentOptions options;
+    options.token = kToken;
+    options.progress_interval = milliseconds(100);
+    service_ = std::make_unique<LoadAgentService>(options);
+    StatusOr<AgentServer> server = StartAgentServer("127.0.0.1:0", service_.get());
+    EXPECT_TRUE(server.ok()) << server.status().ToString();
+    if (server.ok()) server_ = std::move(server).value();
+  }
+  ~TestAgent() {
+    service_->Shutdown();
+    if (server_.server != nullptr) server_.server->Shutdown(system_clock::now() + seconds(5));
+  }
+  const std::string& address() const { return server_.address; }
+  LoadAgentService& service() { return *service_; }
+
+ private:
+  std::unique_ptr<LoadAgentService> service_;
+  AgentServer server_;
+};
+
+class ControllerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerOptions server_options;
+    server_options.address = "127.0.0.1";
+    server_options.port = 0;
+    target_ = std::make_unique<Server>(server_options);
+    target_->Get("/plaintext", [](http::Request&, http::Response& res) {
+      res.SetHeader("content-type", "text/plain");
+      res.Write("Hello, World!");
+    });
+    const Status started = target_->Start();
+    ASSERT_TRUE(started.ok()) << started.ToString();
+  }
+
+  void TearDown() override { target_->Shutdown(); }
+
+  // The controller's options for `run_flags` + the target's /plaintext URL, on `agents`.
+  ControllerOptions Options(std::vector<std::string_view> run_flags,
+                            const std::vector<TestAgent*>& agents) {
+    const std::string url = "http://127.0.0.1:" + std::to_string(target_->port()) + "/plaintext";
+    run_flags.push_back(url);
+    StatusOr<CliOptions> run = ParseCommandLine(run_flags);
+    EXPECT_TRUE(run.ok()) << run.status().ToString();
+    ControllerOptions options;
+    options.run = *run;
+    options.token = kToken;
+    for (TestAgent* agent : agents) options.agents.push_back(agent->address());
+    // Both agents live in this process: a short synchronized start is plenty.
+    options.start_delay = milliseconds(200);
+    options.progress_interval = milliseconds(50);
+    return options;
+  }
+
+  static void ExpectMergedTotals(const ControllerResult& result, uint64_t server_requests) {
+    const RunResult& merged = result.merged;
+    EXPECT_EQ(merged.requests_sent, server_requests);
+    EXPECT_EQ(merged.requests_completed, server_requests);
+    EXPECT_EQ(merged.requests_failed, 0u);
+    EXPECT_EQ(merged.status_codes[200], server_requests);
+    EXPECT_EQ(merged.latency.count(), merged.requests_completed);
+    EXPECT_EQ(merged.corrected_latency.count(), merged.requests_completed);
+    uint64_t per_agent = 0;
+    for (const AgentReport& report : result.agents) {
+      EXPECT_FALSE(report.partial) << report.agent << ": " << report.stop_reason;
+      EXPECT_GT(report.requests_completed, 0u) << report.agent;
+      per_agent += report.requests_completed;
+    }
+    EXPECT_EQ(per_agent, merged.requests_completed);
+  }
+
+  std::unique_ptr<Server> target_;
+};
+
+TEST_F(ControllerTest, TwoAgentsMergeARequestCountToTheServersTotal) {
+  TestAgent a;
+  TestAgent b;
+  int progress_calls = 0;
+  ControllerHooks hooks;
+  hooks.on_progress = [&](const Progress&, double) { ++progress_calls; };
+  StatusOr<ControllerResult> result =
+      RunOnAgents(Options({"-c", "4", "-n", "3000"}, {&a, &b}), hooks);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  ASSERT_EQ(result->agents.size(), 2u);
+  EXPECT_EQ(result->agents[0].agent, a.address());
+  EXPECT_EQ(result->agents[0].requests_completed, 1500u);
+  EXPECT_EQ(result->agents[1].requests_completed, 1500u);
+  EXPECT_EQ(result->merged.requests_completed, 3000u);
+  ExpectMergedTotals(*result, target_->stats().requests);
+  EXPECT_GT(progress_calls, 0);
+}
+
+TEST_F(ControllerTest, TwoAgentsMergeAConstantRateRunToTheServersTotal) {
+  TestAgent a;
+  TestAgent b;
+  StatusOr<ControllerResult> result =
+      RunOnAgents(Options({"-c", "4", "-R", "2000", "-d", "1s"}, {&a, &b}), {});
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  ExpectMergedTotals(*result, target_->stats().requests);
+  // About 2000 requests in the second: the rate was split, not multiplied.
+  EXPECT_GT(result->merged.requests_completed, 1000u);
+  EXPECT_LT(result->merged.requests_completed, 3000u);
+}
+
+TEST_F(ControllerTest, StopHookStopsEveryAgentAndMergesThePartialResults) {
+  TestAgent a;
+  TestAgent b;
+  ControllerHooks hooks;
+  bool saw_requests = false;
+  hooks.on_progress = [&](const Progress& progress, double) {
+    saw_requests = saw_requests || progress.requests_completed > 0;
+  };
+  hooks.should_stop = [&] { return saw_requests; };
+  const steady_clock::time_point began = steady_clock::now();
+  StatusOr<ControllerResult> result =
+      RunOnAgents(Options({"-c", "2", "-d", "30s"}, {&a, &b}), hooks);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_LT(steady_clock::now() - began, seconds(10));
+  for (const AgentReport& report : result->agents) {
+    EXPECT_TRUE(report.partial) << report.agent;
+    EXPECT_THAT(report.stop_reason, HasSubstr("StopRun"));
+  }
+  EXPECT_EQ(result->merged.requests_sent, target_->stats().requests);
+  EXPECT_EQ(result->merged.latency.count(), result->merged.requests_completed);
+}
+
+TEST_F(ControllerTest, AnAgentFailingMidRunFailsTheRunNamingIt) {
+  TestAgent a;
+  TestAgent b;
+  ControllerHooks hooks;
+  bool killed = false;
+  hooks.on_progress = [&](const Progress& progress, double) {
+    if (!killed && progress.requests_completed > 0) {
+      b.service().Shutdown();  // as on SIGTERM: b's run stops, its streams end UNAVAILABLE
+      killed = true;
+    }
+  };
+  const steady_clock::time_point began = steady_clock::now();
+  StatusOr<ControllerResult> result =
+      RunOnAgents(Options({"-c", "2", "-d", "30s"}, {&a, &b}), hooks);
+  ASSERT_FALSE(result.ok());
+  EXPECT_TRUE(killed);
+  EXPECT_EQ(result.status().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(result.status().message(), HasSubstr("agent " + b.address() + " failed mid-run"));
+  EXPECT_THAT(result.status().message(), HasSubstr("shutting down"));
+  EXPECT_LT(steady_clock::now() - began, seconds(10));
+}
+
+TEST_F(ControllerTest, AnUnreachableAgentFailsBeforeAnyLoad) {
+  TestAgent a;
+  ControllerOptions options = Options({"-c", "2", "-d", "30s"}, {&a});
+  options.agents.push_back("127.0.0.1:1");  // nothing listens on port 1
+  options.start_delay = seconds(10);        // `a` is stopped long before its start
+  StatusOr<ControllerResult> result = RunOnAgents(options, {});
+  ASSERT_FALSE(result.ok());
+  EXPECT_THAT(result.status().message(), HasSubstr("agent 127.0.0.1:1 did not start the run"));
+  // The run already started on `a` was stopped before it began: no request reached the server.
+  EXPECT_EQ(target_->stats().requests, 0u);
+}
+
+TEST_F(ControllerTest, AWrongTokenIsReported) {
+  TestAgent a;
+  ControllerOptions options = Options({"-c", "1", "-n", "10"}, {&a});
+  options.token = "not-the-token";
+  StatusOr<ControllerResult> result = RunOnAgents(options, {});
+  ASSERT_FALSE(result.ok());
+  EXPECT_THAT(result.status().message(), HasSubstr("UNAUTHENTICATED"));
+  EXPECT_THAT(result.status().message(), HasSubstr(a.address()));
+}
+
+}  // namespace
+}  // namespace sluice::loadgen
