@@ -44,22 +44,35 @@ ENHANCE_YOUR_CALM = 0xB
 class Server:
     """A server binary on 127.0.0.1:0; use as a context manager."""
 
-    def __init__(self, binary, *flags, tls=False):
+    def __init__(self, binary, *flags, tls=False, startup_timeout=DEFAULT_TIMEOUT):
         self.binary = binary
         self.flags = list(flags)
         self.tls = tls
+        self.startup_timeout = startup_timeout
         self.proc = None
         self.port = None
         self.cert_file = None
+        self.ready_line = None
+
+    def cert_path(self):
+        """Where --tls-cert-out writes the certificate (subclasses may choose)."""
+        tmp = os.environ.get("TEST_TMPDIR", "/tmp")
+        return os.path.join(tmp, "cert-%d.pem" % os.getpid())
+
+    def open_stderr(self):
+        """The server's stderr: a pipe here; subclasses may give a file."""
+        return subprocess.PIPE
 
     def __enter__(self):
         args = [self.binary, "--port=0"] + self.flags
         if self.tls:
-            tmp = os.environ.get("TEST_TMPDIR", "/tmp")
-            self.cert_file = os.path.join(tmp, "cert-%d.pem" % os.getpid())
+            self.cert_file = self.cert_path()
             args += ["--tls-self-signed", "--tls-cert-out=" + self.cert_file]
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + DEFAULT_TIMEOUT
+        stderr = self.open_stderr()
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=stderr)
+        if stderr is not subprocess.PIPE:
+            stderr.close()
+        deadline = time.monotonic() + self.startup_timeout
         line = b""
         while time.monotonic() < deadline:
             ready, _, _ = select.select([self.proc.stdout], [], [], 0.1)
@@ -71,9 +84,15 @@ class Server:
         m = re.search(rb"address=[^ ]*:(\d+)", line)
         if not m:
             self.__exit__(None, None, None)
-            raise RuntimeError("server did not print its ready line: %r" % line)
+            raise RuntimeError("server did not print its ready line: %r%s" %
+                               (line, self.failure_detail()))
         self.port = int(m.group(1))
+        self.ready_line = line.decode().strip()
         return self
+
+    def failure_detail(self):
+        """Appended to a start-up failure (subclasses add the server's stderr)."""
+        return ""
 
     def __exit__(self, *exc):
         if self.proc is not None and self.proc.poll() is None:

@@ -14,11 +14,9 @@ a short description of the first difference between two bodies, and GET /stats.
 
 import os
 import re
-import select
 import signal
 import subprocess
 import tempfile
-import time
 
 import h2_harness
 
@@ -54,36 +52,20 @@ class ServerUnderTest(h2_harness.Server):
     """
 
     def __init__(self, binary, *flags, tls=False, startup_timeout=30.0):
-        super().__init__(binary, *flags, tls=tls)
-        self.startup_timeout = startup_timeout  # sanitized binaries start slowly
+        # Sanitized binaries start slowly.
+        super().__init__(binary, *flags, tls=tls, startup_timeout=startup_timeout)
         self.exit_code = None
         self._dir = tempfile.mkdtemp(prefix="sluice-server-", dir=os.environ.get("TEST_TMPDIR"))
         self.stderr_path = os.path.join(self._dir, "stderr.txt")
 
-    def __enter__(self):
-        args = [self.binary, "--port=0"] + self.flags
-        if self.tls:
-            self.cert_file = os.path.join(self._dir, "cert.pem")
-            args += ["--tls-self-signed", "--tls-cert-out=" + self.cert_file]
-        with open(self.stderr_path, "wb") as stderr:
-            self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=stderr)
-        deadline = time.monotonic() + self.startup_timeout
-        line = b""
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.proc.stdout], [], [], 0.1)
-            if ready:
-                line = self.proc.stdout.readline()
-                break
-            if self.proc.poll() is not None:
-                break
-        m = re.search(rb"address=[^ ]*:(\d+)", line)
-        if not m:
-            self.stop()
-            raise RuntimeError("server did not print its ready line: %r\nstderr:\n%s" %
-                               (line, self.stderr_text()))
-        self.port = int(m.group(1))
-        self.ready_line = line.decode().strip()
-        return self
+    def cert_path(self):
+        return os.path.join(self._dir, "cert.pem")
+
+    def open_stderr(self):
+        return open(self.stderr_path, "wb")
+
+    def failure_detail(self):
+        return "\nstderr:\n%s" % self.stderr_text()
 
     def __exit__(self, *exc):
         self.stop()
