@@ -87,6 +87,7 @@ class Connection::Stream final : public http::ResponseSink,
     body_received_ = 0;
     head_request_ = recv_ended_ = response_done_ = reset_ = in_map_ = false;
     body_claimed_ = body_end_delivered_ = false;
+    on_worker_ = false;
     body_status_ = OkStatus();
     body_buffer_.clear();
     on_data_ = nullptr;
@@ -189,6 +190,10 @@ class Connection::Stream final : public http::ResponseSink,
   bool in_map_ = false;
   bool body_claimed_ = false;
   bool body_end_delivered_ = false;
+  // The handler ran on a worker, or the exchange ended on another thread:
+  // the stream is not recycled (see RecycleRetiredStreams).
+  bool on_worker_ = false;
+  std::atomic<bool> ended_off_loop_{false};
   Status body_status_;
   std::string body_buffer_;  // received before the handler asked for it
   http::BodyDataCallback on_data_;
@@ -198,6 +203,7 @@ class Connection::Stream final : public http::ResponseSink,
   // The last use of the exchange by the thread ending it.
   void EndExchange() {
     std::shared_ptr<Stream> hold = std::move(self_hold_);
+    if (!conn_->loop_->IsInLoopThread()) ended_off_loop_.store(true);
     conn_->ExchangeEnded();
   }
 
@@ -738,6 +744,7 @@ void Connection::StartRequest(std::shared_ptr<Stream> s) {
     return;
   }
   if (WorkerPool* workers = dispatcher_->workers()) {
+    s->on_worker_ = true;
     if (workers->Post([s, handler] {
           (*handler)(s->request_, s->response_);
           if (!s->response_.deferred()) s->response_.End();
@@ -905,7 +912,10 @@ void Connection::RemoveStream(Stream* s) {
 void Connection::RecycleRetiredStreams() {
   for (std::shared_ptr<Stream>& s : retired_streams_) {
     // Nobody else holds it (no handler, no deferred response): reuse it.
-    if (s.use_count() == 1 && spare_streams_.size() < kMaxSpareStreams) {
+    // Only streams whose exchange never left the loop thread: use_count()
+    // alone does not order another thread's last accesses before ours.
+    if (s.use_count() == 1 && !s->on_worker_ && !s->ended_off_loop_.load() &&
+        spare_streams_.size() < kMaxSpareStreams) {
       s->out_.reset();
       spare_streams_.push_back(std::move(s));
     }
