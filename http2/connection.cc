@@ -223,7 +223,8 @@ Connection::Connection(std::unique_ptr<Transport> transport, const ConnectionOpt
       writer_(
           options.output, &transport_->output(), pool, &counters->output,
           [this] { WakeFromWriter(); }, [this] { return loop_->IsInLoopThread(); }),
-      connection_window_(kDefaultInitialWindowSize, options.connection_window) {
+      // Start() grants the whole window at once (WINDOW_UPDATE after SETTINGS).
+      connection_window_(std::max(options.connection_window, kDefaultInitialWindowSize)) {
   counters_->connections.fetch_add(1, std::memory_order_relaxed);
 }
 

@@ -247,7 +247,9 @@ class Engine::Worker : private IoHandler {
   bool Measured(int64_t t) const { return t >= engine_->measure_start_ns_; }
   // Measured requests this connection may send now (requests mode), up to `wanted`.
   uint64_t ClaimTickets(uint64_t wanted);
-  void RecordSent(uint64_t count, uint64_t measured);
+  // `bytes_each`: what one request put on the wire (an HTTP/2 request's frames vary in size as
+  // HPACK's table warms up: the batch's average).
+  void RecordSent(uint64_t count, uint64_t measured, uint64_t bytes_each);
   void RecordCompletion(int64_t intended_ns, int64_t sent_ns, bool measured, uint16_t code,
                         int64_t now);
   void RecordFailure(bool measured);
@@ -759,7 +761,9 @@ void Engine::Worker::Connection::FillPipeline(int64_t now) {
     w_->MaybeFinish(now);
     return;
   }
+  uint64_t sent_bytes_each = w_->engine_->request_size_;
   if (h2_ != nullptr) {
+    const size_t before = h2_out_.size();  // control frames (and the preface) come first
     for (size_t i = 0; i < count; ++i) {
       const int64_t intended =
           paced_ ? next_intended_ns_ + static_cast<int64_t>(i) * interval_ns_ : now;
@@ -767,6 +771,7 @@ void Engine::Worker::Connection::FillPipeline(int64_t now) {
       slots_[SlotOf(id)] = StreamSlot{id, InFlight{intended, now, intended >= measure_start}};
       ++h2_in_flight_;
     }
+    sent_bytes_each = (h2_out_.size() - before) / count;
     const Status s = Out().Write(h2_out_);
     h2_out_.clear();
     if (!s.ok()) {
@@ -790,7 +795,7 @@ void Engine::Worker::Connection::FillPipeline(int64_t now) {
     ++ring_size_;
   }
   if (paced_) next_intended_ns_ += static_cast<int64_t>(count) * interval_ns_;
-  w_->RecordSent(count, measured);
+  w_->RecordSent(count, measured, sent_bytes_each);
   if (!FlushOutput()) return;
   if (paced_ && in_flight() < Capacity() && next_intended_ns_ < w_->send_until_ns_) {
     w_->SchedulePacer(this, next_intended_ns_);
@@ -1027,10 +1032,10 @@ uint64_t Engine::Worker::ClaimTickets(uint64_t wanted) {
   return granted;
 }
 
-void Engine::Worker::RecordSent(uint64_t count, uint64_t measured) {
+void Engine::Worker::RecordSent(uint64_t count, uint64_t measured, uint64_t bytes_each) {
   outstanding_ += count;
   result_.requests_sent += measured;
-  result_.bytes_written += measured * engine_->request_size_;
+  result_.bytes_written += measured * bytes_each;
 }
 
 void Engine::Worker::RecordCompletion(int64_t intended_ns, int64_t sent_ns, bool measured,

@@ -15,7 +15,8 @@ H2Session::H2Session(const Options& options,
     : options_(options),
       fields_(std::move(fields)),
       body_(std::move(body)),
-      connection_window_(http2::kDefaultInitialWindowSize, options.window) {
+      // Start() grants the whole window at once (WINDOW_UPDATE after SETTINGS).
+      connection_window_(std::max(options.window, http2::kDefaultInitialWindowSize)) {
   for (const auto& [name, value] : fields_) field_views_.push_back({name, value});
 }
 
