@@ -2,10 +2,11 @@
 # benchmarks/http1/run.sh: sluice `plaintext` vs nginx and h2o over HTTP/1.1, side by side in one
 # run (issue 3, "Benchmark"). See --help.
 set -uo pipefail
-export LC_ALL=C
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo="$(cd "$here/../.." && pwd)"
+prog=http1/run.sh
+# shellcheck source=benchmarks/lib.sh
+source "$here/../lib.sh"
 
 usage() {
   cat <<'EOF'
@@ -86,9 +87,6 @@ keep_tmp=0
 server_cpu=0
 load_cpu=1
 
-die() { echo "run.sh: $*" >&2; exit 1; }
-log() { printf '[%(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
-
 while (($#)); do
   arg="$1"
   val=""
@@ -121,18 +119,6 @@ while (($#)); do
   shift
 done
 
-# "10s" / "1m" / "500ms" / "0" -> whole seconds (rounded up), for timeouts.
-to_seconds() {
-  local d="$1"
-  case "$d" in
-    *ms) echo $(((${d%ms} + 999) / 1000)) ;;
-    *s) echo "${d%s}" ;;
-    *m) echo $((${d%m} * 60)) ;;
-    *h) echo $((${d%h} * 3600)) ;;
-    *) echo "$d" ;;
-  esac
-}
-valid_duration() { [[ "$1" =~ ^[0-9]+(ms|s|m|h)?$ ]]; }
 valid_duration "$duration" || die "--duration: want e.g. 10s"
 valid_duration "$warmup" || die "--warmup: want e.g. 2s or 0"
 [[ "$iterations" =~ ^[1-9][0-9]*$ ]] || die "--iterations: want a positive number"
@@ -168,190 +154,25 @@ stamp="$(date -u +%Y%m%d-%H%M%S)"
 
 # ---------------------------------------------------------------------------------------------
 # Packages: install what is missing (root) or print the line (exit 2).
-is_root=0
-[[ "$(id -u)" == 0 ]] && is_root=1
-
 missing=()
+lib_common_missing missing
 command -v wrk >/dev/null || missing+=(wrk)
-command -v curl >/dev/null || missing+=(curl)
-command -v openssl >/dev/null || missing+=(openssl)
-command -v taskset >/dev/null || missing+=(util-linux)
-command -v timeout >/dev/null || missing+=(coreutils)
-command -v ss >/dev/null || missing+=(iproute2)
 if want_server nginx && ! command -v nginx >/dev/null && [[ ! -x /usr/sbin/nginx ]]; then
   missing+=(nginx-light)
 fi
 if want_server h2o && ! command -v h2o >/dev/null && [[ ! -x /usr/bin/h2o ]]; then
   missing+=(h2o)
 fi
-if ((${#missing[@]})); then
-  install_line="apt-get update && apt-get -o DPkg::Lock::Timeout=900 install -y --no-install-recommends ${missing[*]}"
-  if ((!is_root)); then
-    echo "run.sh: missing packages; as root run:" >&2
-    echo "  $install_line" >&2
-    exit 2
-  fi
-  log "installing: ${missing[*]}"
-  apt-get update >/dev/null 2>&1 || log "apt-get update failed (continuing)"
-  if ! apt-get -o DPkg::Lock::Timeout=900 install -y --no-install-recommends "${missing[@]}" >&2; then
-    # nginx-light is a transitional package in some releases; fall back to nginx.
-    alt=("${missing[@]/nginx-light/nginx}")
-    apt-get -o DPkg::Lock::Timeout=900 install -y --no-install-recommends "${alt[@]}" >&2 ||
-      die "apt-get install failed"
-  fi
-fi
-PATH="$PATH:/usr/sbin:/sbin"
-
-# The Debian packages register services (nginx on port 80, h2o on 80/443). Stop and disable
-# them: the peers must run only from our configs. Only the daemons the packages' own pid files
-# name are stopped.
-stop_package_services() {
-  local svc pf pid
-  for svc in nginx h2o; do
-    [[ -e "/lib/systemd/system/$svc.service" || -e "/etc/init.d/$svc" ]] || continue
-    if ((is_root)); then
-      if [[ -d /run/systemd/system ]] && command -v systemctl >/dev/null; then
-        systemctl disable --now "$svc" >/dev/null 2>&1 || true
-      else
-        command -v update-rc.d >/dev/null && update-rc.d "$svc" disable >/dev/null 2>&1
-        command -v invoke-rc.d >/dev/null && invoke-rc.d "$svc" stop >/dev/null 2>&1
-      fi
-    fi
-    for pf in "/run/$svc.pid" "/var/run/$svc.pid"; do
-      [[ -r "$pf" ]] || continue
-      pid="$(head -c 32 "$pf" 2>/dev/null | tr -dc 0-9)"
-      [[ -n "$pid" && -r "/proc/$pid/comm" ]] || continue
-      if [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == "$svc"* ]]; then
-        if ((is_root)); then
-          log "stopping the Debian $svc service (pid $pid from $pf)"
-          kill -TERM "$pid" 2>/dev/null || true
-        else
-          log "warning: a Debian $svc service runs (pid $pid); it is not ours to stop"
-        fi
-      fi
-    done
-  done
-}
-stop_package_services
-
-perf_ok=0
-if command -v perf >/dev/null && perf stat -e raw_syscalls:sys_enter -- true >/dev/null 2>&1; then
-  perf_ok=1
-fi
-syscall_tool="off"
-if [[ "$syscalls" != off ]]; then
-  if ((perf_ok)); then
-    syscall_tool="perf"
-  elif command -v strace >/dev/null; then
-    syscall_tool="strace"
-  else
-    log "neither perf (syscall tracepoints) nor strace usable: syscall counts skipped"
-  fi
-fi
-# A curated list of syscall tracepoints (all ~360 take perf ~10 s to set up); the total comes from
-# raw_syscalls:sys_enter, so anything not listed still counts (as "other").
-sys_events=""
-if [[ "$syscall_tool" == perf ]]; then
-  avail="$(perf list 'syscalls:sys_enter_*' 2>/dev/null)"
-  for sc in read write readv writev recvfrom sendto recvmsg sendmsg recvmmsg sendmmsg \
-    epoll_wait epoll_pwait epoll_pwait2 epoll_ctl poll ppoll select pselect6 accept accept4 \
-    close shutdown io_uring_enter futex sendfile64 splice openat newfstat newfstatat statx \
-    fcntl ioctl setsockopt getsockopt getpid gettid clock_gettime gettimeofday mmap munmap \
-    mprotect madvise brk nanosleep clock_nanosleep sched_yield lseek pread64 getrandom \
-    eventfd2 timerfd_settime rt_sigprocmask; do
-    [[ "$avail" == *"syscalls:sys_enter_$sc "* ]] && sys_events+="${sys_events:+,}syscalls:sys_enter_$sc"
-  done
-fi
-ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+lib_install_missing "${missing[@]}"
+lib_stop_package_services nginx h2o
+lib_setup_syscalls
 
 # ---------------------------------------------------------------------------------------------
-# Temp dir, cleanup
-tmp="$(mktemp -d /tmp/sluice-http1.XXXXXX)" || die "mktemp failed"
-chmod 755 "$tmp"
-declare -a started=()   # every server pid we started
-aux_pids=()             # perf/strace helpers
-
-tree_pids() {  # PID and all its descendants, one per line
-  local p="$1" f c
-  [[ -d "/proc/$p" ]] || return 0
-  echo "$p"
-  for f in /proc/"$p"/task/*/children; do
-    [[ -r "$f" ]] || continue
-    for c in $(<"$f"); do tree_pids "$c"; done
-  done
-}
-
-alive() {  # running and not a zombie (no fork: polled every millisecond)
-  local st
-  { read -r st <"/proc/$1/stat"; } 2>/dev/null || return 1
-  st="${st##*) }"
-  [[ "${st:0:1}" != Z ]]
-}
-
-cleanup() {
-  local rc=$? p q
-  trap - EXIT INT TERM
-  for p in "${aux_pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-  for p in "${started[@]}"; do
-    for q in $(tree_pids "$p"); do kill -KILL "$q" 2>/dev/null; done
-  done
-  wait 2>/dev/null
-  if ((keep_tmp)); then
-    echo "run.sh: kept $tmp" >&2
-  else
-    rm -rf "$tmp"
-  fi
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'log "interrupted"; exit 130' INT
-trap 'log "terminated"; exit 143' TERM
-
-mkfifo "$tmp/sleep.fifo"
-exec {sleep_fd}<>"$tmp/sleep.fifo"
-nap() { read -r -t "$1" -u "$sleep_fd" _ 2>/dev/null || true; }  # sleep without a fork
-tick() { NOW="${EPOCHREALTIME/./}"; }  # microseconds, no fork
-us_to_ms() { printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)); }
-
-# ---------------------------------------------------------------------------------------------
-# Certificate, configs, ports
-cert="$tmp/cert.pem"
-key="$tmp/key.pem"
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$key" \
-  -out "$cert" -days 2 -subj /CN=localhost \
-  -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" >/dev/null 2>&1 ||
-  die "openssl could not create a self-signed certificate"
-chmod 644 "$cert" "$key"
-
-port_in_use() { [[ -n "$(ss -Htln "sport = :$1" 2>/dev/null)" ]]; }
-declare -A taken=()
-# Four free ports for the peers, picked in the main shell (sluice binds port 0). They lie outside
-# the kernel's ephemeral range: polling connect() to a port in that range while nothing listens
-# can pick the same port as source and "succeed" as a TCP self-connect, which then also blocks
-# the server's bind().
+# Temp dir, certificate, configs, ports
+lib_setup_tmp sluice-http1
+lib_make_cert
 nginx_http=""; nginx_https=""; h2o_http=""; h2o_https=""
-pick_ports() {
-  local p lo hi base span
-  read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || { lo=32768; hi=60999; }
-  if ((lo > 12000)); then
-    base=10000; span=$((lo - 10000))
-  else
-    base=$((hi + 1)); span=$((65535 - hi))
-  fi
-  ((span >= 100)) || die "no port range outside the ephemeral range $lo-$hi"
-  for v in nginx_http nginx_https h2o_http h2o_https; do
-    for ((i = 0; i < 200; i++)); do
-      p=$((base + (RANDOM * 32768 + RANDOM) % span))
-      [[ -n "${taken[$p]:-}" ]] && continue
-      port_in_use "$p" && continue
-      taken[$p]=1
-      printf -v "$v" '%s' "$p"
-      break
-    done
-    [[ -n "${!v}" ]] || die "no free port found"
-  done
-}
-pick_ports
+lib_pick_ports nginx_http nginx_https h2o_http h2o_https
 
 if want_server nginx; then
   mkdir -p "$tmp/nginx"/{client_body,proxy,fastcgi,uwsgi,scgi}
@@ -378,179 +199,33 @@ fi
 # ---------------------------------------------------------------------------------------------
 # sluice: build once, copy the binary (others may rebuild bazel-bin while we measure)
 sluice_git="-"
-if want_server sluice; then
-  if [[ -z "$sluice_bin" ]]; then
-    built=0
-    for attempt in 1 2 3 4 5; do
-      log "building sluice: ./bazelw build -c opt //servers:plaintext (attempt $attempt)"
-      if (cd "$repo" && ./bazelw build -c opt //servers:plaintext) >"$tmp/build.log" 2>&1; then
-        built=1
-        break
-      fi
-      tail -n 15 "$tmp/build.log" >&2
-      ((attempt < 5)) && { log "build failed; retrying in 60 s"; sleep 60; }
-    done
-    ((built)) || die "sluice does not build (see above)"
-    bazel_bin="$(cd "$repo" && ./bazelw info -c opt bazel-bin 2>/dev/null)"
-    [[ -x "$bazel_bin/servers/plaintext" ]] || die "no $bazel_bin/servers/plaintext"
-    cp "$bazel_bin/servers/plaintext" "$tmp/sluice-plaintext"
-  else
-    [[ -x "$sluice_bin" ]] || die "--sluice-bin $sluice_bin is not executable"
-    cp "$sluice_bin" "$tmp/sluice-plaintext"
-  fi
-  sluice_bin="$tmp/sluice-plaintext"
-  sluice_git="$(cd "$repo" && git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-  dirty="$(cd "$repo" && git status --porcelain 2>/dev/null | wc -l)"
-  ((dirty > 0)) && sluice_git="$sluice_git+${dirty}-uncommitted"
-  sluice_sha="$(sha256sum "$sluice_bin" | cut -c1-12)"
-fi
-
-# From here on this shell (its polling loops, curl, wrk, perf) stays off the servers' CPU.
-taskset -pc "$load_cpu" $$ >/dev/null 2>&1 || log "could not pin the driver to CPU $load_cpu"
+sluice_sha=""
+want_server sluice && lib_build_sluice
+lib_pin_driver
 
 # ---------------------------------------------------------------------------------------------
-# Start / stop servers. Sets SRV_PID SRV_PORT SRV_STARTUP_MS SRV_STATUS (ok|not-yet|failed)
-# SRV_MSG. Must run in the main shell (not in $(...)): the servers are our children.
-SRV_PID=""; SRV_PORT=""; SRV_STARTUP_MS=""; SRV_STATUS=""; SRV_MSG=""; SRV_FD=""
-
-wait_port() {  # PORT PID TIMEOUT_S: poll a TCP connect every 1 ms
-  local port="$1" pid="$2" deadline fd
-  tick
-  deadline=$((NOW + $3 * 1000000))
-  while :; do
-    if { exec {fd}<>"/dev/tcp/127.0.0.1/$port"; } 2>/dev/null; then
-      exec {fd}>&-
-      return 0
-    fi
-    alive "$pid" || return 1
-    tick
-    ((NOW > deadline)) && return 1
-    nap 0.001
-  done
-}
-
+# Start / stop servers (lib.sh sets SRV_*). Must run in the main shell (not in $(...)).
 start_server() {  # NAME SCHEME
-  local name="$1" scheme="$2" t0 t1 line port errf
-  SRV_PID=""; SRV_PORT=""; SRV_STARTUP_MS=""; SRV_STATUS=failed; SRV_MSG=""; SRV_FD=""
+  local name="$1" scheme="$2" port
   case "$name" in
     sluice)
-      errf="$tmp/sluice.err"
-      rm -f "$tmp/sluice.fifo"
-      mkfifo "$tmp/sluice.fifo"
-      exec {SRV_FD}<>"$tmp/sluice.fifo"
       local args=(--port=0 --threads=1)
       [[ "$scheme" == https ]] && args+=(--tls-self-signed)
-      tick; t0=$NOW
-      taskset -c "$server_cpu" "$sluice_bin" "${args[@]}" >"$tmp/sluice.fifo" 2>"$errf" &
-      SRV_PID=$!
-      started+=("$SRV_PID")
-      local deadline=$((t0 + 20000000))
-      while :; do
-        if read -r -t 1 -u "$SRV_FD" line; then
-          if [[ "$line" =~ ^ready\ address=[^\ ]*:([0-9]+)\  ]]; then
-            tick; t1=$NOW
-            SRV_PORT="${BASH_REMATCH[1]}"
-            SRV_STARTUP_MS=$(us_to_ms $((t1 - t0)))
-            SRV_STATUS=ok
-            return 0
-          fi
-          continue
-        fi
-        if ! alive "$SRV_PID"; then
-          wait "$SRV_PID" 2>/dev/null
-          local rc=$?
-          SRV_MSG="exit $rc: $(head -c 300 "$errf" | tr '\n\t' '  ')"
-          if grep -qi 'TLS is not built' "$errf"; then SRV_STATUS=not-yet; fi
-          return 1
-        fi
-        tick
-        ((NOW > deadline)) && { SRV_MSG="no ready line within 20 s"; return 1; }
-      done
+      lib_start_sluice "$tmp/sluice.err" "${args[@]}"
       ;;
     nginx)
       port=$nginx_http
       [[ "$scheme" == https ]] && port=$nginx_https
       rm -f "$tmp/nginx/nginx.pid"
-      tick; t0=$NOW
-      taskset -c "$server_cpu" nginx -p "$tmp/nginx/" -c "$tmp/nginx/nginx.conf" \
-        -e "$tmp/nginx/nginx-error.log" >>"$tmp/nginx/stdout.log" 2>&1 &
-      SRV_PID=$!
+      lib_start_peer "$port" "$tmp/nginx/stdout.log" nginx -p "$tmp/nginx/" \
+        -c "$tmp/nginx/nginx.conf" -e "$tmp/nginx/nginx-error.log"
       ;;
     h2o)
       port=$h2o_http
       [[ "$scheme" == https ]] && port=$h2o_https
-      tick; t0=$NOW
-      taskset -c "$server_cpu" h2o -c "$tmp/h2o/h2o.conf" >>"$tmp/h2o/stdout.log" 2>&1 &
-      SRV_PID=$!
+      lib_start_peer "$port" "$tmp/h2o/stdout.log" h2o -c "$tmp/h2o/h2o.conf"
       ;;
   esac
-  started+=("$SRV_PID")
-  if wait_port "$port" "$SRV_PID" 20; then
-    tick; t1=$NOW
-    SRV_PORT=$port
-    SRV_STARTUP_MS=$(us_to_ms $((t1 - t0)))
-    SRV_STATUS=ok
-    return 0
-  fi
-  SRV_MSG="port $port not accepting within 20 s"
-  return 1
-}
-
-SRV_EXIT=""
-stop_server() {  # stops SRV_PID (TERM, then KILL after 10 s); sets SRV_EXIT
-  local pid="$SRV_PID" pids q i
-  SRV_EXIT="-"
-  [[ -n "$pid" ]] || return 0
-  pids="$(tree_pids "$pid")"
-  kill -TERM "$pid" 2>/dev/null
-  for ((i = 0; i < 1000; i++)); do
-    alive "$pid" || break
-    nap 0.01
-  done
-  if alive "$pid"; then
-    log "$pid did not stop within 10 s of SIGTERM: SIGKILL"
-    kill -KILL "$pid" 2>/dev/null
-  fi
-  wait "$pid" 2>/dev/null
-  SRV_EXIT=$?
-  for q in $pids; do kill -KILL "$q" 2>/dev/null; done
-  [[ -n "$SRV_FD" ]] && exec {SRV_FD}>&-
-  SRV_FD=""
-  local kept=()
-  for q in "${started[@]}"; do [[ "$q" != "$pid" ]] && kept+=("$q"); done
-  started=("${kept[@]}")
-  SRV_PID=""
-}
-
-clk_tck="$(getconf CLK_TCK)"
-cpu_ticks() {  # utime+stime summed over the process tree of $1
-  local total=0 p line
-  for p in $(tree_pids "$1"); do
-    line="$(<"/proc/$p/stat")" 2>/dev/null || continue
-    line="${line##*) }"
-    set -- $line
-    total=$((total + ${12} + ${13}))
-  done
-  echo "$total"
-}
-sched_wait_ns() {  # run-queue wait (ns) summed over the threads of the process tree of $1
-  local total=0 p f run wait _
-  for p in $(tree_pids "$1"); do
-    for f in /proc/"$p"/task/*/schedstat; do
-      { read -r run wait _ <"$f"; } 2>/dev/null || continue
-      total=$((total + wait))
-    done
-  done
-  echo "$total"
-}
-rss_hwm_kb() {  # VmHWM summed over the process tree of $1
-  local total=0 p k v
-  for p in $(tree_pids "$1"); do
-    while read -r k v _; do
-      [[ "$k" == VmHWM: ]] && total=$((total + v))
-    done <"/proc/$p/status" 2>/dev/null
-  done
-  echo "$total"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -612,19 +287,10 @@ first_request() {  # SCHEME PORT -> "time_ms http_code header_bytes body_bytes"
 
 # TSV
 tsv_header="row	iteration	server	status	rps	requests	secs	avg_ms	p50_ms	p99_ms	max_ms	err_connect	err_read	err_write	err_timeout	non2xx	errors	cpu_s	cpu_us_per_req	rss_peak_mb	startup_ms	first_req_ms	first_req_code	resp_head_bytes	body_bytes	syscalls_per_req	syscall_top	exit	note	command	runq_wait_pct"
-mkdir -p "$(dirname "$out")"
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
-{
-  echo "# sluice benchmarks/http1/run.sh $stamp UTC"
-  echo "# args: duration=$duration warmup=$warmup iterations=$iterations rows=${rows[*]} servers=${servers[*]} depth=$depth syscalls=$syscalls/$syscall_tool"
-  echo "# load average at start: $load_before"
-  echo "$tsv_header"
-} >"$out"
-
-emit() {  # fields... -> one TSV line
-  local IFS=$'\t'
-  echo "$*" >>"$out"
-}
+lib_tsv_init "$out" "$tsv_header" "sluice benchmarks/http1/run.sh $stamp UTC" \
+  "args: duration=$duration warmup=$warmup iterations=$iterations rows=${rows[*]} servers=${servers[*]} depth=$depth syscalls=$syscalls/$syscall_tool" \
+  "load average at start: $load_before"
 
 measure_once() {  # ROW ITERATION SERVER
   local row="$1" it="$2" name="$3" scheme
@@ -700,49 +366,25 @@ measure_once() {  # ROW ITERATION SERVER
 }
 
 measure_syscalls() {  # ROW SERVER: one short run under perf stat / strace -c
-  local row="$1" name="$2" scheme pids url sout wout n total top=""
+  local row="$1" name="$2" scheme pids url wout n res per top_str
   scheme=$(row_scheme "$row")
   start_server "$name" "$scheme" || { stop_server; return 1; }
   url="$scheme://127.0.0.1:$SRV_PORT/plaintext"
   run_wrk "$row" "$url" 1s "$tmp/warmup.txt"
   pids="$(tree_pids "$SRV_PID" | paste -sd,)"
-  sout="$tmp/sys-$row-$name.txt"
   wout="$tmp/sys-wrk-$row-$name.txt"
   mapfile -t cmd < <(wrk_cmd "$row" "$url" "$syscalls")
-  if [[ "$syscall_tool" == perf ]]; then
-    # perf counts the server's pids for exactly as long as wrk runs (wrk is the workload).
-    timeout -k 5 $(($(to_seconds "$syscalls") + 30)) \
-      perf stat -x, -o "$sout" -e raw_syscalls:sys_enter ${sys_events:+-e "$sys_events"} \
-      -p "$pids" -- "${cmd[@]}" >"$wout" 2>"$tmp/perf.err"
-    total=$(awk -F, '$3 == "raw_syscalls:sys_enter" { print $1 }' "$sout")
-    top=$(awk -F, '$3 ~ /^syscalls:sys_enter_/ && $1 ~ /^[0-9]+$/ && $1 > 0 {
-                     n = $3; sub(/^syscalls:sys_enter_/, "", n); print $1, n; listed += $1 }
-                   END { if (t - listed > 0) print t - listed, "other" }' t="$total" "$sout" |
-      sort -rn | head -6)
-  else
-    local spids=() p
-    for p in ${pids//,/ }; do spids+=(-p "$p"); done
-    strace -c -f -o "$sout" "${spids[@]}" 2>/dev/null &
-    local st=$!
-    aux_pids+=("$st")
-    nap 0.5
-    timeout -k 5 $(($(to_seconds "$syscalls") + 30)) "${cmd[@]}" >"$wout" 2>&1
-    kill -INT "$st" 2>/dev/null
-    wait "$st" 2>/dev/null
-    total=$(awk '$NF == "total" { print $4 }' "$sout")
-    top=$(awk '$NF != "total" && $4 ~ /^[0-9]+$/ && $1 ~ /^[0-9.]+$/ { print $4, $NF }' "$sout" |
-      sort -rn | head -5)
-  fi
+  lib_count_syscalls "$pids" "$(to_seconds "$syscalls")" "$tmp/sys-$row-$name.txt" "$wout" \
+    "${cmd[@]}"
   stop_server
   w=($(parse_wrk "$wout"))
   n="${w[1]}"
-  if [[ -z "$total" || "$n" == - || "$n" -eq 0 ]]; then
+  if ! res="$(lib_syscalls_per_request "$n")"; then
     log "  $name: syscall count failed"
     return 1
   fi
-  local per top_str
-  per=$(awk -v t="$total" -v n="$n" 'BEGIN { printf "%.2f", t / n }')
-  top_str=$(echo "$top" | awk -v n="$n" 'NF == 2 { printf "%s%s %.2f", sep, $2, $1 / n; sep = ", " }')
+  per="${res%%$'\t'*}"
+  top_str="${res#*$'\t'}"
   emit "$row" syscalls "$name" ok "${w[0]}" "$n" "${w[2]}" - - - - - - - - - - - - - - - - - - \
     "$per" "$top_str" - "$syscall_tool over a separate ${syscalls} run" - -
   log "  $name: $per syscalls/request ($top_str)"
@@ -782,23 +424,13 @@ echo "# load average at end: $load_after" >>"$out"
 ver_nginx="$( (nginx -v 2>&1 || true) | sed 's/^nginx version: //')"
 ver_h2o="$(h2o --version 2>/dev/null | head -1)"
 ver_wrk="$(wrk -v 2>&1 | head -1 | awk '{ print $1, $2 }')"
-cpu_model="$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
 {
-  echo "Machine: $(nproc --all) CPUs ($cpu_model), kernel $(uname -r); load average $load_before at start, $load_after at end."
+  echo "Machine: $(lib_machine_line); load average $load_before at start, $load_after at end."
   echo "Peers: $ver_nginx, $ver_h2o; load: $ver_wrk; sluice ${sluice_git} (binary sha256 ${sluice_sha:-–})."
   echo "Servers pinned to CPU $server_cpu, wrk/curl to CPU $load_cpu; each run starts the server fresh, ${warmup} warmup, ${duration} measured; $iterations iterations interleaved (order rotated); medians."
   echo
   awk -F'\t' -v rows="${rows[*]}" -v servers="${servers[*]}" -v dur="$duration" \
-    -v depth="$depth" -v iters="$iterations" -v scpu="$server_cpu" -v systool="$syscall_tool" -v sysdur="$syscalls" '
-    function isnum(x) { return x ~ /^-?[0-9]+(\.[0-9]+)?(e[-+]?[0-9]+)?$/ }
-    function median(list,   a, n, i, j, t) {
-      n = split(list, a, " ")
-      if (n == 0) return "-"
-      for (i = 2; i <= n; i++) { t = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
-      return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-    }
-    function fmt(v, d) { if (v == "-" || v == "") return "–"; return sprintf("%." d "f", v) }
-    function krps(v) { if (v == "-" || v == "") return "–"; return sprintf("%.1fk", v / 1000) }
+    -v depth="$depth" -v iters="$iterations" -v scpu="$server_cpu" -v systool="$syscall_tool" -v sysdur="$syscalls" "$LIB_AWK"'
     /^#/ || $1 == "row" { next }
     {
       key = $1 SUBSEP $3
