@@ -562,6 +562,23 @@ TEST(Engine, Http2CountsResetStreamsAsFailures) {
   EXPECT_EQ(server.stats().h2_refused_streams, r.requests_failed);
 }
 
+TEST(Engine, Http2AgainstAnHttp1OnlyServerSaysSo) {
+  ServerOptions options = LoopbackServer();
+  options.enable_http2 = false;
+  Server server(options);
+  server.Get("/", [](http::Request&, http::Response& res) { res.Write("ok"); });
+  ASSERT_TRUE(server.Start().ok());
+  LoadSpec spec = SpecFor(server.port());
+  spec.protocol = Protocol::kHttp2;
+  spec.connections = 1;
+  spec.duration = milliseconds(200);
+  const RunResult r = RunOrDie(spec);
+  ExpectBalanced(r);
+  EXPECT_EQ(r.requests_completed, 0u);
+  EXPECT_GT(r.errors.bad_response, 0u);
+  EXPECT_THAT(r.first_error, HasSubstr("answered in HTTP/1.x"));
+}
+
 TEST(Engine, RejectsInvalidSpecs) {
   auto invalid = [](auto mutate) {
     LoadSpec spec = SpecFor(8080);

@@ -61,6 +61,16 @@ uint32_t H2Session::SendRequest(std::string* out) {
 Status H2Session::OnInput(const BufferSequence& in, size_t offset, size_t* consumed,
                           std::string* out, Listener* listener) {
   const size_t start = offset;
+  if (!seen_input_ && in.size() - offset >= 5) {
+    seen_input_ = true;
+    char head[5];
+    in.CopyTo(offset, std::span<uint8_t>(reinterpret_cast<uint8_t*>(head), sizeof(head)));
+    if (std::string_view(head, sizeof(head)) == "HTTP/") {
+      *consumed = 0;
+      return InvalidArgumentError(
+          "HTTP/2: the server answered in HTTP/1.x (no h2c by prior knowledge on this port)");
+    }
+  }
   while (in.size() - offset >= http2::kFrameHeaderSize) {
     uint8_t header[http2::kFrameHeaderSize];
     in.CopyTo(offset, header);

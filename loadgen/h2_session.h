@@ -125,6 +125,7 @@ class H2Session {
 
   // Open streams (small: at most max_streams entries; searched linearly).
   std::vector<OpenStream> streams_;
+  bool seen_input_ = false;  // the server's first bytes were checked
   bool goaway_ = false;
   uint32_t goaway_last_stream_id_ = http2::kMaxStreamId;
   uint64_t data_bytes_ = 0;
