@@ -270,3 +270,21 @@ def sluice_boringssl_ldd_test(name, binaries, size = "small", **kwargs):
         size = size,
         **kwargs
     )
+
+def sluice_tls_library_test(name, binaries, size = "small", **kwargs):
+    """A test that each of `binaries` loads exactly the TLS library of the build configuration.
+
+    BoringSSL by default, OpenSSL 3 under --config=openssl (//bazel/tls:openssl), never both: the
+    two cannot share a process. Checked with ldd by //bazel/tls:tls_library_check.sh.
+    """
+    native.sh_test(
+        name = name,
+        srcs = ["//bazel/tls:tls_library_check.sh"],
+        args = select({
+            "//bazel/tls:openssl": ["openssl"],
+            "//conditions:default": ["boringssl"],
+        }) + ["$(rootpath %s)" % b for b in binaries],
+        data = binaries,
+        size = size,
+        **kwargs
+    )
