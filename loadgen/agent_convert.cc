@@ -145,6 +145,7 @@ void RunResultToProto(const RunResult& result, v1::RunResultProto* out) {
   out->set_tls_handshakes(result.tls_handshakes);
   out->set_interim_responses(result.interim_responses);
   out->set_duration_ns(result.duration.count());
+  out->set_start_unix_ns(result.start_unix_ns);
   out->set_latency(result.latency.Serialize());
   out->set_corrected_latency(result.corrected_latency.Serialize());
   out->set_first_error(result.first_error);
@@ -180,6 +181,10 @@ StatusOr<RunResult> RunResultFromProto(const v1::RunResultProto& proto) {
   StatusOr<nanoseconds> duration = DurationField("result.duration_ns", proto.duration_ns());
   if (!duration.ok()) return duration.status();
   result.duration = *duration;
+  if (proto.start_unix_ns() < 0) {
+    return InvalidArgumentError("result.start_unix_ns: negative");
+  }
+  result.start_unix_ns = proto.start_unix_ns();
   StatusOr<Histogram> latency = HistogramField("latency", proto.latency());
   if (!latency.ok()) return latency.status();
   result.latency = std::move(latency).value();

@@ -74,6 +74,7 @@ RunResult FullResult() {
   r.tls_handshakes = 12;
   r.interim_responses = 6;
   r.duration = milliseconds(10'250);
+  r.start_unix_ns = 1'764'600'000'123'456'789;
   for (uint64_t v = 1; v <= 990; ++v) {
     r.latency.Record(v * 1'013);
     r.corrected_latency.Record(v * 2'027 + 5);
@@ -162,6 +163,7 @@ TEST(AgentConvert, RunResultRoundTripsEveryField) {
   EXPECT_EQ(back->tls_handshakes, r.tls_handshakes);
   EXPECT_EQ(back->interim_responses, r.interim_responses);
   EXPECT_EQ(back->duration, r.duration);
+  EXPECT_EQ(back->start_unix_ns, r.start_unix_ns);
   EXPECT_TRUE(back->latency == r.latency);
   EXPECT_TRUE(back->corrected_latency == r.corrected_latency);
   EXPECT_EQ(back->first_error, r.first_error);
@@ -172,6 +174,7 @@ TEST(AgentConvert, MergingConvertedResultsEqualsMergingTheOriginals) {
   RunResult b = FullResult();
   b.latency.Record(99'000'000);
   b.duration = milliseconds(11'000);
+  b.start_unix_ns = a.start_unix_ns - 500'000'000;
   RunResult direct = a;
   direct.Merge(b);
 
@@ -188,7 +191,29 @@ TEST(AgentConvert, MergingConvertedResultsEqualsMergingTheOriginals) {
   EXPECT_TRUE(via_proto.connect_latency == direct.connect_latency);
   EXPECT_EQ(via_proto.requests_completed, direct.requests_completed);
   EXPECT_EQ(via_proto.duration, direct.duration);
+  EXPECT_EQ(via_proto.start_unix_ns, direct.start_unix_ns);
   EXPECT_EQ(via_proto.latency.ValueAtPercentile(99.9), direct.latency.ValueAtPercentile(99.9));
+}
+
+TEST(RunResult, MergeSpansFromTheEarlierStartToTheLaterEnd) {
+  RunResult a;
+  a.start_unix_ns = 10'000'000'000;
+  a.duration = milliseconds(5'000);  // ends at 15 s
+  RunResult b;
+  b.start_unix_ns = 10'200'000'000;
+  b.duration = milliseconds(5'100);  // ends at 15.3 s
+  a.Merge(b);
+  EXPECT_EQ(a.start_unix_ns, 10'000'000'000);
+  EXPECT_EQ(a.duration, milliseconds(5'300));
+
+  // Without a known start (per-thread parts), the longer duration, as before.
+  RunResult c;
+  c.duration = milliseconds(100);
+  RunResult d;
+  d.duration = milliseconds(300);
+  c.Merge(d);
+  EXPECT_EQ(c.duration, milliseconds(300));
+  EXPECT_EQ(c.start_unix_ns, 0);
 }
 
 TEST(AgentConvert, RejectsResultsAPeerMustNotSend) {
@@ -198,6 +223,10 @@ TEST(AgentConvert, RejectsResultsAPeerMustNotSend) {
   v1::RunResultProto bad = proto;
   (*bad.mutable_status_codes())[600] = 1;
   EXPECT_THAT(RunResultFromProto(bad).status().message(), HasSubstr("code 600"));
+
+  bad = proto;
+  bad.set_start_unix_ns(-1);
+  EXPECT_THAT(RunResultFromProto(bad).status().message(), HasSubstr("start_unix_ns"));
   bad = proto;
   (*bad.mutable_status_codes())[99] = 1;
   EXPECT_THAT(RunResultFromProto(bad).status().message(), HasSubstr("code 99"));

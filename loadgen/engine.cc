@@ -191,7 +191,15 @@ void RunResult::Merge(const RunResult& other) {
   connect_latency.Merge(other.connect_latency);
   tls_handshakes += other.tls_handshakes;
   interim_responses += other.interim_responses;
-  duration = std::max(duration, other.duration);
+  if (start_unix_ns != 0 && other.start_unix_ns != 0) {
+    const int64_t end = std::max(start_unix_ns + duration.count(),
+                                 other.start_unix_ns + other.duration.count());
+    start_unix_ns = std::min(start_unix_ns, other.start_unix_ns);
+    duration = nanoseconds(end - start_unix_ns);
+  } else {
+    duration = std::max(duration, other.duration);
+    if (start_unix_ns == 0) start_unix_ns = other.start_unix_ns;
+  }
   latency.Merge(other.latency);
   corrected_latency.Merge(other.corrected_latency);
   if (first_error.empty()) first_error = other.first_error;
@@ -1274,6 +1282,9 @@ StatusOr<RunResult> Engine::Run(ProgressCallback on_progress,
     if (Status s = workers.back()->StartThread(); !s.ok()) return s;
   }
   start_ns_ = NowNs();
+  const int64_t start_unix_ns = std::chrono::duration_cast<nanoseconds>(
+                                    std::chrono::system_clock::now().time_since_epoch())
+                                    .count();
   measure_start_ns_ = start_ns_ + spec_.warmup.count();
   {
     MutexLock lock(&mu_);
@@ -1326,6 +1337,7 @@ StatusOr<RunResult> Engine::Run(ProgressCallback on_progress,
     MutexLock lock(&mu_);
     workers_.clear();
   }
+  result.start_unix_ns = start_unix_ns + spec_.warmup.count();
   return result;
 }
 

@@ -154,6 +154,9 @@ struct RunResult {
   uint64_t interim_responses = 0;
   // The measured period: from the end of the warmup to the last response (or the stop).
   std::chrono::nanoseconds duration{0};
+  // When the measured period started on the wall clock (ns since the Unix epoch; 0: unknown), so
+  // a tool sampling the server (CPU, memory) can cut its samples to [start, start + duration].
+  int64_t start_unix_ns = 0;
   // Latency from the actual send to the complete response, ns.
   Histogram latency;
   // Latency from the intended send time (constant rate); equal to `latency` in a closed loop.
@@ -165,8 +168,9 @@ struct RunResult {
   uint64_t StatusClass(int hundreds) const;
   // Completed requests per second over `duration`.
   double RequestsPerSecond() const;
-  // Adds `other` (another thread's or agent's result): counts add, histograms merge exactly,
-  // the duration is the longer one.
+  // Adds `other` (another thread's or agent's result): counts add, histograms merge exactly.
+  // The period becomes the union of both: from the earlier start to the later end (with an
+  // unknown start on either side, simply the longer duration).
   void Merge(const RunResult& other);
 };
 

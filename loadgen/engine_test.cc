@@ -230,6 +230,25 @@ TEST(Engine, DurationRunDrainsSoNothingIsLostOrDoubleCounted) {
   EXPECT_GE(r.duration, milliseconds(500));
 }
 
+TEST(Engine, ResultSaysWhenTheMeasuredPeriodStartedOnTheWallClock) {
+  CountingServer server;
+  LoadSpec spec = SpecFor(server.port());
+  spec.connections = 1;
+  spec.warmup = milliseconds(200);
+  spec.duration = milliseconds(200);
+  auto unix_ns = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  const int64_t before = unix_ns();
+  const RunResult r = RunOrDie(spec);
+  const int64_t after = unix_ns();
+  // After the warmup, and the period ends before Run returned.
+  EXPECT_GE(r.start_unix_ns, before + 200'000'000);
+  EXPECT_LE(r.start_unix_ns + r.duration.count(), after);
+}
+
 TEST(Engine, ReadsChunkedResponses) {
   CountingServer server;
   LoadSpec spec = SpecFor(server.port());

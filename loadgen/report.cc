@@ -80,6 +80,26 @@ std::string JsonNumber(double v) {
   return Printf("%.6g", v);
 }
 
+}  // namespace
+
+std::vector<std::pair<double, uint64_t>> PercentileSpectrum(const Histogram& h) {
+  std::vector<std::pair<double, uint64_t>> points;
+  if (h.count() == 0) return points;
+  // 1/(1-p) = 10^(k/10): ten points per decade of the plot's x axis, down to one request in
+  // `count` (finer ranks say nothing more), then the maximum.
+  const double finest = 1.0 / static_cast<double>(h.count());
+  for (int k = 0;; ++k) {
+    const double tail = std::pow(10.0, -k / 10.0);
+    if (tail < finest * (1 - 1e-9)) break;  // (pow rounding at the last decade)
+    const double p = 100.0 * (1.0 - tail);
+    points.emplace_back(p, h.ValueAtPercentile(p));
+  }
+  points.emplace_back(100.0, h.max());
+  return points;
+}
+
+namespace {
+
 std::string LatencyJson(const Histogram& h) {
   std::string out = "{";
   out += "\"count\":" + std::to_string(h.count());
@@ -94,7 +114,13 @@ std::string LatencyJson(const Histogram& h) {
     first = false;
     out += "\"" + PercentileName(p) + "\":" + std::to_string(h.ValueAtPercentile(p));
   }
-  out += "},\"histogram\":" + JsonString(Base64Encode(h.Serialize()));
+  out += "},\"spectrum\":[";
+  first = true;
+  for (const auto& [p, value] : PercentileSpectrum(h)) {
+    out += (first ? "[" : ",[") + JsonNumber(p) + "," + std::to_string(value) + "]";
+    first = false;
+  }
+  out += "],\"histogram\":" + JsonString(Base64Encode(h.Serialize()));
   out += "}";
   return out;
 }
@@ -254,6 +280,7 @@ std::string FormatJson(const CliOptions& options, const RunResult& result) {
   out += ",\"timeout_s\":" + JsonNumber(Seconds(spec.timeout));
   out += "}";
   out += ",\"duration_s\":" + JsonNumber(Seconds(result.duration));
+  out += ",\"start_unix_ns\":" + std::to_string(result.start_unix_ns);
   out += ",\"rps\":" + JsonNumber(result.RequestsPerSecond());
   out += ",\"requests\":{\"sent\":" + std::to_string(result.requests_sent) +
          ",\"completed\":" + std::to_string(result.requests_completed) +

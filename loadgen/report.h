@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "loadgen/engine.h"
@@ -52,7 +53,14 @@ std::string FormatProgressLine(const Progress& progress, double live_rate);
 std::string FormatSummary(const CliOptions& options, const RunResult& result,
                           const std::vector<double>& rate_samples);
 
-// The full result as one JSON object, histograms included (serialized, base64).
+// The latency curve for plots (HdrHistogram's percentile distribution): (percentile, value)
+// points at 1/(1 - p) = 1, 10^0.1, 10^0.2, ... down to one sample in count(), then (100, max).
+// Empty for an empty histogram.
+std::vector<std::pair<double, uint64_t>> PercentileSpectrum(const Histogram& h);
+
+// The full result as one JSON object, histograms included (serialized, base64; each latency
+// also as its PercentileSpectrum under "spectrum"), and "start_unix_ns", when the measured
+// period began on the wall clock.
 std::string FormatJson(const CliOptions& options, const RunResult& result);
 
 // Standard base64 with padding.

@@ -48,6 +48,34 @@ TEST(Report, JsonCarriesCountsPercentilesAndHistograms) {
   EXPECT_THAT(json, HasSubstr("\\\"quoted\\\"\\n"));
 }
 
+TEST(Report, JsonCarriesTheWallClockStartAndASpectrumPerLatency) {
+  CliOptions options;
+  options.url = "http://127.0.0.1:1/";
+  RunResult r = SampleResult();
+  r.start_unix_ns = 1'764'600'000'000'000'000;
+  const std::string json = FormatJson(options, r);
+  EXPECT_THAT(json, HasSubstr("\"start_unix_ns\":1764600000000000000"));
+  EXPECT_THAT(json, HasSubstr("\"spectrum\":[[0,"));
+}
+
+TEST(Report, SpectrumIsLogSpacedInTheTailAndEndsAtTheMaximum) {
+  Histogram h;
+  for (uint64_t v = 1; v <= 10'000; ++v) h.Record(v * 1'000);
+  const auto points = PercentileSpectrum(h);
+  // 1/(1-p) from 10^0 to 10^4 in steps of 10^0.1: 41 points, then the maximum.
+  ASSERT_EQ(points.size(), 42u);
+  EXPECT_DOUBLE_EQ(points[0].first, 0);
+  EXPECT_NEAR(points[10].first, 90, 1e-9);
+  EXPECT_NEAR(points[20].first, 99, 1e-9);
+  EXPECT_NEAR(points[40].first, 99.99, 1e-9);
+  EXPECT_EQ(points.back(), std::make_pair(100.0, h.max()));
+  for (size_t i = 1; i < points.size(); ++i) {
+    EXPECT_GT(points[i].first, points[i - 1].first);
+    EXPECT_GE(points[i].second, points[i - 1].second);
+  }
+  EXPECT_TRUE(PercentileSpectrum(Histogram()).empty());
+}
+
 TEST(Report, SummaryShowsBothLatenciesAtAConstantRate) {
   CliOptions options;
   options.url = "http://127.0.0.1:1/";
