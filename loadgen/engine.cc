@@ -192,8 +192,8 @@ void RunResult::Merge(const RunResult& other) {
   tls_handshakes += other.tls_handshakes;
   interim_responses += other.interim_responses;
   if (start_unix_ns != 0 && other.start_unix_ns != 0) {
-    const int64_t end = std::max(start_unix_ns + duration.count(),
-                                 other.start_unix_ns + other.duration.count());
+    const int64_t end =
+        std::max(start_unix_ns + duration.count(), other.start_unix_ns + other.duration.count());
     start_unix_ns = std::min(start_unix_ns, other.start_unix_ns);
     duration = nanoseconds(end - start_unix_ns);
   } else {
@@ -466,10 +466,10 @@ class Engine::Worker::Connection::H2Events final : public H2Session::Listener {
     slot.id = 0;
     --c_->h2_in_flight_;
     if (slot.f.measured) {
-      c_->w_->CountError(
-          &ErrorCounts::read,
-          UnavailableError("stream reset by the server: " + std::string(http2::ErrorCodeName(code))),
-          now);
+      c_->w_->CountError(&ErrorCounts::read,
+                         UnavailableError("stream reset by the server: " +
+                                          std::string(http2::ErrorCodeName(code))),
+                         now);
     }
     c_->w_->RecordFailure(slot.f.measured);
   }
@@ -845,9 +845,9 @@ bool Engine::Worker::Connection::OnInputH2(ReadResult& in, int64_t now) {
   if (w_->Measured(now)) w_->result_.bytes_read += consumed;
   In().AdvanceTo(consumed, in.buffer.size()).IgnoreError();
   if (!s.ok()) {
-    w_->CountError(s.code() == StatusCode::kUnavailable ? &ErrorCounts::read
-                                                         : &ErrorCounts::bad_response,
-                   s, now);
+    w_->CountError(
+        s.code() == StatusCode::kUnavailable ? &ErrorCounts::read : &ErrorCounts::bad_response, s,
+        now);
     Drop(now);
     return false;
   }
@@ -857,8 +857,7 @@ bool Engine::Worker::Connection::OnInputH2(ReadResult& in, int64_t now) {
       w_->CountError(write ? &ErrorCounts::write : &ErrorCounts::read, in.status, now);
     } else if (h2_in_flight_ > 0) {
       w_->CountError(&ErrorCounts::read,
-                     UnavailableError("server closed the connection with streams in flight"),
-                     now);
+                     UnavailableError("server closed the connection with streams in flight"), now);
     }
     Drop(now);
     return false;
@@ -1282,9 +1281,9 @@ StatusOr<RunResult> Engine::Run(ProgressCallback on_progress,
     if (Status s = workers.back()->StartThread(); !s.ok()) return s;
   }
   start_ns_ = NowNs();
-  const int64_t start_unix_ns = std::chrono::duration_cast<nanoseconds>(
-                                    std::chrono::system_clock::now().time_since_epoch())
-                                    .count();
+  const int64_t start_unix_ns =
+      std::chrono::duration_cast<nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   measure_start_ns_ = start_ns_ + spec_.warmup.count();
   {
     MutexLock lock(&mu_);
