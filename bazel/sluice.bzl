@@ -256,6 +256,22 @@ def sluice_grpc_proto(
         visibility = visibility,
     )
 
+def sluice_py_test(name, src, data = [], args = [], size = "small", **kwargs):
+    """A Python test run by Debian's /usr/bin/python3 (bazel/python_test.sh).
+
+    `src` is the test script; `args` follow it ($(rootpath ...) of binaries in `data`). Project
+    modules import by workspace path (the runfiles root is on PYTHONPATH). Takes every sh_test
+    attribute (tags, timeout, ...).
+    """
+    native.sh_test(
+        name = name,
+        srcs = ["//bazel:python_test.sh"],
+        args = ["$(rootpath %s)" % src] + args,
+        data = [src] + data,
+        size = size,
+        **kwargs
+    )
+
 def sluice_boringssl_ldd_test(name, binaries, size = "small", **kwargs):
     """A test that fails if any of `binaries` loads OpenSSL's libssl.so.3 next to BoringSSL.
 

@@ -8,9 +8,21 @@
 //   GET  /headers          the request headers, one "name: value" per line
 //   GET  /stats            "requests=N h2_streams=N h2_stream_errors=N
 //                           h2_connection_errors=N h2_peer_resets=N"
+//
+// Test-only flags, for the benchmark driver's own tests (taken out before the shared flags
+// are parsed):
+//   --delay-listen-ms=N          sleep N ms before starting to listen (a slow startup)
+//   --delay-first-response-ms=N  the first request answered waits N ms (a slow first request)
+//   --abort-after-requests=N     abort() when the N-th request arrives (a crash mid-run)
 #include <algorithm>
+#include <atomic>
 #include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "servers/server_main.h"
 
@@ -59,20 +71,87 @@ void Headers(sluice::http::Request& req, sluice::http::Response& res) {
   res.Write(out);
 }
 
+struct TestFlags {
+  int64_t delay_listen_ms = 0;
+  int64_t delay_first_response_ms = 0;
+  int64_t abort_after_requests = 0;
+};
+
+// Takes the test-only flags out of argv (in place). False, with a message, for a bad value.
+bool TakeTestFlags(int* argc, char** argv, TestFlags* flags) {
+  int out = 1;
+  for (int i = 1; i < *argc; ++i) {
+    const std::string_view arg = argv[i];
+    int64_t* target = nullptr;
+    std::string_view value;
+    for (auto [name, field] :
+         {std::pair{"--delay-listen-ms=", &flags->delay_listen_ms},
+          std::pair{"--delay-first-response-ms=", &flags->delay_first_response_ms},
+          std::pair{"--abort-after-requests=", &flags->abort_after_requests}}) {
+      if (arg.starts_with(name)) {
+        target = field;
+        value = arg.substr(std::string_view(name).size());
+      }
+    }
+    if (target == nullptr) {
+      argv[out++] = argv[i];
+      continue;
+    }
+    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), *target);
+    if (ec != std::errc() || end != value.data() + value.size() || *target < 0) {
+      std::fprintf(stderr, "test_server: %.*s: needs a number >= 0\n", static_cast<int>(arg.size()),
+                   arg.data());
+      return false;
+    }
+  }
+  *argc = out;
+  argv[out] = nullptr;
+  return true;
+}
+
+TestFlags test_flags;
+std::atomic<int64_t> requests_seen{0};
+
+// Applies --delay-first-response-ms and --abort-after-requests before `handler`.
+sluice::http::Handler Instrumented(sluice::http::Handler handler) {
+  if (test_flags.delay_first_response_ms == 0 && test_flags.abort_after_requests == 0) {
+    return handler;
+  }
+  return [handler = std::move(handler)](sluice::http::Request& req, sluice::http::Response& res) {
+    const int64_t n = requests_seen.fetch_add(1) + 1;
+    if (test_flags.abort_after_requests > 0 && n >= test_flags.abort_after_requests) {
+      std::fprintf(stderr, "test_server: aborting at request %lld (--abort-after-requests)\n",
+                   static_cast<long long>(n));
+      std::abort();
+    }
+    if (n == 1 && test_flags.delay_first_response_ms > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(test_flags.delay_first_response_ms));
+    }
+    handler(req, res);
+  };
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (!TakeTestFlags(&argc, argv, &test_flags)) return 2;
+  if (test_flags.delay_listen_ms > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(test_flags.delay_listen_ms));
+  }
   return sluice::RunServerMain(
       argc, argv, "test_server",
-      "Routes for end-to-end tests: /plaintext, /bytes/{n}, POST /echo, /headers, /stats.",
+      "Routes for end-to-end tests: /plaintext, /bytes/{n}, POST /echo, /headers, /stats.\n"
+      "Test-only flags: --delay-listen-ms=N, --delay-first-response-ms=N, "
+      "--abort-after-requests=N.",
       [](sluice::Server& server) {
-        server.Get("/plaintext", [](sluice::http::Request&, sluice::http::Response& res) {
-          res.SetHeader("content-type", "text/plain");
-          res.Write("Hello, World!");
-        });
-        server.Get("/bytes/{n}", Bytes);
-        server.Post("/echo", Echo);
-        server.Get("/headers", Headers);
+        server.Get("/plaintext",
+                   Instrumented([](sluice::http::Request&, sluice::http::Response& res) {
+                     res.SetHeader("content-type", "text/plain");
+                     res.Write("Hello, World!");
+                   }));
+        server.Get("/bytes/{n}", Instrumented(Bytes));
+        server.Post("/echo", Instrumented(Echo));
+        server.Get("/headers", Instrumented(Headers));
         server.Get("/stats", [&server](sluice::http::Request&, sluice::http::Response& res) {
           const sluice::ServerStats s = server.stats();
           res.SetHeader("content-type", "text/plain");
