@@ -1,0 +1,171 @@
+"""Reports from known results: the tables and verdicts, the CLI's exit codes on saved results,
+and the HTML report rendered by headless Chromium with every plot decoded."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+from PIL import Image
+
+from tools.driver import report
+from tools.driver import session
+from tools.driver import testing
+
+CHROMIUM = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+            "--no-first-run", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync"]
+
+
+def bench(args, cwd):
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    proc = subprocess.run([sys.executable, "-B", "-m", "tools.driver", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+class ReportTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+        self.a = testing.side_result("A", "two_locks", [100_000, 101_000, 99_000, 100_500, 99_500])
+        self.b = testing.side_result("B", "single_lock",
+                                     [110_000, 111_000, 109_000, 110_500, 109_500], seed=2)
+
+    def write(self, name, data):
+        path = os.path.join(self.dir, name)
+        session.write_json(path, data)
+        return path
+
+    def test_markdown_has_the_seed_table_the_statistics_and_the_machine(self):
+        comparison = session.compare_results([self.a, self.b], forced=False)
+        md, html = report.write_reports(comparison, self.dir)
+        with open(md, encoding="utf-8") as f:
+            text = f.read()
+        self.assertIn("| Description    |     RPS | CPU (%) | Memory (MB) | Avg. Latency (ms) | "
+                      "Startup (ms) | First Request (ms) | Latency (ms) | Errors |", text)
+        self.assertIn("| two_locks #1 | 100,000 |", text)
+        self.assertIn("RequestsPerSecond:           100,000", text)
+        self.assertIn("## single_lock vs two_locks", text)
+        rps_row = next(line for line in text.splitlines() if line.startswith("| RPS "))
+        self.assertIn("+10.00%", rps_row)
+        self.assertIn("improvement", rps_row)
+        self.assertIn("0.008", rps_row)  # 5 vs 5, no overlap: p = 2/252
+        self.assertIn("Test CPU, 2 cores", text)
+        self.assertIn("one system call (getppid) costs 0.110 µs", text)
+        self.assertIn("user µs/req", text)
+        self.assertIn("![latency by percentile](plots/latency.svg)", text)
+
+    def test_html_report_renders_its_plots_in_chromium(self):
+        comparison = session.compare_results([self.a, self.b], forced=False)
+        _, html = report.write_reports(comparison, self.dir)
+        profile = os.path.join(self.dir, "chromium-profile")
+        env = dict(os.environ, HOME=self.dir)
+        url = "file://" + html
+        dom = subprocess.run(CHROMIUM + [f"--user-data-dir={profile}", "--dump-dom", url],
+                             capture_output=True, text=True, timeout=90, env=env)
+        self.assertEqual(dom.returncode, 0, dom.stderr[-2000:])
+        self.assertIn('data-plots-loaded="4/4"', dom.stdout)
+        png = os.path.join(self.dir, "report.png")
+        shot = subprocess.run(CHROMIUM + [f"--user-data-dir={profile}", f"--screenshot={png}",
+                                          "--window-size=1300,2600", url],
+                              capture_output=True, text=True, timeout=90, env=env)
+        self.assertEqual(shot.returncode, 0, shot.stderr[-2000:])
+        with Image.open(png) as image:
+            self.assertEqual(image.size, (1300, 2600))
+            colors = image.convert("RGB").getcolors(maxcolors=1 << 20)
+        # Text, tables and curves: far more than a blank page's one or two colours.
+        self.assertGreater(len(colors), 50)
+        shutil.rmtree(profile, ignore_errors=True)
+
+    def test_saved_results_compare_with_a_regression_exit_code(self):
+        slower = testing.side_result("B", "slower", [90_000, 89_000, 91_000, 90_500, 89_500],
+                                     seed=3)
+        a, b = self.write("a.json", self.a), self.write("b.json", slower)
+        out = os.path.join(self.dir, "cmp")
+        code, stdout, err = bench(["compare", a, b, "--out", out, "--fail-on-regression=5%"],
+                                  self.dir)
+        self.assertEqual(code, 3, err)
+        self.assertIn("RPS -10.00%", err)
+        self.assertIn("regression", stdout)
+        code, _, err = bench(["compare", a, b, "--out", out, "--fail-on-regression=15%"],
+                             self.dir)
+        self.assertEqual(code, 0, err)
+        # The comparison redraws from its file alone.
+        os.remove(os.path.join(out, "report.md"))
+        code, _, err = bench(["report", os.path.join(out, "comparison.json")], self.dir)
+        self.assertEqual(code, 0, err)
+        self.assertTrue(os.path.exists(os.path.join(out, "report.md")))
+
+    def test_saved_results_must_be_results(self):
+        bad = os.path.join(self.dir, "bad.json")
+        with open(bad, "w", encoding="utf-8") as f:
+            json.dump({"benchmarks": []}, f)
+        code, _, err = bench(["compare", bad, self.write("a.json", self.a)], self.dir)
+        self.assertEqual(code, 2)
+        self.assertIn("not a bench side result", err)
+        with open(bad, "w", encoding="utf-8") as f:
+            f.write("{")
+        code, _, err = bench(["compare", bad, bad], self.dir)
+        self.assertEqual(code, 2)
+        self.assertIn("not JSON", err)
+        self.assertNotIn("Traceback", err)
+
+    def test_a_different_machine_is_listed_as_a_difference(self):
+        other = json.loads(json.dumps(self.b))
+        other["fingerprint"]["components"]["machine"]["cpu_model"] = "Other CPU"
+        other["fingerprint"]["hash"] = "different"
+        code, _, err = bench(["compare", self.write("a.json", self.a),
+                              self.write("o.json", other)], self.dir)
+        self.assertEqual(code, 2)
+        self.assertIn("machine.cpu_model: Test CPU vs Other CPU", err)
+
+
+class MicroTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+
+    def gbench(self, name, times):
+        benchmarks = []
+        for i, t in enumerate(times):
+            for bench_name, scale in (("BM_Pipe/64", 1.0), ("BM_Pipe/4096", 3.0)):
+                benchmarks.append({"name": f"{bench_name}/repeats:5", "run_name": bench_name,
+                                   "run_type": "iteration", "repetition_index": i,
+                                   "real_time": t * scale, "cpu_time": t * scale,
+                                   "time_unit": "ns"})
+        benchmarks.append({"name": "BM_Pipe/64_mean", "run_name": "BM_Pipe/64",
+                           "run_type": "aggregate", "real_time": 1e9, "cpu_time": 1e9,
+                           "time_unit": "ns"})
+        path = os.path.join(self.dir, name)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"context": {}, "benchmarks": benchmarks}, f)
+        return path
+
+    def test_saved_google_benchmark_results_compare_per_name(self):
+        a = self.gbench("a.json", [100, 101, 99, 100, 102])
+        b = self.gbench("b.json", [80, 81, 79, 80, 82])
+        code, stdout, err = bench(["micro", a, b, "--out", os.path.join(self.dir, "m")],
+                                  self.dir)
+        self.assertEqual(code, 0, err)
+        row = next(line for line in stdout.splitlines() if line.startswith("| BM_Pipe/64 "))
+        self.assertIn("-20.00%", row)
+        self.assertIn("improvement", row)
+        self.assertIn("5/5", row)  # the aggregate is not a sample
+        self.assertIn("| BM_Pipe/4096", stdout)
+
+    def test_micro_refuses_what_it_cannot_compare(self):
+        code, _, err = bench(["micro", "//benchmarks:pipe_benchmark"], self.dir)
+        self.assertEqual(code, 2)
+        self.assertIn("--baseline REF and --branch REF", err)
+        notjson = os.path.join(self.dir, "x.json")
+        with open(notjson, "w", encoding="utf-8") as f:
+            json.dump({"a": 1}, f)
+        code, _, err = bench(["micro", notjson, notjson], self.dir)
+        self.assertEqual(code, 1)
+        self.assertIn("not google-benchmark JSON", err)
+
+
+if __name__ == "__main__":
+    unittest.main()

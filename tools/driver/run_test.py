@@ -1,0 +1,239 @@
+"""The driver end to end with real processes: //servers:test_server as the server (an external
+command, so nothing is built), //loadgen as the load through a local gRPC agent, on 127.0.0.1.
+
+    run_test.py TEST_SERVER LOADGEN
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+SERVER = ""
+LOADGEN = ""
+
+
+def bench(args, cwd, env=None, timeout=240):
+    """Runs the driver's CLI; (exit status, stdout, stderr)."""
+    full_env = dict(os.environ, PYTHONPATH=os.getcwd(), **(env or {}))
+    full_env.setdefault("SLUICE_BENCH_TOOLS", os.path.join(os.getcwd(), "tools"))
+    proc = subprocess.run([sys.executable, "-B", "-m", "tools.driver", *args], cwd=cwd,
+                          env=full_env, capture_output=True, text=True, timeout=timeout)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def write_scenario(directory, name, body):
+    path = os.path.join(directory, name)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(textwrap.dedent(body))
+    return path
+
+
+class DriverTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+
+    def run_bench(self, *args, env=None):
+        command, rest = args[0], list(args[1:])
+        if command in ("run", "compare"):
+            rest += ["--loadgen", LOADGEN]
+        code, out, err = bench([command, "--repo", self.dir, *rest], self.dir, env)
+        self.assertNotIn("Traceback", err)
+        self.assertNotIn("internal error", err)
+        return code, out, err
+
+    def load(self, out_dir, name):
+        with open(os.path.join(out_dir, name), encoding="utf-8") as f:
+            return json.load(f)
+
+    def test_startup_and_first_request_match_known_delays_and_sides_interleave(self):
+        scenario = write_scenario(self.dir, "delays.yaml", f"""\
+            description: known artificial delays
+            server:
+              command: {SERVER}
+              args: ["--port={{port}}"]
+              ready: line
+            load:
+              path: /plaintext
+              args: [-c, "2"]
+            warmup: 200ms
+            duration: 500ms
+            iterations: 2
+            variants:
+              fast: {{}}
+              slow:
+                server_args: [--delay-listen-ms=300, --delay-first-response-ms=200]
+            """)
+        out_dir = os.path.join(self.dir, "out")
+        code, stdout, err = self.run_bench("compare", "--variant", "fast", "--variant", "slow",
+                                           scenario, "--out", out_dir)
+        self.assertEqual(code, 0, err)
+        fast = self.load(out_dir, "result-A.json")
+        slow = self.load(out_dir, "result-B.json")
+        for it in slow["iterations"]:
+            self.assertEqual(it["status"], "ok", it.get("error"))
+            # Tolerance: process start-up and Python's own timing, well under 150 / 100 ms.
+            self.assertGreaterEqual(it["startup_ms"], 300)
+            self.assertLess(it["startup_ms"], 300 + 150)
+            self.assertGreaterEqual(it["port_ms"], 300)
+            self.assertGreaterEqual(it["first_request_ms"], 200)
+            self.assertLess(it["first_request_ms"], 200 + 100)
+            self.assertLess(it["latency_ms"], 100)  # only the first request waits
+        for it in fast["iterations"]:
+            self.assertEqual(it["status"], "ok", it.get("error"))
+            self.assertLess(it["startup_ms"], 250)
+            self.assertLess(it["first_request_ms"], 150)
+            self.assertGreater(it["rps"], 0)
+            self.assertEqual(it["errors"], 0)
+            self.assertGreater(it["requests"], 0)
+            self.assertIsNotNone(it["cpu_us_per_request"])
+            self.assertTrue(it["latency_spectrum"])
+            # The driver's own sampling stays under 1 % of a core.
+            self.assertLess(it["sampler_cpu_pct"], 1.0)
+        # Interleaved: A1 B1 A2 B2, each iteration after the previous one ended.
+        runs = sorted(fast["iterations"] + slow["iterations"], key=lambda it: it["started_unix"])
+        self.assertEqual([(it["side"], it["index"]) for it in runs],
+                         [("A", 1), ("B", 1), ("A", 2), ("B", 2)])
+        for a, b in zip(runs, runs[1:]):
+            self.assertLessEqual(a["finished_unix"], b["started_unix"])
+        # Both sides under one fingerprint; the comparison and reports exist.
+        self.assertEqual(fast["fingerprint"]["hash"], slow["fingerprint"]["hash"])
+        comparison = self.load(out_dir, "comparison.json")
+        self.assertEqual(comparison["statistics"][0]["name"], "slow")
+        self.assertIn("startup_ms", comparison["statistics"][0]["metrics"])
+        with open(os.path.join(out_dir, "report.md"), encoding="utf-8") as f:
+            md = f.read()
+        self.assertIn("| Description ", md)
+        self.assertIn("First Request (ms)", md)
+        self.assertIn("RequestsPerSecond:", md)
+        self.assertIn("one system call", md)
+        for plot in ("latency.svg", "rps.svg", "cpu_memory.svg", "deltas.svg"):
+            self.assertTrue(os.path.getsize(os.path.join(out_dir, "plots", plot)) > 1000, plot)
+        self.assertIn("| slow #2 ", stdout)
+        # The load went through the local agent.
+        self.assertIn("--agents", fast["iterations"][0]["load_command"])
+
+    def test_a_server_that_crashes_mid_run_fails_its_iteration_and_keeps_the_other_side(self):
+        scenario = write_scenario(self.dir, "crash.yaml", f"""\
+            server:
+              command: {SERVER}
+              args: ["--port={{port}}"]
+            load:
+              path: /plaintext
+              args: [-c, "2"]
+            warmup: 100ms
+            duration: 2s
+            iterations: 1
+            variants:
+              steady: {{}}
+              crashing:
+                server_args: [--abort-after-requests=3000]
+            """)
+        out_dir = os.path.join(self.dir, "out")
+        code, _, err = self.run_bench("compare", "--variant", "steady", "--variant", "crashing",
+                                      scenario, "--out", out_dir)
+        self.assertEqual(code, 1, err)
+        steady = self.load(out_dir, "result-A.json")["iterations"][0]
+        crashed = self.load(out_dir, "result-B.json")["iterations"][0]
+        self.assertEqual(steady["status"], "ok", steady.get("error"))
+        self.assertGreater(steady["rps"], 0)
+        self.assertEqual(crashed["status"], "failed")
+        self.assertIn("exited", crashed["error"])
+        self.assertIn("aborting at request 3000", crashed["error"])  # its stderr tail
+        self.assertIn("FAILED", err)
+        with open(os.path.join(out_dir, "report.md"), encoding="utf-8") as f:
+            report = f.read()
+        self.assertIn("| crashing #1 | failed", report)
+        self.assertIn("aborting at request 3000", report)
+
+    def test_an_unreachable_agent_is_named(self):
+        scenario = write_scenario(self.dir, "agents.yaml", f"""\
+            server:
+              command: {SERVER}
+              args: ["--port={{port}}"]
+            load:
+              agents: ["127.0.0.1:1"]
+            iterations: 1
+            """)
+        code, _, err = self.run_bench("run", scenario, "--out", os.path.join(self.dir, "o"),
+                                      env={"LOADGEN_TOKEN": "t"})
+        self.assertEqual(code, 1)
+        self.assertIn("agent 127.0.0.1:1 is unreachable", err)
+
+    def test_a_bad_scenario_exits_2_naming_file_and_line(self):
+        scenario = write_scenario(self.dir, "bad.yaml", """\
+            server:
+              target: //servers:plaintext
+              argz: [--port=0]
+            """)
+        code, _, err = self.run_bench("run", scenario)
+        self.assertEqual(code, 2)
+        self.assertIn("bad.yaml:3: server.argz: unknown key", err)
+        code, _, err = self.run_bench("run", os.path.join(self.dir, "missing.yaml"))
+        self.assertEqual(code, 2)
+        self.assertIn("missing.yaml: cannot read", err)
+        code, _, err = self.run_bench("compare", scenario)
+        self.assertEqual(code, 2)
+
+    def test_a_server_that_cannot_start_is_reported(self):
+        scenario = write_scenario(self.dir, "nostart.yaml", """\
+            server:
+              command: /nonexistent/server
+              args: ["--port={port}"]
+            iterations: 1
+            """)
+        code, _, err = self.run_bench("run", scenario, "--out", os.path.join(self.dir, "o"))
+        self.assertEqual(code, 1)
+        self.assertIn("cannot start the server /nonexistent/server", err)
+        scenario = write_scenario(self.dir, "badflag.yaml", f"""\
+            server:
+              command: {SERVER}
+              args: ["--port={{port}}", --no-such-flag]
+            iterations: 1
+            """)
+        code, _, err = self.run_bench("run", scenario, "--out", os.path.join(self.dir, "o2"))
+        self.assertEqual(code, 1)
+        self.assertIn("exited with status 2 before it was ready", err)
+        self.assertIn("unknown flag --no-such-flag", err)
+
+    def test_results_under_different_pinned_configurations_are_refused_unless_forced(self):
+        scenario = write_scenario(self.dir, "one.yaml", f"""\
+            server:
+              command: {SERVER}
+              args: ["--port={{port}}"]
+            load:
+              path: /plaintext
+              args: [-c, "1"]
+            warmup: 100ms
+            duration: 300ms
+            iterations: 1
+            """)
+        a_dir, b_dir = os.path.join(self.dir, "a"), os.path.join(self.dir, "b")
+        self.assertEqual(self.run_bench("run", scenario, "--out", a_dir)[0], 0)
+        self.assertEqual(self.run_bench("run", scenario, "--out", b_dir,
+                                        "--duration", "400ms")[0], 0)
+        a, b = os.path.join(a_dir, "result.json"), os.path.join(b_dir, "result.json")
+        out_dir = os.path.join(self.dir, "cmp")
+        code, _, err = self.run_bench("compare", a, b, "--out", out_dir)
+        self.assertEqual(code, 2)
+        self.assertIn("refused", err)
+        self.assertIn("scenario.duration: 300ms vs 400ms", err)
+        self.assertFalse(os.path.exists(os.path.join(out_dir, "report.md")))
+        code, _, err = self.run_bench("compare", a, b, "--out", out_dir, "--force")
+        self.assertEqual(code, 0, err)
+        with open(os.path.join(out_dir, "report.md"), encoding="utf-8") as f:
+            report = f.read()
+        self.assertIn("FORCED", report)
+        self.assertIn("scenario.duration: 300ms vs 400ms", report)
+        # The same configuration twice compares without --force.
+        code, _, err = self.run_bench("compare", a, a, "--out", os.path.join(self.dir, "same"))
+        self.assertEqual(code, 0, err)
+
+
+if __name__ == "__main__":
+    SERVER, LOADGEN = (os.path.abspath(p) for p in sys.argv[1:3])
+    del sys.argv[1:3]
+    unittest.main()

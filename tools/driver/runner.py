@@ -1,0 +1,522 @@
+"""One measured iteration of one side, and the load agents every iteration goes through.
+
+An iteration, in order (crank's sequence):
+  1. start the server (pinned with taskset, its own session so its whole tree can be stopped);
+  2. startup: exec -> the ready line (`ready: line`) or -> the port accepting (`ready: port`);
+     the port-accepting time is recorded for every server whose port is known in advance, the
+     ready line for every server that prints one;
+  3. first request: one request on a new connection right after ready, then the no-load
+     latency (the mean of a few more on one connection);
+  4. warmup and the measured load, one loadgen run driven through the agents (the controller:
+     `loadgen --agents ...`), whose result says when the measured period began;
+  5. the server's CPU and working set sampled every 100 ms from /proc all along, cut to the
+     measured period afterwards; system calls (perf stat) and a profile (perf record) when asked;
+  6. stop: SIGTERM to the server's process group, SIGKILL after the scenario's stop_timeout.
+A server that exits before it is asked to, or a load run that fails, fails the iteration: the
+result says why (with the tail of the server's stderr) and the other iterations go on.
+"""
+
+import dataclasses
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+from tools.driver import perf
+from tools.driver import probe
+from tools.driver import procstat
+from tools.driver.build import tail
+from tools.driver.scenario import format_duration, parse_duration
+
+HOST = "127.0.0.1"
+
+
+class RunError(Exception):
+    """A failure that ends the whole driver run (not just one iteration)."""
+
+
+class IterationFailed(Exception):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def _taskset(cpus: Optional[str]) -> List[str]:
+    return ["taskset", "-c", cpus] if cpus else []
+
+
+def make_tls_files(directory: str) -> Dict[str, str]:
+    """A self-signed P-256 certificate for localhost (openssl CLI), for peers that need files."""
+    cert, key = os.path.join(directory, "cert.pem"), os.path.join(directory, "key.pem")
+    if not os.path.exists(cert):
+        out = subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                              "ec_paramgen_curve:P-256", "-nodes", "-days", "7", "-subj",
+                              "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                              "-keyout", key, "-out", cert], capture_output=True, text=True,
+                             check=False)
+        if out.returncode != 0:
+            raise RunError("cannot make a TLS certificate with openssl: " + out.stderr[-300:])
+    return {"tls_cert": cert, "tls_key": key}
+
+
+# ---------------------------------------------------------------------------------------------
+# Agents
+
+class Agents:
+    """The loadgen agents of a run: the scenario's, or one local agent started here."""
+
+    def __init__(self, loadgen: str, addresses: List[str], cpus: Optional[str], run_dir: str,
+                 progress):
+        self.loadgen = loadgen
+        self.cpus = cpus
+        self.local: Optional[subprocess.Popen] = None
+        if addresses:
+            self.token = os.environ.get("LOADGEN_TOKEN", "")
+            if not self.token:
+                raise RunError("load.agents names remote agents: put their token in "
+                               "LOADGEN_TOKEN")
+            for address in addresses:
+                host, _, port = address.rpartition(":")
+                try:
+                    with socket.create_connection((host.strip("[]"), int(port)), timeout=3):
+                        pass
+                except OSError as e:
+                    raise RunError(f"agent {address} is unreachable: "
+                                   f"{e.strerror or e}") from None
+            self.addresses = list(addresses)
+            return
+        self.token = secrets.token_hex(16)
+        stdout_path = os.path.join(run_dir, "agent.stdout")
+        stderr_path = os.path.join(run_dir, "agent.stderr")
+        self._stdout = open(stdout_path, "w+", encoding="utf-8")
+        self._stderr = open(stderr_path, "w", encoding="utf-8")
+        env = dict(os.environ, LOADGEN_TOKEN=self.token)
+        cmd = _taskset(cpus) + [loadgen, "agent", "--listen", f"{HOST}:0", "--max-duration",
+                                "1h"]
+        self.local = subprocess.Popen(cmd, stdout=self._stdout, stderr=self._stderr, env=env,
+                                      stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            self._stdout.seek(0)
+            m = re.search(r"agent listening address=(\S+)", self._stdout.read())
+            if m:
+                self.addresses = [m.group(1)]
+                progress.log(f"local load agent on {self.addresses[0]}"
+                             + (f" (CPUs {cpus})" if cpus else ""))
+                return
+            if self.local.poll() is not None:
+                break
+            time.sleep(0.02)
+        self.stop()
+        raise RunError("the local loadgen agent did not start:\n" + tail(stderr_path, 10))
+
+    def stop(self) -> None:
+        if self.local and self.local.poll() is None:
+            self.local.send_signal(signal.SIGTERM)
+            try:
+                self.local.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.local.kill()
+                self.local.wait()
+
+
+def excerpt(path: str, head: int = 6, last: int = 12) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().rstrip().splitlines()
+    except OSError:
+        return ""
+    if len(lines) <= head + last:
+        return "\n".join(lines)
+    return "\n".join(lines[:head] + [f"[... {len(lines) - head - last} lines ...]"]
+                     + lines[-last:])
+
+
+# ---------------------------------------------------------------------------------------------
+# The server process
+
+class Server:
+    def __init__(self, cmd: List[str], cwd: str, env: Dict[str, str], ready: str,
+                 port: Optional[int]):
+        self.stdout_path = os.path.join(cwd, "server.stdout")
+        self.stderr_path = os.path.join(cwd, "server.stderr")
+        self._stderr = open(self.stderr_path, "w", encoding="utf-8")
+        self.ready_mode = ready
+        self.port = port
+        self.ready_line: Optional[str] = None
+        self.ready_line_at: Optional[float] = None
+        self.port_at: Optional[float] = None
+        self._ready = threading.Event()
+        self._stdout_closed = False
+        self.started = time.perf_counter()
+        try:
+            self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                         stderr=self._stderr, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
+        except OSError as e:
+            self._stderr.close()
+            raise IterationFailed(f"cannot start the server {cmd[0]}: {e.strerror}") from None
+        self._reader = threading.Thread(target=self._read_stdout, daemon=True)
+        self._reader.start()
+        self._poller = None
+        if port is not None:
+            self._poller = threading.Thread(target=self._poll_port, daemon=True)
+            self._poller.start()
+
+    def _read_stdout(self) -> None:
+        with open(self.stdout_path, "wb") as out:
+            for line in self.proc.stdout:
+                if self.ready_line is None and line.startswith(b"ready "):
+                    self.ready_line_at = time.perf_counter()
+                    self.ready_line = line.decode(errors="replace").strip()
+                    if self.ready_mode == "line":
+                        self._ready.set()
+                out.write(line)
+                out.flush()
+        self._stdout_closed = True
+        self._ready.set()  # stdout closed: the process is gone, wake the waiter
+
+    def _poll_port(self) -> None:
+        while self.proc.poll() is None:
+            if probe.port_accepts(HOST, self.port):
+                self.port_at = time.perf_counter()
+                if self.ready_mode == "port":
+                    self._ready.set()
+                return
+            time.sleep(0.001)
+        self._ready.set()
+
+    def wait_ready(self, timeout: float) -> None:
+        """Returns once ready; IterationFailed if the process exits first or time runs out."""
+        self._ready.wait(timeout)
+        ready_at = self.ready_line_at if self.ready_mode == "line" else self.port_at
+        if ready_at is not None:
+            if self.port is None and self.ready_line:
+                m = re.search(r"address=\S*:(\d+)\b", self.ready_line)
+                if not m:
+                    raise IterationFailed(f"the ready line names no address=HOST:PORT: "
+                                          f"{self.ready_line!r}")
+                self.port = int(m.group(1))
+            if self._poller:
+                self._poller.join(timeout=2)
+            return
+        if self._stdout_closed:
+            try:  # it closed its stdout: it is exiting; let it finish to report its status
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.proc.poll() is not None:
+            raise IterationFailed(f"the server exited with status {self.proc.returncode} "
+                                  f"before it was ready" + self.stderr_tail())
+        what = "a ready line on stdout" if self.ready_mode == "line" else f"port {self.port}"
+        raise IterationFailed(f"the server was not ready after {timeout:g} s (waited for "
+                              f"{what})" + self.stderr_tail())
+
+    def ms_since_start(self, t: Optional[float]) -> Optional[float]:
+        return None if t is None else (t - self.started) * 1e3
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stderr_tail(self) -> str:
+        """The server's stderr for an error message: all of it if short, else its first and last
+        lines (a usage text after an error puts the error first)."""
+        self._stderr.flush()
+        text = excerpt(self.stderr_path)
+        return ("\n--- server stderr ---\n" + text) if text else ""
+
+    def stop(self, timeout: float) -> Optional[int]:
+        """SIGTERM to the whole process group, then SIGKILL. The exit status."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.proc.wait()
+        else:
+            try:  # children may outlive a crashed master
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._reader.join(timeout=5)
+        self._stderr.close()
+        return self.proc.returncode
+
+
+# ---------------------------------------------------------------------------------------------
+# One iteration
+
+@dataclasses.dataclass
+class Side:
+    label: str                 # "A", "B", ...
+    name: str                  # what the reports call it (variant name or ref)
+    scenario: Dict[str, Any]   # the scenario with this side's variant applied
+    side_dir: str
+    executables: Dict[str, str]  # label -> published executable
+    source_dir: str            # the tree its files come from
+    source: Dict[str, Any]     # {"ref", "sha", "dirty", "subject"}
+    artifacts: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+
+
+def _render(text: str, values: Dict[str, str]) -> str:
+    def sub(m):
+        key = m.group(1)
+        if key not in values:
+            raise IterationFailed(f"unknown placeholder {{{key}}} (known: "
+                                  f"{', '.join(sorted(values))})")
+        return values[key]
+    return re.sub(r"\{([a-z_]+(?::[A-Za-z0-9_.-]+)?)\}", sub, text)
+
+
+def _uses(scenario: Dict[str, Any], placeholder: str, source_dir: str) -> bool:
+    server = scenario["server"]
+    if any(placeholder in a for a in server["args"]):
+        return True
+    for f in server["files"]:
+        try:
+            with open(os.path.join(source_dir, f["source"]), encoding="utf-8") as fh:
+                if placeholder in fh.read():
+                    return True
+        except OSError:
+            pass
+    return False
+
+
+def server_command(side: Side, values: Dict[str, str]) -> List[str]:
+    server = side.scenario["server"]
+    if server.get("target"):
+        exe = side.executables.get(server["target"])
+        if not exe:
+            raise IterationFailed(f"{server['target']} is not among the published artifacts "
+                                  f"(build.artifacts)")
+    else:
+        exe = server["command"]
+        if not os.path.isabs(exe):
+            found = shutil.which(exe) or shutil.which(exe, path="/usr/sbin:/sbin")
+            if not found:
+                raise IterationFailed(f"server command {exe!r} is not on PATH")
+            exe = found
+    return _taskset(server.get("cpus")) + [exe] + [_render(a, values) for a in server["args"]]
+
+
+def run_iteration(session, side: Side, index: int, profile: bool = False) -> Dict[str, Any]:
+    """Runs iteration `index` of `side`; returns its record (status "ok" or "failed")."""
+    scenario = side.scenario
+    server_cfg = scenario["server"]
+    load_cfg = scenario["load"]
+    name = f"{index:02d}-{side.label}" + ("-profile" if profile else "")
+    it_dir = os.path.join(session.run_dir, "iterations", name)
+    os.makedirs(it_dir, exist_ok=True)
+    record: Dict[str, Any] = {"index": index, "side": side.label, "status": "ok",
+                              "profiled": profile, "dir": os.path.relpath(it_dir,
+                                                                          session.run_dir),
+                              "started_unix": time.time()}
+    server: Optional[Server] = None
+    sampler: Optional[procstat.ProcessTreeSampler] = None
+    load: Optional[Dict[str, Any]] = None
+    try:
+        port_known = _uses(scenario, "{port}", side.source_dir)
+        port = free_port() if port_known else None
+        values = {"host": HOST, "run_dir": it_dir, "side_dir": side.side_dir}
+        if port is not None:
+            values["port"] = str(port)
+        if _uses(scenario, "{tls_", side.source_dir):
+            values.update(make_tls_files(session.run_dir))
+        # Configuration files are rendered per iteration (the port changes), into its directory.
+        published = {}
+        for f in server_cfg["files"]:
+            dest = os.path.join(it_dir, f.get("as") or os.path.basename(f["source"]))
+            values["file:" + os.path.basename(dest)] = dest
+            published[dest] = os.path.join(side.source_dir, f["source"])
+        for dest, src in published.items():
+            try:
+                with open(src, encoding="utf-8") as fh:
+                    text = fh.read()
+            except OSError as e:
+                raise IterationFailed(f"server.files: cannot read {src}: {e.strerror}") from None
+            with open(dest, "w", encoding="utf-8") as fh:
+                fh.write(_render(text, values))
+        cmd = server_command(side, values)
+        record["server_command"] = cmd
+        env = dict(os.environ, **server_cfg["env"])
+
+        session.progress.status(f"[{side.label} {index}] {side.name}: starting the server")
+        server = Server(cmd, it_dir, env, server_cfg["ready"], port)
+        sampler = procstat.ProcessTreeSampler(session.tool("proc_sampler"), server.proc.pid,
+                                              os.path.join(it_dir, "samples.txt"))
+        sampler.start()
+        server.wait_ready(parse_duration(server_cfg["ready_timeout"]))
+        record["ready_line"] = server.ready_line
+        record["ready_line_ms"] = server.ms_since_start(server.ready_line_at)
+        record["port_ms"] = server.ms_since_start(server.port_at)
+        record["startup_ms"] = (record["ready_line_ms"] if server_cfg["ready"] == "line"
+                                else record["port_ms"])
+        record["port"] = server.port
+
+        fr = scenario["first_request"]
+        protocol = fr["protocol"] or ("h2" if "--h2" in load_cfg["args"] else "http/1.1")
+        tls = load_cfg["scheme"] == "https"
+        try:
+            first_ms, latency_ms, status = probe.first_request(
+                HOST, server.port, fr["path"] or load_cfg["path"], protocol, tls, fr["requests"])
+        except probe.ProbeError as e:
+            raise IterationFailed(f"first request: {e}" + server.stderr_tail()) from None
+        record.update(first_request_ms=first_ms, latency_ms=latency_ms,
+                      first_request_status=status, first_request_protocol=protocol)
+
+        load = _run_load(session, side, server, it_dir, port=server.port, profile=profile,
+                         record=record)
+        # The sampler must have sampled past the end of the window before it stops.
+        window_end = load["start_unix_ns"] / 1e9 + load["duration_s"]
+        time.sleep(max(0.0, window_end + 0.15 - time.time()))
+    except IterationFailed as e:
+        record["status"] = "failed"
+        record["error"] = str(e)
+    finally:
+        if server is not None:
+            if server.alive():
+                record["exit_status"] = server.stop(parse_duration(server_cfg["stop_timeout"]))
+            else:
+                record["exit_status"] = server.stop(0)
+                if record["status"] == "ok":
+                    record["status"] = "failed"
+                    record["error"] = (f"the server exited with status {server.proc.returncode} "
+                                       "during the run" + server.stderr_tail())
+            record["server_stderr_tail"] = tail(server.stderr_path, 20)
+        if sampler is not None:
+            sampler.stop()
+            record["sampler_cpu_pct"] = sampler.own_cpu_pct
+        record["finished_unix"] = time.time()
+    if load is not None and record["status"] == "ok":
+        record.update(_metrics(load, sampler))
+    if sampler is not None and sampler.samples:
+        start = record.get("window_start_unix") or sampler.samples[0].t
+        record["samples"] = [[round(s.t - start, 3), round(s.user_s, 3), round(s.system_s, 3),
+                              s.rss_bytes] for s in sampler.samples]
+    with open(os.path.join(it_dir, "iteration.json"), "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)
+    return record
+
+
+def _run_load(session, side: Side, server: Server, it_dir: str, port: int, profile: bool,
+              record: Dict[str, Any]) -> Dict[str, Any]:
+    scenario = side.scenario
+    load_cfg = scenario["load"]
+    url = f"{load_cfg['scheme']}://{HOST}:{port}{load_cfg['path']}"
+    args = list(load_cfg["args"])
+    if load_cfg["scheme"] == "https" and not {"-k", "--insecure"} & set(args):
+        args.append("-k")
+    json_path = os.path.join(it_dir, "load.json")
+    warmup = parse_duration(scenario["warmup"])
+    duration = parse_duration(scenario["duration"])
+    cmd = _taskset(load_cfg.get("cpus")) + [
+        session.loadgen, "--agents", ",".join(session.agents.addresses), "-d",
+        format_duration(duration), "--warmup", format_duration(warmup), f"--json={json_path}",
+        *args, url]
+    record["load_command"] = cmd
+    env = dict(os.environ, LOADGEN_TOKEN=session.agents.token)
+    pids = procstat.process_tree(server.proc.pid)
+    counter = profiler = None
+    if scenario["syscalls"] and not profile:
+        counter = perf.SyscallCounter(pids, os.path.join(it_dir, "syscalls.csv"),
+                                      os.path.join(it_dir, "perf-stat.log"))
+    if profile:
+        profiler = perf.Profiler(pids, os.path.join(it_dir, "perf.data"),
+                                 os.path.join(it_dir, "perf-record.log"))
+    out_path, err_path = os.path.join(it_dir, "load.stdout"), os.path.join(it_dir, "load.stderr")
+    started = time.monotonic()
+    budget = warmup + duration + 60
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, stdin=subprocess.DEVNULL)
+        died = False
+        while proc.poll() is None:
+            elapsed = time.monotonic() - started
+            session.progress.status(f"[{side.label} {record['index']}] {side.name}: load "
+                                    f"{min(elapsed, warmup + duration + 1):.0f}/"
+                                    f"{warmup + duration + 1:.0f} s")
+            if not server.alive() and not died:
+                died = True
+                proc.send_signal(signal.SIGINT)  # the controller stops its agents
+            if elapsed > budget:
+                proc.kill()
+                proc.wait()
+                raise IterationFailed(f"the load run did not end within {budget:.0f} s")
+            time.sleep(0.1)
+    for attached in (counter, profiler):
+        if attached:
+            attached.stop()
+    if not server.alive():
+        raise IterationFailed(f"the server exited with status {server.proc.returncode} "
+                              "during the load run" + server.stderr_tail())
+    if proc.returncode != 0:
+        raise IterationFailed(f"the load run failed (loadgen exit {proc.returncode}): "
+                              + (tail(err_path, 8) or tail(out_path, 8)))
+    try:
+        with open(json_path, encoding="utf-8") as f:
+            load = json.load(f)
+    except (OSError, ValueError) as e:
+        raise IterationFailed(f"the load run wrote no readable result: {e}") from None
+    if counter:
+        start = load["start_unix_ns"] / 1e9
+        end = start + load["duration_s"]
+        calls = counter.count_between(start, end)
+        span = counter.window_seconds(start, end)
+        if calls is not None and span > 0 and load["rps"] > 0:
+            record["syscalls_per_request"] = calls / (load["rps"] * span)
+    if profiler:
+        record["folded_stacks"] = profiler.folded()
+    return load
+
+
+def _metrics(load: Dict[str, Any], sampler: procstat.ProcessTreeSampler) -> Dict[str, Any]:
+    start = load["start_unix_ns"] / 1e9
+    end = start + load["duration_s"]
+    window = sampler.window(start, end)
+    completed = load["requests"]["completed"]
+    codes = load.get("status_codes", {})
+    bad_status = sum(n for code, n in codes.items() if not 200 <= int(code) < 400)
+    e = load["errors"]
+    socket_errors = e["connect"] + e["read"] + e["write"] + e["timeout"]
+    lat = load["latency"]
+    per_req = (lambda s: s * 1e6 / completed) if completed else (lambda s: None)
+    return {
+        "window_start_unix": start,
+        "window_seconds": load["duration_s"],
+        "rps": load["rps"],
+        "requests": completed,
+        "socket_errors": socket_errors,
+        "bad_responses": e["bad_response"] + bad_status,
+        "errors": socket_errors + e["bad_response"] + bad_status,
+        "avg_latency_ms": lat["mean_ns"] / 1e6,
+        "latency_percentiles_ms": {p: v / 1e6 for p, v in lat["percentiles_ns"].items()},
+        "p99_ms": lat["percentiles_ns"].get("99", 0) / 1e6,
+        "latency_spectrum": lat.get("spectrum", []),
+        "latency_histogram": lat.get("histogram", ""),
+        "cpu_pct": window.cpu_pct,
+        "user_us_per_request": per_req(window.user_s),
+        "kernel_us_per_request": per_req(window.system_s),
+        "cpu_us_per_request": per_req(window.user_s + window.system_s),
+        "memory_mb": window.peak_rss_bytes / (1 << 20),
+        "mean_memory_mb": window.mean_rss_bytes / (1 << 20),
+        "load_result": {k: load[k] for k in ("spec", "requests", "status_codes", "errors",
+                                             "bytes", "connections", "first_error")
+                        if k in load},
+    }

@@ -1,0 +1,193 @@
+"""Scenario files: defaults, variants, and errors that name the file and the line."""
+
+import os
+import re
+import unittest
+
+from tools.driver import scenario as sc
+
+GOOD = """\
+name: demo
+server:
+  target: //servers:plaintext
+  args: [--port=0, --threads=1]
+  cpus: "0"
+load:
+  path: /plaintext
+  args: [-c, 64, --h2, -m, "16"]
+warmup: 1s
+duration: 500ms
+iterations: 3
+variants:
+  two_locks:
+    server_args: [--h2-output=two_locks]
+  nginx:
+    description: the peer
+    server:
+      command: nginx
+      args: [-c, "{file:nginx.conf}"]
+      files: [{source: benchmarks/http1/nginx.conf}]
+      ready: port
+"""
+
+
+class raises_scenario_error:
+    """`with raises_scenario_error() as e:` ... then str(e.exception)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, _tb):
+        if kind is None:
+            raise AssertionError("no ScenarioError")
+        if not issubclass(kind, sc.ScenarioError):
+            return False
+        self.exception = value
+        return True
+
+
+def error_of(text: str) -> str:
+    with raises_scenario_error() as e:
+        sc.parse_scenario(text, "s.yaml")
+    return str(e.exception)
+
+
+class ScenarioTest(unittest.TestCase):
+    def test_fills_defaults_and_takes_numbers_in_args_as_text(self):
+        s = sc.parse_scenario(GOOD, "s.yaml")
+        self.assertEqual(s.name, "demo")
+        self.assertEqual(s.data["load"]["args"], ["-c", "64", "--h2", "-m", "16"])
+        self.assertEqual(s.data["build"]["flags"], ["-c", "opt"])
+        self.assertEqual(s.data["build"]["artifacts"], ["//servers:plaintext"])
+        self.assertEqual(s.data["build"]["publish"], "copy")
+        self.assertEqual(s.data["server"]["ready"], "line")
+        self.assertEqual(s.data["load"]["scheme"], "http")
+        self.assertEqual(s.data["first_request"]["requests"], 10)
+
+    def test_name_defaults_to_the_file_name(self):
+        s = sc.parse_scenario("server: {target: '//a:b'}\n", "dir/my_case.yaml")
+        self.assertEqual(s.name, "my_case")
+
+    def test_variant_appends_flags_and_keeps_the_base(self):
+        s = sc.parse_scenario(GOOD, "s.yaml")
+        side = s.resolve_variant("two_locks")
+        self.assertEqual(side["server"]["args"], ["--port=0", "--threads=1",
+                                                  "--h2-output=two_locks"])
+        self.assertEqual(s.data["server"]["args"], ["--port=0", "--threads=1"])
+        self.assertEqual(side["variant"]["name"], "two_locks")
+
+    def test_variant_may_replace_the_server_with_a_command(self):
+        side = sc.parse_scenario(GOOD, "s.yaml").resolve_variant("nginx")
+        self.assertIsNone(side["server"]["target"])
+        self.assertEqual(side["server"]["command"], "nginx")
+        self.assertEqual(side["server"]["ready"], "port")
+        self.assertEqual(side["server"]["cpus"], "0")  # kept from the base
+
+    def test_unknown_variant_lists_the_known_ones(self):
+        s = sc.parse_scenario(GOOD, "s.yaml")
+        with raises_scenario_error() as e:
+            s.resolve_variant("single")
+        self.assertIn("no variant named 'single'", str(e.exception))
+        self.assertIn("two_locks, nginx", str(e.exception))
+
+    def test_unknown_key_names_file_line_and_a_near_miss(self):
+        msg = error_of("server:\n  target: //a:b\n  argz: []\n")
+        self.assertEqual(msg.split(": ")[0], "s.yaml:3")
+        self.assertIn("server.argz: unknown key (did you mean 'args'?)", msg)
+
+    def test_wrong_types_are_named_with_their_line(self):
+        cases = {
+            "server:\n  target: //a:b\nduration: 10\n": ("s.yaml:3", "duration: must be a duration"),
+            "server:\n  target: //a:b\niterations: 0\n": ("s.yaml:3", "whole number >= 1"),
+            "server:\n  target: //a:b\nwarmup: 5 seconds\n": ("s.yaml:3", "not a duration"),
+            "server:\n  target: servers/plaintext\n": ("s.yaml:2", "must be a Bazel label"),
+            "server:\n  target: //a:b\nload:\n  args: -c 64\n": ("s.yaml:4", "must be a list"),
+            "server:\n  target: //a:b\nsyscalls: yes please\n": ("s.yaml:3", "true or false"),
+            "server:\n  target: //a:b\nbuild:\n  publish: move\n": ("s.yaml:4",
+                                                                "one of copy, hardlink, symlink"),
+        }
+        for text, (where, what) in cases.items():
+            with self.subTest(text=text):
+                msg = error_of(text)
+                self.assertTrue(msg.startswith(where + ": "), msg)
+                self.assertIn(what, msg)
+
+    def test_an_unquoted_placeholder_is_explained(self):
+        msg = error_of("server:\n  target: //a:b\n  args:\n    - --port\n    - {port}\n")
+        self.assertTrue(msg.startswith("s.yaml:5: server.args[1]: "), msg)
+        self.assertIn("'{port}'", msg)
+
+    def test_missing_or_double_server(self):
+        self.assertIn("s.yaml:1: server: is required", error_of("duration: 1s\n"))
+        self.assertIn("exactly one of", error_of("server:\n  args: []\n"))
+        self.assertIn("exactly one of",
+                      error_of("server:\n  target: //a:b\n  command: nginx\n  args: ['{port}']\n"))
+
+    def test_a_port_wait_needs_the_port(self):
+        msg = error_of("server:\n  command: nginx\n")
+        self.assertIn("use {port}", msg)
+
+    def test_driver_flags_in_the_load_are_refused(self):
+        for flag in ("-d", "--duration=5s", "-n", "--warmup", "--json", "--agents"):
+            with self.subTest(flag=flag):
+                msg = error_of(f"server:\n  target: //a:b\nload:\n  args: [-c, '1', '{flag}']\n")
+                self.assertIn("set by the driver", msg)
+                self.assertTrue(msg.startswith("s.yaml:4: "), msg)
+        self.assertIn("made by the driver", error_of(
+            "server:\n  target: //a:b\nload:\n  args: ['http://127.0.0.1/']\n"))
+
+    def test_cpus_must_exist_on_this_machine(self):
+        msg = error_of(f"server:\n  target: //a:b\n  cpus: '{os.cpu_count()}'\n")
+        self.assertIn("does not exist", msg)
+        self.assertIn("s.yaml:3", msg)
+
+    def test_agents_are_host_port(self):
+        self.assertIn("is not HOST:PORT", error_of(
+            "server:\n  target: //a:b\nload:\n  agents: [somewhere]\n"))
+
+    def test_yaml_errors_and_empty_files(self):
+        self.assertRegex(error_of("server: [\n"), r"^s\.yaml:\d+: not valid YAML")
+        self.assertIn("the file is empty", error_of(""))
+        self.assertIn("a scenario is a mapping", error_of("- a\n- b\n"))
+        self.assertIn("given twice", error_of("server: {target: '//a:b'}\nserver: {}\n"))
+
+    def test_a_file_that_cannot_be_read(self):
+        with raises_scenario_error() as e:
+            sc.load_scenario("/nonexistent/x.yaml")
+        self.assertIn("/nonexistent/x.yaml: cannot read", str(e.exception))
+
+    def test_durations_and_cpu_lists(self):
+        self.assertEqual(sc.parse_duration("1.5s"), 1.5)
+        self.assertEqual(sc.parse_duration("250ms"), 0.25)
+        self.assertEqual(sc.parse_duration("2m"), 120)
+        self.assertEqual(sc.format_duration(0.25), "250ms")
+        self.assertEqual(sc.format_duration(10), "10s")
+        self.assertEqual(sc.parse_cpuset("0,2-3"), [0, 2, 3])
+        for bad in ("3-1", "a", "1,", ""):
+            with self.subTest(bad=bad), self.assertRaises(ValueError):
+                sc.parse_cpuset(bad)
+
+    def test_shipped_scenarios_are_valid(self):
+        scenarios = os.path.join("benchmarks", "scenarios")
+        names = sorted(n for n in os.listdir(scenarios) if n.endswith(".yaml"))
+        self.assertTrue(names)
+        for n in names:
+            with self.subTest(scenario=n):
+                s = sc.load_scenario(os.path.join(scenarios, n))
+                for v in s.variant_names():
+                    s.resolve_variant(v)
+
+    def test_readme_documents_every_key(self):
+        with open(os.path.join("tools", "README.md"), encoding="utf-8") as f:
+            readme = f.read()
+        for line in sc.schema_markdown().splitlines():
+            m = re.match(r"^\| `([a-z_]+)` \|", line)
+            if m:
+                self.assertIn(f"`{m.group(1)}`", readme)
+        self.assertIn(sc.schema_markdown(), readme, "regenerate the schema tables of "
+                      "tools/README.md: python3 -c 'from tools.driver import scenario; "
+                      "print(scenario.schema_markdown())'")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,96 @@
+"""The comparison statistics against values known independently of SciPy."""
+
+import math
+import random
+import unittest
+
+from tools.driver import stats
+
+
+class StatsTest(unittest.TestCase):
+    def test_summary_of_known_values(self):
+        s = stats.summarize([2, 4, 4, 4, 5, 5, 7, 9])
+        self.assertEqual(s.n, 8)
+        self.assertEqual(s.median, 4.5)
+        self.assertEqual(s.mean, 5.0)
+        self.assertAlmostEqual(s.stdev, math.sqrt(32 / 7))  # sample stdev
+        self.assertEqual((s.minimum, s.maximum), (2, 9))
+        self.assertEqual(stats.summarize([3]).stdev, 0.0)
+
+    def test_mann_whitney_exact_p_of_complete_separation(self):
+        # All 5 of A below all 5 of B: 1 of C(10,5) = 252 orderings each way, p = 2/252.
+        self.assertAlmostEqual(stats.mann_whitney_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]),
+                               2 / 252, places=12)
+        # 3 vs 3: the smallest two-sided p is 2/20.
+        self.assertAlmostEqual(stats.mann_whitney_p([1, 2, 3], [4, 5, 6]), 0.1, places=12)
+
+    def test_mann_whitney_of_one_swap(self):
+        # U = 1 for A = {1,2,3,4,6}, B = {5,7,8,9,10}: P(U <= 1) = 2/252, two-sided 4/252.
+        self.assertAlmostEqual(stats.mann_whitney_p([1, 2, 3, 4, 6], [5, 7, 8, 9, 10]),
+                               4 / 252, places=12)
+
+    def test_identical_values_are_not_different(self):
+        self.assertEqual(stats.mann_whitney_p([7, 7, 7], [7, 7, 7]), 1.0)
+        c = stats.compare([7, 7, 7, 7], [7, 7, 7, 7], +1)
+        self.assertEqual(c.verdict, "~")
+        self.assertEqual(c.delta_pct, 0.0)
+
+    def test_too_few_values_give_no_p(self):
+        self.assertIsNone(stats.mann_whitney_p([1], [2, 3]))
+        self.assertEqual(stats.compare([1], [2], +1).verdict, "~")
+
+    def test_delta_is_of_the_medians(self):
+        c = stats.compare([100, 90, 110, 100, 100], [120, 120, 130, 110, 120], +1)
+        self.assertAlmostEqual(c.delta_pct, 20.0)
+        self.assertEqual(c.a.median, 100)
+        self.assertEqual(c.b.median, 120)
+
+    def test_verdicts_follow_the_direction(self):
+        low = [100, 101, 99, 100, 102, 98]
+        high = [110, 111, 109, 112, 110, 108]
+        self.assertEqual(stats.compare(low, high, +1).verdict, "improvement")
+        self.assertEqual(stats.compare(low, high, -1).verdict, "regression")
+        self.assertEqual(stats.compare(high, low, -1).verdict, "improvement")
+        self.assertEqual(stats.compare(low, high, 0).verdict, "higher")
+        self.assertEqual(stats.compare(high, low, 0).verdict, "lower")
+
+    def test_overlapping_samples_are_no_significant_change(self):
+        c = stats.compare([100, 105, 95, 102, 98], [101, 96, 104, 99, 103], +1)
+        self.assertEqual(c.verdict, "~")
+        self.assertGreater(c.p_value, 0.05)
+        self.assertLess(c.ci_low_pct, 0)
+        self.assertGreater(c.ci_high_pct, 0)
+
+    def test_interval_covers_a_known_shift(self):
+        rng = random.Random(7)
+        a = [rng.gauss(1000, 20) for _ in range(40)]
+        b = [rng.gauss(1100, 20) for _ in range(40)]  # +10 %
+        c = stats.compare(a, b, +1)
+        self.assertLess(c.ci_low_pct, 10.0)
+        self.assertGreater(c.ci_high_pct, 10.0)
+        self.assertLess(c.ci_high_pct - c.ci_low_pct, 4.0)
+        self.assertEqual(c.verdict, "improvement")
+
+    def test_interval_is_reproducible(self):
+        a, b = [10, 12, 11, 13, 12], [14, 15, 13, 16, 15]
+        self.assertEqual(stats.bootstrap_delta_ci(a, b), stats.bootstrap_delta_ci(a, b))
+
+    def test_a_zero_baseline_has_no_relative_interval(self):
+        c = stats.compare([0, 0, 0, 0], [1, 2, 1, 2], -1)
+        self.assertIsNone(c.delta_pct)
+        self.assertIsNone(c.ci_low_pct)
+
+    def test_min_iterations_note(self):
+        self.assertIn("smallest possible p is 0.100", stats.min_iterations_note(3, 3))
+        self.assertIsNone(stats.min_iterations_note(4, 4))
+        self.assertIn("no test", stats.min_iterations_note(1, 5))
+
+    def test_order_interleaves_the_sides(self):
+        self.assertEqual(stats.interleaved_order(["A", "B"], 3),
+                         [(1, "A"), (1, "B"), (2, "A"), (2, "B"), (3, "A"), (3, "B")])
+        self.assertEqual(stats.interleaved_order(["A", "B", "C"], 1),
+                         [(1, "A"), (1, "B"), (1, "C")])
+
+
+if __name__ == "__main__":
+    unittest.main()
