@@ -98,7 +98,13 @@ def _load(args, repo):
 def _options(args, repo, out_dir, progress):
     loadgen = os.path.abspath(_user_path(args.loadgen)) if args.loadgen else None
     return session.Options(repo=repo, out_dir=out_dir, tools_dir=_tools_dir(),
-                           loadgen=loadgen, profile=args.profile, progress=progress)
+                           loadgen=loadgen, profile=args.profile, progress=progress,
+                           bazel_startup=_bazel_startup(args))
+
+
+def _bazel_startup(args):
+    root = getattr(args, "output_user_root", None)
+    return [f"--output_user_root={os.path.abspath(_user_path(root))}"] if root else []
 
 
 def _finish(comparison, out_dir, progress, args) -> int:
@@ -265,7 +271,7 @@ def cmd_micro(args, progress) -> int:
         flags = ["-c", "opt"] + (args.flags.split() if args.flags else [])
         a, b, sources = micro.run_refs(repo, items[0], args.baseline, args.branch, out_dir,
                                        args.rounds, args.repetitions, args.cpus, flags,
-                                       args.bench_args, progress)
+                                       args.bench_args, progress, _bazel_startup(args))
         names = (args.baseline, args.branch)
         env = environment.capture(repo, os.path.join(_tools_dir(), "syscall_cost"), args.cpus)
         header = [f"Target {items[0]}, built with `bazel build {' '.join(flags)}` at both refs "
@@ -318,6 +324,8 @@ def parser() -> argparse.ArgumentParser:
 
     def common(sp):
         sp.add_argument("--out", metavar="DIR", help="run directory (default bench-out/DATE-NAME)")
+        sp.add_argument("--output-user-root", metavar="DIR",
+                        help="Bazel's --output_user_root for every build the driver runs")
         sp.add_argument("--repo", metavar="DIR", help="the sluice checkout (default: this one)")
         sp.add_argument("--quiet", action="store_true", help="no tables on stdout")
 
@@ -370,7 +378,6 @@ def parser() -> argparse.ArgumentParser:
     mic.add_argument("--cpus", metavar="LIST", help="pin the benchmark (taskset -c LIST)")
     mic.add_argument("--flags", metavar="'FLAGS'", help="more Bazel flags (after -c opt)")
     mic.add_argument("--fail-on-regression", type=_percent, metavar="P%")
-    mic.add_argument("bench_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     common(mic)
     mic.set_defaults(func=cmd_micro)
 
@@ -393,10 +400,10 @@ def main(argv=None) -> int:
     if not args.command:
         p.print_help()
         return 2
-    if hasattr(args, "bench_args"):
-        args.bench_args = [a for a in (args.bench_args or []) if a != "--"] + bench_args
+    if args.command == "micro":
+        args.bench_args = bench_args
     elif bench_args:
-        p.error("arguments after -- are only for `micro`")
+        p.error("arguments after -- are only for `micro` (they go to the benchmark)")
     if getattr(args, "iterations", None) is not None and args.iterations < 1:
         p.error("--iterations must be at least 1")
     progress = Progress(quiet=False)

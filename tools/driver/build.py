@@ -87,13 +87,15 @@ def worktree(repo: str, source: Source) -> str:
 
 
 def bazel_build(tree: str, flags: List[str], targets: List[str], log_path: str,
-                worktree_server: bool, on_tick: Optional[Callable[[float], None]] = None) -> str:
-    """Builds `targets` in `tree`; returns its bazel-bin directory for those flags.
+                worktree_server: bool, startup: List[str] = (),
+                on_tick: Optional[Callable[[float], None]] = None) -> Dict[str, str]:
+    """Builds `targets` in `tree`; returns {label: absolute path of its executable}.
 
     The output goes to `log_path`; a failure raises BuildError with its last lines.
     worktree_server: the Bazel server of a driver-made worktree exits after a minute idle.
+    startup: Bazel startup options for every call (e.g. --output_user_root=DIR).
     """
-    startup = ["--max_idle_secs=60"] if worktree_server else []
+    startup = list(startup) + (["--max_idle_secs=60"] if worktree_server else [])
     # --symlink_prefix=/: the checkout's bazel-bin & co. keep pointing where its owner left them.
     cmd = ["bazel", *startup, "build", "--symlink_prefix=/", *flags, "--", *targets]
     started = time.monotonic()
@@ -113,11 +115,34 @@ def bazel_build(tree: str, flags: List[str], targets: List[str], log_path: str,
     if proc.returncode != 0:
         raise BuildError(f"bazel build failed (exit {proc.returncode}) in {tree}:\n"
                          + tail(log_path, 25) + f"\n(whole log: {log_path})")
-    info = subprocess.run(["bazel", *startup, "info", *flags, "bazel-bin"], cwd=tree,
+    return _executables(tree, flags, targets, startup)
+
+
+def _executables(tree: str, flags: List[str], targets: List[str],
+                 startup: List[str]) -> Dict[str, str]:
+    """Where each built target's executable is, from `bazel cquery` with the build's flags."""
+    expr = ('str(target.label) + " " + (target.files_to_run.executable.path '
+            'if target.files_to_run.executable else "")')
+    query = subprocess.run(["bazel", *startup, "cquery", "--symlink_prefix=/", *flags,
+                            "set(" + " ".join(targets) + ")", "--output=starlark",
+                            "--starlark:expr=" + expr], cwd=tree, capture_output=True, text=True,
+                           env=_bazel_env(), check=False)
+    root = subprocess.run(["bazel", *startup, "info", *flags, "execution_root"], cwd=tree,
                           capture_output=True, text=True, env=_bazel_env(), check=False)
-    if info.returncode != 0:
-        raise BuildError(f"bazel info bazel-bin failed in {tree}: {info.stderr.strip()[-500:]}")
-    return info.stdout.strip()
+    if query.returncode != 0 or root.returncode != 0:
+        raise BuildError(f"bazel cquery/info failed in {tree}: "
+                         + (query.stderr or root.stderr).strip()[-500:])
+    found = {}
+    for line in query.stdout.splitlines():
+        label, _, path = line.strip().partition(" ")
+        found[label] = path
+    out = {}
+    for target in targets:
+        path = found.get(target) or found.get("@" + target)
+        if not path:
+            raise BuildError(f"{target} is not an executable target (no binary to publish)")
+        out[target] = os.path.join(root.stdout.strip(), path)
+    return out
 
 
 def _bazel_env() -> Dict[str, str]:
@@ -127,12 +152,6 @@ def _bazel_env() -> Dict[str, str]:
                 "RUNFILES_MANIFEST_FILE", "JAVA_RUNFILES", "PYTHONPATH"):
         env.pop(key, None)
     return env
-
-
-def artifact_path(bazel_bin: str, label: str) -> str:
-    """The main output of a binary target: bazel-bin/PACKAGE/NAME."""
-    package, _, name = label[2:].partition(":")
-    return os.path.join(bazel_bin, package, name)
 
 
 def publish(files: Dict[str, str], dest_dir: str, method: str) -> List[Dict]:

@@ -98,7 +98,7 @@ def table(rows, a_name: str, b_name: str) -> Tuple[List[str], List[List[str]]]:
 
 def run_refs(repo: str, target: str, baseline: str, branch: str, out_dir: str, rounds: int,
              repetitions: int, cpus: Optional[str], flags: List[str], bench_args: List[str],
-             progress) -> Tuple[Dict, Dict, Dict[str, Any]]:
+             progress, bazel_startup: List[str] = ()) -> Tuple[Dict, Dict, Dict[str, Any]]:
     """Builds `target` at both refs, runs the rounds; returns (samples A, samples B, sources)."""
     binaries, sources = {}, {}
     for label, ref in (("A", baseline), ("B", branch)):
@@ -107,14 +107,14 @@ def run_refs(repo: str, target: str, baseline: str, branch: str, out_dir: str, r
         progress.log(f"building {label} ({ref} at {src.sha[:10]}): bazel build "
                      f"{' '.join(flags)} {target}")
         try:
-            bazel_bin = build.bazel_build(tree, flags, [target],
-                                          os.path.join(out_dir, f"build-{label}.log"),
-                                          worktree_server=True,
-                                          on_tick=lambda s, l=label: progress.status(
-                                              f"building {l}: {s:.0f} s"))
+            built = build.bazel_build(tree, flags, [target],
+                                      os.path.join(out_dir, f"build-{label}.log"),
+                                      worktree_server=True, startup=bazel_startup,
+                                      on_tick=lambda s, l=label: progress.status(
+                                          f"building {l}: {s:.0f} s"))
         except build.BuildError as e:
             raise MicroError(f"side {label} ({ref}) failed to build: {e}") from None
-        published = build.publish({target: build.artifact_path(bazel_bin, target)},
+        published = build.publish({target: built[target]},
                                   os.path.join(out_dir, label, "bin"), "copy")
         binaries[label] = published[0]["path"]
         sources[label] = {"ref": ref, "sha": src.sha, "dirty": src.dirty, "subject": src.subject,

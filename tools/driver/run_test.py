@@ -199,6 +199,33 @@ class DriverTest(unittest.TestCase):
         self.assertIn("exited with status 2 before it was ready", err)
         self.assertIn("unknown flag --no-such-flag", err)
 
+    def test_profile_records_an_extra_iteration_and_draws_flame_graphs(self):
+        scenario = write_scenario(self.dir, "profile.yaml", f"""\
+            server:
+              command: {SERVER}
+              args: ["--port={{port}}"]
+            load:
+              path: /plaintext
+              args: [-c, "4"]
+            warmup: 100ms
+            duration: 1s
+            iterations: 1
+            """)
+        out_dir = os.path.join(self.dir, "out")
+        code, _, err = self.run_bench("run", scenario, "--out", out_dir, "--profile")
+        self.assertEqual(code, 0, err)
+        its = self.load(out_dir, "result.json")["iterations"]
+        self.assertEqual([it["profiled"] for it in its], [False, True])
+        stacks = its[1]["folded_stacks"]
+        self.assertTrue(any(k.startswith("test_server;") for k in stacks), list(stacks)[:3])
+        self.assertGreater(sum(stacks.values()), 100)
+        with open(os.path.join(out_dir, "plots", "flame-A.svg"), encoding="utf-8") as f:
+            svg = f.read()
+        self.assertIn("<svg", svg)
+        self.assertIn("samples", svg)
+        # The profiled iteration is not part of the statistics.
+        self.assertEqual(self.load(out_dir, "result.json")["summary"]["rps"]["n"], 1)
+
     def test_results_under_different_pinned_configurations_are_refused_unless_forced(self):
         scenario = write_scenario(self.dir, "one.yaml", f"""\
             server:

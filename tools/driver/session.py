@@ -38,6 +38,7 @@ class Options:
     tools_dir: str              # where syscall_cost and proc_sampler are
     loadgen: Optional[str] = None
     profile: bool = False
+    bazel_startup: List[str] = dataclasses.field(default_factory=list)
     progress: Any = None
 
 
@@ -70,10 +71,10 @@ class Session:
                 raise runner.RunError(f"--loadgen {src}: not an executable file")
         else:
             self.progress.log("building the load generator (//loadgen, -c opt)")
-            bazel_bin = build.bazel_build(self.options.repo, ["-c", "opt"], ["//loadgen"],
-                                          os.path.join(self.run_dir, "build-loadgen.log"),
-                                          worktree_server=False)
-            src = build.artifact_path(bazel_bin, "//loadgen:loadgen")
+            built = build.bazel_build(self.options.repo, ["-c", "opt"], ["//loadgen:loadgen"],
+                                      os.path.join(self.run_dir, "build-loadgen.log"),
+                                      worktree_server=False, startup=self.options.bazel_startup)
+            src = built["//loadgen:loadgen"]
         published = build.publish({"//loadgen:loadgen": src}, tools_dir, "copy")
         self.loadgen_sha256 = published[0]["sha256"]
         return published[0]["path"]
@@ -83,7 +84,7 @@ class Session:
         flags = data["build"]["flags"]
         artifacts = data["build"]["artifacts"]
         method = data["build"]["publish"]
-        in_place_bin: Optional[str] = None
+        in_place: Optional[Dict[str, str]] = None
         sides = []
         for spec in specs:
             resolved = self.scenario.resolve_variant(spec.variant)
@@ -108,8 +109,8 @@ class Session:
             executables: Dict[str, str] = {}
             published: List[Dict] = []
             if artifacts:
-                if spec.ref is None and in_place_bin is not None:
-                    bazel_bin = in_place_bin
+                if spec.ref is None and in_place is not None:
+                    files = in_place
                 else:
                     what = f"{spec.label} ({spec.ref or 'this checkout'}"
                     what += f" at {source['sha'][:10]})" if source["sha"] else ")"
@@ -117,16 +118,16 @@ class Session:
                                       f"{' '.join(artifacts)}")
                     log = os.path.join(self.run_dir, f"build-{spec.label}.log")
                     try:
-                        bazel_bin = build.bazel_build(
+                        files = build.bazel_build(
                             tree, flags, artifacts, log, worktree_server=spec.ref is not None,
+                            startup=self.options.bazel_startup,
                             on_tick=lambda s, w=what: self.progress.status(
                                 f"building {w}: {s:.0f} s"))
                     except build.BuildError as e:
                         raise runner.RunError(f"side {spec.label} ({spec.ref or 'this checkout'})"
                                               f" failed to build: {e}") from None
                     if spec.ref is None:
-                        in_place_bin = bazel_bin
-                files = {label: build.artifact_path(bazel_bin, label) for label in artifacts}
+                        in_place = files
                 published = build.publish(files, os.path.join(side_dir, "bin"), method)
                 executables = {p["label"]: p["path"] for p in published}
             sides.append(runner.Side(label=spec.label, name=spec.name, scenario=resolved,
