@@ -35,6 +35,9 @@ class Transport {
   virtual bool secure() const = 0;
   // The ALPN protocol negotiated ("h2", "http/1.1"), empty if none.
   virtual std::string_view alpn() const = 0;
+  // The peer's address ("127.0.0.1:54321", "[::1]:54321"), formatted once; valid as long as the
+  // transport.
+  virtual std::string_view peer_address() const = 0;
 };
 
 // Presents a plain socket connection as a Transport.

@@ -55,21 +55,94 @@ void Request::Reset() {
   method_ = path_ = query_ = authority_ = Slice{};
   scheme_ = "http";
   protocol_version_ = "1.1";
+  peer_address_ = {};
   route_ = {};
   headers_.clear();
   params_.clear();
   has_body_ = false;
   content_length_.reset();
+  body_bytes_ = 0;
   body_source_ = nullptr;
   body_requested_ = false;
 }
 
+// An exchange still reported here never ended: its connection went away (or the server stopped)
+// first. The sink may be gone too, so it is not asked.
+Response::~Response() { AbandonTelemetry(); }
+
+void Response::AbandonTelemetry() {
+  if (telemetry_.hooks == nullptr) return;
+  sink_ = nullptr;
+  if (telemetry_.error == telemetry::ErrorType::kNone) {
+    telemetry::Hooks::Error(telemetry_, telemetry::ErrorType::kAborted, 0);
+  }
+  StopTelemetry();
+}
+
 void Response::Reset(ResponseSink* sink) {
+  AbandonTelemetry();
   sink_ = sink;
   status_ = 200;
   header_count_ = 0;
   body_.clear();
   head_sent_ = ended_ = deferred_ = peer_gone_ = false;
+  body_bytes_ = 0;
+  on_end_.clear();
+  on_end_run_ = 0;
+  // The records are reset by whoever starts using them (BeginTelemetry, the middleware): with
+  // nobody listening, an exchange costs them nothing.
+}
+
+void Response::BeginTelemetry(telemetry::Hooks* hooks, const Request& request) {
+  if (hooks == nullptr || !hooks->active()) return;
+  telemetry_.error = telemetry::ErrorType::kNone;
+  telemetry_.error_code = 0;
+  telemetry_.status = 0;
+  telemetry_.request = &request;
+  telemetry_.method = request.method();
+  telemetry_.route = request.route();
+  telemetry_.scheme = request.scheme();
+  telemetry_.protocol_version = request.protocol_version();
+  telemetry_.peer_address = request.peer_address();
+  hooks->Start(telemetry_);
+}
+
+void Response::ReportError(telemetry::ErrorType type, uint32_t code) {
+  telemetry::Hooks::Error(telemetry_, type, code);
+}
+
+void Response::FillStop(telemetry::ExchangeRecord& record) const {
+  record.status = status_;
+  if (sink_ != nullptr) {
+    const ResponseSink::Error e = sink_->exchange_error();
+    if (e.type != telemetry::ErrorType::kNone && record.error == telemetry::ErrorType::kNone) {
+      record.error = e.type;
+      record.error_code = e.code;
+    }
+    if (e.status_sent != 0) record.status = e.status_sent;
+  }
+  record.response_body_bytes = body_bytes_;
+  if (record.request != nullptr) {
+    record.request_body_bytes =
+        std::max(record.request->body_bytes(), record.request->content_length().value_or(0));
+  }
+}
+
+void Response::StopTelemetry() {
+  if (telemetry_.hooks == nullptr) return;
+  const telemetry::ErrorType before = telemetry_.error;
+  FillStop(telemetry_);
+  if (telemetry_.error != before) {
+    // Found by the protocol (on its thread): reported now, from the Response's.
+    telemetry::Hooks::Error(telemetry_, telemetry_.error, telemetry_.error_code);
+  }
+  telemetry::Hooks::Stop(telemetry_);
+}
+
+void Response::Finishing() {
+  // Callbacks may add callbacks: run by index.
+  for (; on_end_run_ < on_end_.size(); ++on_end_run_) on_end_[on_end_run_](*this);
+  StopTelemetry();
 }
 
 void Response::SetHeader(std::string_view name, std::string_view value) {
@@ -87,8 +160,13 @@ bool Response::SendHeadNow(bool end) {
   std::optional<uint64_t> length;
   if (end) length = body_.size();
   head_sent_ = true;
+  if (telemetry_.hooks != nullptr) {
+    telemetry_.status = status_;
+    telemetry::Hooks::Head(telemetry_);
+  }
   const std::span<const uint8_t> body(reinterpret_cast<const uint8_t*>(body_.data()), body_.size());
   if (end) {
+    Finishing();
     // The last use of *this (see End).
     return sink_->SendHead(status_, std::span(headers_.data(), header_count_), length, body, true);
   }
@@ -101,6 +179,7 @@ bool Response::SendHeadNow(bool end) {
 
 bool Response::Write(std::span<const uint8_t> data) {
   if (ended_ || peer_gone_) return false;
+  body_bytes_ += data.size();
   if (!head_sent_) {
     if (body_.size() + data.size() <= kStreamThreshold) {
       body_.append(reinterpret_cast<const char*>(data.data()), data.size());
@@ -129,6 +208,7 @@ void Response::End() {
     SendHeadNow(/*end=*/true);
     return;
   }
+  Finishing();
   // After a lost peer too: the sink still needs to learn the exchange is over.
   sink_->SendData({}, /*end=*/true);
 }

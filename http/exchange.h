@@ -45,6 +45,7 @@
 #ifndef SLUICE_HTTP_EXCHANGE_H_
 #define SLUICE_HTTP_EXCHANGE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -55,6 +56,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "telemetry/hooks.h"
 
 namespace sluice::http {
 
@@ -85,6 +87,8 @@ class Request {
   std::string_view scheme() const { return scheme_; }
   // "1.0", "1.1" or "2" (OpenTelemetry's network.protocol.version).
   std::string_view protocol_version() const { return protocol_version_; }
+  // The client's address ("127.0.0.1:54321", "[::1]:54321").
+  std::string_view peer_address() const { return peer_address_; }
 
   // The value of the first header named `lowercase_name`, or empty.
   std::string_view Header(std::string_view lowercase_name) const;
@@ -118,6 +122,8 @@ class Request {
   void SetAuthority(std::string_view v) { authority_ = Store(v); }
   void SetScheme(std::string_view v) { scheme_ = v; }                     // a literal
   void SetProtocolVersion(std::string_view v) { protocol_version_ = v; }  // a literal
+  // Owned by the connection, which outlives its exchanges.
+  void SetPeerAddress(std::string_view v) { peer_address_ = v; }
   void AddHeader(std::string_view name, std::string_view value) {
     headers_.emplace_back(Store(name), Store(value));
   }
@@ -127,6 +133,9 @@ class Request {
     body_source_ = source;
   }
   void SetRoute(std::string_view route_template) { route_ = route_template; }
+  // Body bytes received for this request (read by the handler or discarded), for telemetry.
+  void AddBodyBytes(uint64_t n) { body_bytes_ += n; }
+  uint64_t body_bytes() const { return body_bytes_; }
   void AddPathParam(std::string_view name, std::string_view value) {
     params_.emplace_back(Store(name), Store(value));
   }
@@ -145,11 +154,13 @@ class Request {
   Slice method_, path_, query_, authority_;
   std::string_view scheme_ = "http";
   std::string_view protocol_version_ = "1.1";
+  std::string_view peer_address_;
   std::string_view route_;
   std::vector<std::pair<Slice, Slice>> headers_;
   std::vector<std::pair<Slice, Slice>> params_;
   bool has_body_ = false;
   std::optional<uint64_t> content_length_;
+  uint64_t body_bytes_ = 0;
   BodySource* body_source_ = nullptr;
   bool body_requested_ = false;
 };
@@ -168,6 +179,40 @@ class ResponseSink {
                         bool end) = 0;
   // More body after the head. Returns false if the peer is gone.
   virtual bool SendData(std::span<const uint8_t> data, bool end) = 0;
+
+  // What went wrong with the exchange so far (type kNone: nothing), as the protocol saw it: the
+  // peer's reset, a stream error, a timeout. Read by the Response's own thread when it ends, so
+  // the protocol side must store it thread-safely. For telemetry.
+  struct Error {
+    telemetry::ErrorType type = telemetry::ErrorType::kNone;
+    uint32_t code = 0;
+    // The status the peer actually got when the protocol answered in the Response's place (a
+    // 400 for a broken chunked body, a 500 for an invalid head); 0: the Response's own.
+    uint16_t status_sent = 0;
+  };
+  virtual Error exchange_error() const { return {}; }
+};
+
+// Where a protocol keeps what went wrong with its current exchange, for
+// ResponseSink::exchange_error(): written by the protocol's thread, read by whichever thread
+// ends the Response. The first error recorded wins; Clear() starts the next exchange.
+class ExchangeErrorSlot {
+ public:
+  void Set(telemetry::ErrorType type, uint32_t code, uint16_t status_sent = 0) {
+    const uint64_t packed =
+        (uint64_t{static_cast<uint8_t>(type)} << 48) | (uint64_t{status_sent} << 32) | code;
+    uint64_t expected = 0;
+    packed_.compare_exchange_strong(expected, packed, std::memory_order_relaxed);
+  }
+  ResponseSink::Error Get() const {
+    const uint64_t v = packed_.load(std::memory_order_relaxed);
+    return {static_cast<telemetry::ErrorType>(v >> 48), static_cast<uint32_t>(v),
+            static_cast<uint16_t>(v >> 32)};
+  }
+  void Clear() { packed_.store(0, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> packed_{0};
 };
 
 class Response {
@@ -201,12 +246,46 @@ class Response {
 
   static constexpr size_t kStreamThreshold = 16 * 1024;
 
+  // Runs `fn` once when the response ends (deferred responses too), on the thread that ends it,
+  // just before its last bytes go to the protocol: how a middleware sees the end of a streamed
+  // exchange. Callbacks run in the order added; the Request and Response are still valid.
+  void OnEnd(std::function<void(Response&)> fn) { on_end_.push_back(std::move(fn)); }
+
+  // The exchange as telemetry sees it (telemetry/hooks.h): attached to the listeners by
+  // BeginTelemetry, reported at the head and the end.
+  telemetry::ExchangeRecord& telemetry() { return telemetry_; }
+  // Starts reporting this exchange to `hooks` (if anyone listens): after routing, so the route is
+  // known. Null hooks: nothing.
+  void BeginTelemetry(telemetry::Hooks* hooks, const Request& request);
+  // Records an error found by the thread that owns the Response (a handler failure); reported to
+  // listeners at once. Errors found by the protocol on another thread reach listeners through
+  // ResponseSink::exchange_error() when the response ends.
+  void ReportError(telemetry::ErrorType type, uint32_t code);
+  // Body bytes written so far.
+  uint64_t body_bytes() const { return body_bytes_; }
+  // Fills what is known at the end into `record`: the status the peer got, the body sizes, the
+  // error the protocol saw (ResponseSink::exchange_error) unless one is recorded. Used by the
+  // listener hook's stop and by the instrumentation middleware, so both report the same.
+  void FillStop(telemetry::ExchangeRecord& record) const;
+  // A second record for the instrumentation middleware, which must not share the listeners'.
+  telemetry::ExchangeRecord& middleware_record() { return middleware_record_; }
+
   // ---- For protocol implementations --------------------------------------
   void Reset(ResponseSink* sink);
   bool peer_gone() const { return peer_gone_; }
 
+  Response() = default;
+  // Stops an exchange that is still reported (it never ended: an aborted connection).
+  ~Response();
+  Response(const Response&) = delete;
+  Response& operator=(const Response&) = delete;
+
  private:
   bool SendHeadNow(bool end);
+  // Before the last call into the sink: the OnEnd callbacks, then the telemetry stop.
+  void Finishing();
+  void StopTelemetry();
+  void AbandonTelemetry();
 
   ResponseSink* sink_ = nullptr;
   uint16_t status_ = 200;
@@ -217,6 +296,11 @@ class Response {
   bool ended_ = false;
   bool deferred_ = false;
   bool peer_gone_ = false;
+  uint64_t body_bytes_ = 0;
+  std::vector<std::function<void(Response&)>> on_end_;
+  size_t on_end_run_ = 0;
+  telemetry::ExchangeRecord telemetry_;
+  telemetry::ExchangeRecord middleware_record_;
 };
 
 // A request handler: inline on the loop thread, or on a worker pool.

@@ -19,6 +19,7 @@
 #ifndef SLUICE_HTTP_ROUTER_H_
 #define SLUICE_HTTP_ROUTER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -59,6 +60,12 @@ class Router {
   }
 
   bool empty() const { return routes_.empty(); }
+
+  // Replaces every handler h by wrap(h): how a middleware chain goes around each route (before
+  // serving, like Add).
+  void WrapHandlers(const std::function<Handler(Handler)>& wrap) {
+    for (auto& route : routes_) route->handler = wrap(std::move(route->handler));
+  }
 
  private:
   struct Segment {

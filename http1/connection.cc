@@ -95,6 +95,7 @@ bool Connection::ProcessPass(const ReadResult& read) {
   if (!read.status.ok()) {
     // The peer reset the connection (or the transport failed).
     counters_->peer_resets.fetch_add(1, std::memory_order_relaxed);
+    if (state_ == State::kExchange) exchange_error_.Set(telemetry::ErrorType::kPeerReset, 0);
     CloseNow();
     return false;
   }
@@ -121,7 +122,11 @@ bool Connection::ProcessPass(const ReadResult& read) {
         break;
       }
       if (r.error()) {
-        FailRequest(r.status_code, r.reason);
+        // 400: malformed (a protocol error); 414/431: over a limit.
+        FailRequest(r.status_code, r.reason,
+                    r.status_code == 400 ? telemetry::ErrorType::kProtocolError
+                                         : telemetry::ErrorType::kNone,
+                    /*head_parsed=*/false);
         continue;
       }
       offset += r.consumed;
@@ -160,12 +165,14 @@ void Connection::StartExchange() {
   counters_->requests.fetch_add(1, std::memory_order_relaxed);
   request_.Reset();
   response_.Reset(this);
+  exchange_error_.Clear();
   request_.SetMethod(head_.method_text);
   request_.SetPath(head_.path);
   request_.SetQuery(head_.query);
   request_.SetAuthority(head_.host);
   request_.SetScheme(transport_->secure() ? "https" : "http");
   request_.SetProtocolVersion(head_.version_minor == 1 ? "1.1" : "1.0");
+  request_.SetPeerAddress(transport_->peer_address());
   for (const Header& h : head_.headers) request_.AddHeader(h.name, h.value);
   head_request_ = head_.method == Method::kHead;
   http10_ = head_.version_minor == 0;
@@ -182,7 +189,8 @@ void Connection::StartExchange() {
   switch (head_.framing) {
     case BodyFraming::kContentLength:
       if (head_.content_length > options_.max_body_bytes) {
-        FailRequest(413, "request body larger than max_body_bytes");
+        FailRequest(413, "request body larger than max_body_bytes", telemetry::ErrorType::kNone,
+                    /*head_parsed=*/true);
         return;
       }
       content_length = head_.content_length;
@@ -205,7 +213,7 @@ void Connection::StartExchange() {
   request_.SetBody(body_state_ != BodyState::kNone, content_length, this);
   state_ = State::kExchange;
 
-  const http::Handler* handler = dispatcher_->Route(request_, response_);
+  const http::Handler* handler = http::Dispatch(*dispatcher_, request_, response_);
   if (handler == nullptr) {
     response_.End();
     return;
@@ -275,6 +283,7 @@ size_t Connection::PumpBody(const BufferSequence& buffer, size_t offset) {
   }
   const bool streaming = body_state_ == BodyState::kStreaming;
   auto deliver = [&](std::span<const uint8_t> piece) {
+    request_.AddBodyBytes(piece.size());
     if (streaming) {
       if (on_body_data_) on_body_data_(piece);
     } else {
@@ -301,9 +310,11 @@ size_t Connection::PumpBody(const BufferSequence& buffer, size_t offset) {
         // (from the body's end callback) is dropped rather than sent.
         response_superseded_ = true;
         CountError(r.status_code);
+        exchange_error_.Set(telemetry::ErrorType::kProtocolError, r.status_code, r.status_code);
         WriteErrorResponse(r.status_code, r.reason);
       } else {
         CountError(r.status_code);
+        exchange_error_.Set(telemetry::ErrorType::kProtocolError, r.status_code);
       }
       EndBody(InvalidArgumentError(r.reason));
       if (response_superseded_) response_ended_ = true;
@@ -390,8 +401,13 @@ void Connection::WriteErrorResponse(uint16_t status, std::string_view reason) {
   head_written_ = true;
 }
 
-void Connection::FailRequest(uint16_t status, std::string_view reason) {
+void Connection::FailRequest(uint16_t status, std::string_view reason, telemetry::ErrorType type,
+                             bool head_parsed) {
   CountError(status);
+  http::ReportRejected(*dispatcher_, head_parsed ? std::string_view(head_.method_text) : "",
+                       transport_->secure() ? "https" : "http",
+                       head_parsed && head_.version_minor == 0 ? "1.0" : "1.1",
+                       transport_->peer_address(), status, type, status);
   if (handler_on_worker_) {
     CloseNow();
     return;
@@ -534,7 +550,8 @@ void Connection::OnTimer(bool header_timer) {
   if (closed_ || state_ != State::kHead) return;
   header_timer_ = false;
   if (header_timer) {
-    FailRequest(408, "request head not received within header_timeout");
+    FailRequest(408, "request head not received within header_timeout",
+                telemetry::ErrorType::kTimeout, /*head_parsed=*/false);
     FlushOutput();
   } else {
     counters_->idle_timeouts.fetch_add(1, std::memory_order_relaxed);
@@ -632,6 +649,7 @@ bool Connection::SendHead(uint16_t status,
     chunked_response_ = false;
     response_superseded_ = true;
     CountError(500);
+    exchange_error_.Set(telemetry::ErrorType::kHandlerFailure, 500, 500);
     WriteErrorResponse(500, "the handler's response head is invalid");
     return AfterWrite(end, false);
   }

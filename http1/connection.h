@@ -166,7 +166,11 @@ class Connection : public std::enable_shared_from_this<Connection>,
   // Appends a complete error response with "Connection: close".
   void WriteErrorResponse(uint16_t status, std::string_view reason);
   // Answers an error status with Connection: close, then closes.
-  void FailRequest(uint16_t status, std::string_view reason);
+  // Answers `status` and closes: a request rejected before dispatch (reported to telemetry as
+  // one, with `type`: a malformed head is a protocol error, a head timeout a timeout, limits
+  // kNone). `head_parsed`: the method and version are known.
+  void FailRequest(uint16_t status, std::string_view reason, telemetry::ErrorType type,
+                   bool head_parsed);
   // Ends the connection after the output drains (lingering close).
   void CloseAfterFlush();
   void OnLingerTimeout();
@@ -205,6 +209,7 @@ class Connection : public std::enable_shared_from_this<Connection>,
                 std::optional<uint64_t> content_length, std::span<const uint8_t> body,
                 bool end) override;
   bool SendData(std::span<const uint8_t> data, bool end) override;
+  Error exchange_error() const override { return exchange_error_.Get(); }
   // After a sink call by the owner: flush (unless a pass will) and notice
   // the end. Returns `ok` unless the peer is gone.
   bool AfterWrite(bool end, bool ok);
@@ -249,6 +254,8 @@ class Connection : public std::enable_shared_from_this<Connection>,
   http::BodyDataCallback on_body_data_;
   http::BodyEndCallback on_body_end_;
   std::vector<Header> response_headers_;  // scratch for SendHead
+  // What went wrong with the current exchange, for telemetry (http::ExchangeErrorSlot).
+  http::ExchangeErrorSlot exchange_error_;
 
   // Loop-thread state.
   bool in_pass_ = false;

@@ -92,6 +92,7 @@ class Connection::Stream final : public http::ResponseSink,
     body_buffer_.clear();
     on_data_ = nullptr;
     on_end_ = nullptr;
+    exchange_error_.Clear();
   }
 
   // http::ResponseSink (handler's thread).
@@ -128,6 +129,8 @@ class Connection::Stream final : public http::ResponseSink,
     if (end) EndExchange();
     return ok;
   }
+
+  Error exchange_error() const override { return exchange_error_.Get(); }
 
   bool SendData(std::span<const uint8_t> data, bool end) override {
     if (head_request_) data = {};
@@ -194,6 +197,8 @@ class Connection::Stream final : public http::ResponseSink,
   // the stream is not recycled (see RecycleRetiredStreams).
   bool on_worker_ = false;
   std::atomic<bool> ended_off_loop_{false};
+  // What went wrong with the exchange, for telemetry (http::ExchangeErrorSlot).
+  http::ExchangeErrorSlot exchange_error_;
   Status body_status_;
   std::string body_buffer_;  // received before the handler asked for it
   http::BodyDataCallback on_data_;
@@ -492,6 +497,7 @@ std::optional<Http2Error> Connection::OnRstStream(const Frame& frame) {
   }
   std::shared_ptr<Stream> s = it->second;
   counters_->peer_resets.fetch_add(1, std::memory_order_relaxed);
+  s->exchange_error_.Set(telemetry::ErrorType::kPeerReset, static_cast<uint32_t>(frame.error_code));
   s->reset_ = true;
   s->EndBody(CancelledError("the peer reset the stream"));
   RemoveStream(s.get());
@@ -636,12 +642,14 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
   const uint32_t id = block_.stream_id;
   block_.stream_id = 0;
   if (block_.stream_error) {
+    ReportRejected(block_.stream_error->code());
     ResetStream(id, block_.stream_error->code());
     return std::nullopt;
   }
   if (block_.discard) {
     if (block_.refused) {
       counters_->refused_streams.fetch_add(1, std::memory_order_relaxed);
+      ReportRejected(ErrorCode::kRefusedStream);
       ResetStream(id, ErrorCode::kRefusedStream);
     }
     return std::nullopt;
@@ -675,6 +683,7 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
     }
   }
   if (block_.malformed != nullptr) {
+    ReportRejected(ErrorCode::kProtocolError);
     ResetStream(id, ErrorCode::kProtocolError);
     return std::nullopt;
   }
@@ -693,6 +702,7 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
   http::Request& req = s->request_;
   req.Reset();
   req.SetProtocolVersion("2");
+  req.SetPeerAddress(transport_->peer_address());
   req.SetScheme(scheme == "https" ? "https" : "http");
   req.SetMethod(method);
   const size_t q = path.find('?');
@@ -716,6 +726,7 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
   }
   s->recv_ended_ = block_.end_stream;
   if (bad_length || (block_.end_stream && s->content_length_.value_or(0) != 0)) {
+    ReportRejected(ErrorCode::kProtocolError);
     ResetStream(id, ErrorCode::kProtocolError);
     return std::nullopt;
   }
@@ -739,7 +750,7 @@ void Connection::StartRequest(std::shared_ptr<Stream> s) {
   res.Reset(s.get());
   counters_->requests.fetch_add(1, std::memory_order_relaxed);
   s->BeginExchange();
-  const http::Handler* handler = dispatcher_->Route(req, res);
+  const http::Handler* handler = http::Dispatch(*dispatcher_, req, res);
   if (handler == nullptr) {
     res.End();
     return;
@@ -765,6 +776,7 @@ void Connection::AnswerDirectly(std::shared_ptr<Stream> s, uint16_t status) {
   http::Response& res = s->response_;
   res.Reset(s.get());
   s->BeginExchange();
+  res.BeginTelemetry(dispatcher_->hooks(), s->request_);
   res.SetStatus(status);
   res.SetHeader("content-type", "text/plain");
   res.Write(ReasonFor(status));
@@ -800,6 +812,7 @@ std::optional<Http2Error> Connection::OnData(const Frame& frame) {
   const uint32_t padding = length - static_cast<uint32_t>(frame.payload.size());
   if (padding > 0) ReleaseStreamWindow(s.get(), padding);
   s->body_received_ += frame.payload.size();
+  s->request_.AddBodyBytes(frame.payload.size());
   if (s->content_length_ && s->body_received_ > *s->content_length_) {
     return Http2Error::Stream(id, ErrorCode::kProtocolError, "DATA: more than content-length");
   }
@@ -861,6 +874,11 @@ void Connection::HandleError(const Http2Error& error) {
   }
   if (closing_ || closed_) return;
   counters_->connection_errors.fetch_add(1, std::memory_order_relaxed);
+  // Every exchange still open ends with the connection.
+  for (const auto& [id, s] : streams_) {
+    s->exchange_error_.Set(telemetry::ErrorType::kProtocolError,
+                           static_cast<uint32_t>(error.code()));
+  }
   std::string out;
   AppendGoaway(last_peer_stream_id_, error.code(), error.debug(), &out);
   writer_.WriteControl(out);
@@ -877,9 +895,18 @@ void Connection::ResetStream(uint32_t id, ErrorCode code) {
   auto it = streams_.find(id);
   if (it == streams_.end()) return;
   std::shared_ptr<Stream> s = it->second;
+  if (code != ErrorCode::kNoError) {
+    s->exchange_error_.Set(telemetry::ErrorType::kProtocolError, static_cast<uint32_t>(code));
+  }
   s->reset_ = true;
   s->EndBody(CancelledError("the stream was reset"));
   RemoveStream(s.get());
+}
+
+void Connection::ReportRejected(ErrorCode code) {
+  http::ReportRejected(*dispatcher_, "", transport_->secure() ? "https" : "http", "2",
+                       transport_->peer_address(), 0, telemetry::ErrorType::kProtocolError,
+                       static_cast<uint32_t>(code));
 }
 
 void Connection::MaybeCloseStream(Stream* s) {

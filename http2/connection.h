@@ -165,6 +165,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void AnswerDirectly(std::shared_ptr<Stream> stream, uint16_t status);
   void HandleError(const Http2Error& error);
   void ResetStream(uint32_t id, ErrorCode code);
+  // Telemetry of a stream reset before it was dispatched (http::ReportRejected).
+  void ReportRejected(ErrorCode code);
   // Closes `stream` in the protocol sense if both sides are done.
   void MaybeCloseStream(Stream* stream);
   void RemoveStream(Stream* stream);

@@ -43,10 +43,10 @@ std::string WithHead(std::string_view allow) {
 
 }  // namespace
 
-class Server::Dispatcher final : public http1::RequestDispatcher {
+class Server::Dispatcher final : public http::RequestDispatcher {
  public:
-  Dispatcher(const http::Router* router, WorkerPool* workers)
-      : router_(router), workers_(workers) {}
+  Dispatcher(const http::Router* router, WorkerPool* workers, telemetry::Hooks* hooks)
+      : router_(router), workers_(workers), hooks_(hooks) {}
 
   const http::Handler* Route(http::Request& req, http::Response& res) override {
     thread_local http::RouteMatch match;
@@ -79,10 +79,12 @@ class Server::Dispatcher final : public http1::RequestDispatcher {
   }
 
   WorkerPool* workers() override { return workers_; }
+  telemetry::Hooks* hooks() override { return hooks_; }
 
  private:
   const http::Router* const router_;
   WorkerPool* const workers_;
+  telemetry::Hooks* const hooks_;
 };
 
 // A served connection of either protocol.
@@ -163,7 +165,30 @@ Status Server::Start() {
   if (options_.handler_threads > 0) {
     workers_ = std::make_unique<WorkerPool>(options_.handler_threads);
   }
-  dispatcher_ = std::make_unique<Dispatcher>(&router_, workers_.get());
+  if (options_.telemetry.style != telemetry::HookStyle::kOff ||
+      !options_.telemetry.access_log.empty()) {
+    auto t = telemetry::Telemetry::Create(options_.telemetry);
+    if (!t.ok()) return t.status();
+    telemetry_ = std::move(*t);
+  }
+  if (telemetry_ && telemetry_->metrics() && !options_.telemetry.metrics_path.empty()) {
+    Status added = router_.Add("GET", options_.telemetry.metrics_path,
+                               [this](http::Request&, http::Response& res) {
+                                 res.SetHeader("content-type", telemetry::kPrometheusContentType);
+                                 res.Write(telemetry_->PrometheusPage(MetricFamilies()));
+                               });
+    if (!added.ok()) return added;
+  }
+  auto chain = std::make_shared<std::vector<http::Middleware>>();
+  if (telemetry_) {
+    if (http::Middleware m = telemetry_->middleware()) chain->push_back(std::move(m));
+  }
+  chain->insert(chain->end(), middleware_.begin(), middleware_.end());
+  if (!chain->empty()) {
+    router_.WrapHandlers([chain](http::Handler h) { return http::Compose(chain, std::move(h)); });
+  }
+  dispatcher_ = std::make_unique<Dispatcher>(&router_, workers_.get(),
+                                             telemetry_ ? telemetry_->hooks() : nullptr);
 
   uint16_t port = options_.port;
   for (int i = 0; i < options_.threads; ++i) {
@@ -331,10 +356,13 @@ void Server::ServeProtocol(LoopState* state, std::unique_ptr<Transport> transpor
     served.h1 = conn;
   }
   state->connections.emplace(key, served);
+  open_connections_.fetch_add(1, std::memory_order_relaxed);
   auto on_closed = [this, state, key, loop] {
     // Posted: the connection is still on the call stack that closed it.
     loop->Post([this, state, key] {
-      state->connections.erase(key);
+      if (state->connections.erase(key) > 0) {
+        open_connections_.fetch_sub(1, std::memory_order_relaxed);
+      }
       if (state->shutting_down && state->connections.empty()) {
         MutexLock lock(&mu_);
         ++drained_loops_;
@@ -354,8 +382,7 @@ void Server::ServeProtocol(LoopState* state, std::unique_ptr<Transport> transpor
 
 std::string Server::ReadyLine() const {
   return "ready address=" + HostPort(options_.address, port_) +
-         " scheme=" + (options_.tls.enabled ? "https" : "http") +
-         " protocols=" +
+         " scheme=" + (options_.tls.enabled ? "https" : "http") + " protocols=" +
          (options_.enable_http2 ? (options_.tls.enabled ? "h2,http/1.1" : "http/1.1,h2c")
                                 : "http/1.1") +
          " pid=" + std::to_string(getpid());
@@ -477,6 +504,99 @@ ServerStats Server::stats() const {
   s.h2_peer_resets = get(h2_counters_.peer_resets);
   s.h2_refused_streams = get(h2_counters_.refused_streams);
   return s;
+}
+
+std::vector<telemetry::MetricFamily> Server::MetricFamilies() const {
+  using telemetry::MetricFamily;
+  std::vector<MetricFamily> out;
+  auto add = [&out](std::string name, std::string help, MetricFamily::Type type,
+                    std::vector<MetricFamily::Sample> samples) {
+    MetricFamily f;
+    f.name = std::move(name);
+    f.help = std::move(help);
+    f.type = type;
+    f.samples = std::move(samples);
+    out.push_back(std::move(f));
+  };
+  auto one = [](uint64_t v) {
+    return std::vector<MetricFamily::Sample>{{{}, static_cast<double>(v)}};
+  };
+  constexpr auto kCounter = MetricFamily::Type::kCounter;
+  const ServerStats s = stats();
+  add("sluice_connections_accepted_total", "Connections accepted.", kCounter, one(s.accepted));
+  add("sluice_open_connections", "Connections open now.", MetricFamily::Type::kGauge,
+      {{{}, static_cast<double>(open_connections_.load(std::memory_order_relaxed))}});
+  add("sluice_requests_total", "Requests dispatched (both protocols).", kCounter, one(s.requests));
+  add("sluice_http1_rejected_total", "HTTP/1.1 requests answered before dispatch, by reason.",
+      kCounter,
+      {{{{"reason", "bad_request"}}, static_cast<double>(s.bad_requests)},
+       {{{"reason", "uri_too_long"}}, static_cast<double>(s.uri_too_long)},
+       {{{"reason", "headers_too_large"}}, static_cast<double>(s.headers_too_large)},
+       {{{"reason", "body_too_large"}}, static_cast<double>(s.body_too_large)},
+       {{{"reason", "header_timeout"}}, static_cast<double>(s.header_timeouts)},
+       {{{"reason", "invalid_response"}}, static_cast<double>(s.invalid_responses)}});
+  add("sluice_idle_timeouts_total", "Connections closed for idleness.", kCounter,
+      one(s.idle_timeouts));
+  add("sluice_peer_resets_total", "HTTP/1.1 connections the peer reset.", kCounter,
+      one(s.peer_resets));
+  add("sluice_linger_timeouts_total", "Connections released after lingering.", kCounter,
+      one(s.linger_timeouts));
+  add("sluice_http2_connections_total", "HTTP/2 connections.", kCounter, one(s.h2_connections));
+  add("sluice_http2_streams_total", "HTTP/2 streams opened.", kCounter, one(s.h2_streams));
+  add("sluice_http2_stream_errors_total", "RST_STREAM sent with an error code.", kCounter,
+      one(s.h2_stream_errors));
+  add("sluice_http2_connection_errors_total", "GOAWAY sent with an error code.", kCounter,
+      one(s.h2_connection_errors));
+  add("sluice_http2_peer_resets_total", "RST_STREAM received.", kCounter, one(s.h2_peer_resets));
+  add("sluice_http2_refused_streams_total", "Streams over SETTINGS_MAX_CONCURRENT_STREAMS.",
+      kCounter, one(s.h2_refused_streams));
+  const http2::AbuseCounters& a = h2_counters_.abuse;
+  auto get = [](const std::atomic<uint64_t>& v) {
+    return static_cast<double>(v.load(std::memory_order_relaxed));
+  };
+  add("sluice_http2_abuse_limit_hits_total", "HTTP/2 abuse limits that fired, by limit.", kCounter,
+      {{{{"limit", "rapid_reset"}}, get(a.rapid_resets)},
+       {{{"limit", "continuation_flood"}}, get(a.continuation_floods)},
+       {{{"limit", "settings_flood"}}, get(a.settings_floods)},
+       {{{"limit", "ping_flood"}}, get(a.ping_floods)},
+       {{{"limit", "priority_flood"}}, get(a.priority_floods)},
+       {{{"limit", "window_update_flood"}}, get(a.window_update_floods)},
+       {{{"limit", "empty_data_flood"}}, get(a.empty_data_floods)},
+       {{{"limit", "header_list_too_large"}}, get(a.header_list_too_large)},
+       {{{"limit", "hpack_error"}}, get(a.hpack_errors)},
+       {{{"limit", "window_stall"}}, get(a.window_stalls)}});
+  const http2::OutputCounters o = h2_counters_.output.Snapshot();
+  const std::string strategy(http2::OutputStrategyName(options_.http2.output.strategy));
+  std::vector<MetricFamily::Sample> acquisitions, contended, hold;
+  for (const auto& [which, l] :
+       {std::pair{"frame", o.frame_lock}, std::pair{"pipe", o.pipe_lock},
+        std::pair{"queue", o.queue_lock}, std::pair{"stage", o.stage_lock}}) {
+    const std::vector<std::pair<std::string, std::string>> labels = {{"strategy", strategy},
+                                                                     {"lock", which}};
+    acquisitions.push_back({labels, static_cast<double>(l.acquisitions)});
+    contended.push_back({labels, static_cast<double>(l.contended)});
+    hold.push_back({labels, static_cast<double>(l.hold_ns) / 1e9});
+  }
+  add("sluice_http2_output_lock_acquisitions_total",
+      "Lock acquisitions of the HTTP/2 output strategy.", kCounter, std::move(acquisitions));
+  add("sluice_http2_output_lock_contended_total", "Acquisitions that found the lock held.",
+      kCounter, std::move(contended));
+  add("sluice_http2_output_lock_hold_seconds_total", "Time the lock was held (sampled).", kCounter,
+      std::move(hold));
+  const std::vector<std::pair<std::string, std::string>> strategy_label = {{"strategy", strategy}};
+  add("sluice_http2_output_flushes_requested_total", "Flushes asked of the output pipe writer.",
+      kCounter, {{strategy_label, static_cast<double>(o.flushes_requested)}});
+  add("sluice_http2_output_flushes_performed_total", "Flushes of the output pipe.", kCounter,
+      {{strategy_label, static_cast<double>(o.flushes_performed)}});
+  add("sluice_http2_output_frames_total", "HTTP/2 frames written.", kCounter,
+      {{strategy_label, static_cast<double>(o.frames)}});
+  add("sluice_http2_output_data_bytes_total", "HTTP/2 DATA payload bytes written.", kCounter,
+      {{strategy_label, static_cast<double>(o.data_bytes)}});
+  const MemoryPoolStats p = pool_->stats();
+  add("sluice_pool_blocks_in_use", "Pooled buffer blocks rented and not returned.",
+      MetricFamily::Type::kGauge, {{{}, static_cast<double>(p.rented - p.returned)}});
+  add("sluice_pool_slabs_total", "Slab allocations of the buffer pool.", kCounter, one(p.slabs));
+  return out;
 }
 
 }  // namespace sluice

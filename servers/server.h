@@ -24,6 +24,7 @@
 #ifndef SLUICE_SERVERS_SERVER_H_
 #define SLUICE_SERVERS_SERVER_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -37,9 +38,11 @@
 #include "core/tls.h"
 #include "core/transport.h"
 #include "http/exchange.h"
+#include "http/middleware.h"
 #include "http/router.h"
 #include "http1/connection.h"
 #include "http2/connection.h"
+#include "telemetry/telemetry.h"
 
 namespace sluice {
 
@@ -73,6 +76,8 @@ struct ServerOptions {
   MemoryPool* pool = nullptr;
   // How long Shutdown waits for in-flight exchanges before closing.
   std::chrono::milliseconds shutdown_grace{10'000};
+  // Metrics, traces, the access log and their hook style (telemetry/telemetry.h). Default: off.
+  telemetry::TelemetryOptions telemetry;
 };
 
 struct ServerStats {
@@ -115,6 +120,9 @@ class Server {
   void Post(std::string_view path_template, http::Handler handler) {
     Handle("POST", path_template, std::move(handler));
   }
+  // Adds a middleware around every handler (before Start; they run in the order added, after
+  // the telemetry middleware of style kMiddleware). See http/middleware.h.
+  void Use(http::Middleware middleware) { middleware_.push_back(std::move(middleware)); }
 
   // Binds, starts the loops and accepts. Returns the first error (bad
   // address, port in use, bad TLS files, a bad route) with nothing left
@@ -136,6 +144,14 @@ class Server {
   void Wait();
 
   ServerStats stats() const;
+  // The listener registry (after Start; null unless options.telemetry uses listeners): subscribe
+  // your own telemetry::Listener here, at any time.
+  telemetry::Hooks* hooks() { return telemetry_ ? telemetry_->hooks() : nullptr; }
+  // Metrics, tracer and exporter counters (after Start; null when telemetry is off).
+  const telemetry::Telemetry* telemetry() const { return telemetry_.get(); }
+  // The server's own counters as metric families (Prometheus names): what /metrics adds to the
+  // HTTP metrics.
+  std::vector<telemetry::MetricFamily> MetricFamilies() const;
   // HTTP/2 counters: abuse limits and the output strategy's lock and flush
   // counters (shared/DESIGN.md §3), live.
   const http2::ConnectionCounters& http2_counters() const { return h2_counters_; }
@@ -157,6 +173,10 @@ class Server {
   void ServeProtocol(LoopState* state, std::unique_ptr<Transport> transport, bool http2);
 
   ServerOptions options_;
+  // Destroyed after the loops (declared before them): exchanges report to it until they go.
+  std::unique_ptr<telemetry::Telemetry> telemetry_;
+  std::vector<http::Middleware> middleware_;
+  std::atomic<int64_t> open_connections_{0};
   std::unique_ptr<MemoryPool> owned_pool_;
   MemoryPool* pool_;
   http::Router router_;

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <string>
 
+#include "core/version.h"
+
 namespace sluice {
 namespace {
 
@@ -44,7 +46,17 @@ std::string ServerUsage(std::string_view program, std::string_view description) 
   --h2-max-streams=N        HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS (100)
   --h2-stall-timeout-ms=N   HTTP/2: GOAWAY a peer that keeps output blocked on a closed window this
                             long (30000)
+  --telemetry=STYLE         off (default), listener or middleware: how metrics and traces are fed
+  --metrics                 OpenTelemetry HTTP server metrics, served at GET /metrics (Prometheus
+                            text); needs --telemetry=listener or middleware
+  --tracing-ratio=R         server spans for this share (0..1) of new traces; W3C traceparent
+                            followed (needs a --telemetry style)
+  --otlp-endpoint=URL       export spans and metrics over OTLP/HTTP JSON to URL
+                            (http://127.0.0.1:4318)
+  --access-log=FILE         one line per request to FILE (written off the loop threads)
+  --access-log-format=F     combined (default), common or json
   --help                    this text
+  --version                 sluice's version and the pinned library versions
 
 Once listening, prints one line on stdout:
   ready address=HOST:PORT scheme=http|https protocols=... pid=PID
@@ -53,8 +65,9 @@ SIGINT/SIGTERM: stop accepting, finish in-flight requests, exit 0.
   return u;
 }
 
-Status ParseServerFlags(int argc, char** argv, ServerOptions* options, bool* help) {
+Status ParseServerFlags(int argc, char** argv, ServerOptions* options, bool* help, bool* version) {
   *help = false;
+  if (version != nullptr) *version = false;
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
     std::string_view name = arg;
@@ -76,13 +89,43 @@ Status ParseServerFlags(int argc, char** argv, ServerOptions* options, bool* hel
     auto bad = [&](std::string_view why) {
       return InvalidArgumentError(std::string(name) + ": " + std::string(why));
     };
-    const bool is_switch =
-        name == "--help" || name == "-h" || name == "--tls" || name == "--tls-self-signed" ||
-        name == "--no-h2";
+    const bool is_switch = name == "--help" || name == "-h" || name == "--tls" ||
+                           name == "--tls-self-signed" || name == "--no-h2" ||
+                           name == "--metrics" || name == "--version";
     if (is_switch && has_value) return bad("takes no value");
     if (name == "--help" || name == "-h") {
       *help = true;
       return OkStatus();
+    } else if (name == "--version") {
+      if (version != nullptr) *version = true;
+      return OkStatus();
+    } else if (name == "--telemetry") {
+      if (!need_value() || !telemetry::ParseHookStyle(value, &options->telemetry.style)) {
+        return bad("needs off, listener or middleware");
+      }
+    } else if (name == "--metrics") {
+      options->telemetry.metrics = true;
+    } else if (name == "--tracing-ratio") {
+      double ratio = -1;
+      if (need_value()) {
+        const std::string text(value);
+        char* end = nullptr;
+        ratio = std::strtod(text.c_str(), &end);
+        if (text.empty() || end != text.c_str() + text.size()) ratio = -1;
+      }
+      if (!(ratio >= 0 && ratio <= 1)) return bad("needs a ratio from 0 to 1");
+      options->telemetry.tracing_ratio = ratio;
+    } else if (name == "--otlp-endpoint") {
+      if (!need_value() || value.empty()) return bad("needs a URL (http://HOST:PORT)");
+      options->telemetry.otlp_endpoint = std::string(value);
+    } else if (name == "--access-log") {
+      if (!need_value() || value.empty()) return bad("needs a file");
+      options->telemetry.access_log = std::string(value);
+    } else if (name == "--access-log-format") {
+      if (!need_value() ||
+          !telemetry::ParseAccessLogFormat(value, &options->telemetry.access_log_format)) {
+        return bad("needs common, combined or json");
+      }
     } else if (name == "--tls") {
       options->tls.enabled = true;
     } else if (name == "--no-h2") {
@@ -156,6 +199,19 @@ Status ParseServerFlags(int argc, char** argv, ServerOptions* options, bool* hel
       (options->tls.cert_file.empty() || options->tls.key_file.empty())) {
     return InvalidArgumentError("--tls needs --tls-cert and --tls-key, or --tls-self-signed");
   }
+  const telemetry::TelemetryOptions& t = options->telemetry;
+  if (t.style == telemetry::HookStyle::kOff && (t.metrics || t.tracing_ratio > 0)) {
+    return InvalidArgumentError(
+        "--metrics and --tracing-ratio need --telemetry=listener or --telemetry=middleware");
+  }
+  if (!t.otlp_endpoint.empty()) {
+    if (!t.metrics && t.tracing_ratio == 0) {
+      return InvalidArgumentError("--otlp-endpoint needs --metrics or --tracing-ratio");
+    }
+    if (auto e = telemetry::ParseOtlpEndpoint(t.otlp_endpoint); !e.ok()) {
+      return InvalidArgumentError("--otlp-endpoint: " + e.status().message());
+    }
+  }
   return OkStatus();
 }
 
@@ -163,7 +219,12 @@ int RunServerMain(int argc, char** argv, std::string_view program, std::string_v
                   const std::function<void(Server&)>& routes) {
   ServerOptions options;
   bool help = false;
-  Status parsed = ParseServerFlags(argc, argv, &options, &help);
+  bool version = false;
+  Status parsed = ParseServerFlags(argc, argv, &options, &help, &version);
+  if (version) {
+    std::fputs(VersionText(program).c_str(), stdout);
+    return 0;
+  }
   if (help) {
     std::fputs(ServerUsage(program, description).c_str(), stdout);
     return 0;

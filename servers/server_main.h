@@ -9,7 +9,10 @@
 //
 // Flags: --address, --port (0 = ephemeral), --threads, --handler-threads,
 // --tls, --tls-cert, --tls-key, --tls-self-signed, --tls-cert-out,
-// --header-timeout-ms, --keep-alive-timeout-ms, --max-body-bytes, --help.
+// --header-timeout-ms, --keep-alive-timeout-ms, --max-body-bytes, --no-h2,
+// --h2-output, --h2-max-streams, --h2-stall-timeout-ms, --telemetry, --metrics,
+// --tracing-ratio, --otlp-endpoint, --access-log, --access-log-format, --help,
+// --version.
 // A bad flag prints a message and the usage to stderr and exits 2. Once
 // listening, the server prints Server::ReadyLine() on stdout.
 //
@@ -26,8 +29,9 @@
 namespace sluice {
 
 // Parses the shared flags into *options. Returns OK, or INVALID_ARGUMENT
-// naming the bad flag. "--help" sets *help.
-[[nodiscard]] Status ParseServerFlags(int argc, char** argv, ServerOptions* options, bool* help);
+// naming the bad flag. "--help" sets *help, "--version" *version (if given).
+[[nodiscard]] Status ParseServerFlags(int argc, char** argv, ServerOptions* options, bool* help,
+                                      bool* version = nullptr);
 
 // The usage text for `program`.
 std::string ServerUsage(std::string_view program, std::string_view description);

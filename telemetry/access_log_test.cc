@@ -1,0 +1,117 @@
+#include "telemetry/access_log.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "http/exchange.h"
+
+namespace sluice::telemetry {
+namespace {
+
+using ::testing::HasSubstr;
+
+ExchangeSnapshot Sample() {
+  http::Request req;
+  req.SetMethod("GET");
+  req.SetPath("/users/7");
+  req.SetQuery("q=1");
+  req.AddHeader("user-agent", "curl/7.88.1");
+  req.AddHeader("referer", "http://example/");
+  ExchangeRecord r;
+  r.request = &req;
+  r.method = "GET";
+  r.route = "/users/{id}";
+  r.scheme = "http";
+  r.protocol_version = "1.1";
+  r.peer_address = "127.0.0.1:54321";
+  r.status = 200;
+  r.response_body_bytes = 13;
+  r.duration_ns = 1'500'000;
+  ExchangeSnapshot s;
+  s.CopyFrom(r);
+  s.start_unix_ns = 1'796'141'741'456'000'000;  // 2026-12-01T...Z, fixed for the test
+  return s;
+}
+
+TEST(AccessLog, CommonAndCombinedFormats) {
+  const ExchangeSnapshot s = Sample();
+  const std::string common = AccessLog::FormatLine(s, AccessLogFormat::kCommon);
+  EXPECT_THAT(common, ::testing::MatchesRegex(
+                          R"(127\.0\.0\.1 - - \[[0-9]{2}/[A-Z][a-z]{2}/2026:[0-9:]{8} \+0000\] )"
+                          R"("GET /users/7\?q=1 HTTP/1\.1" 200 13
+)"));
+  const std::string combined = AccessLog::FormatLine(s, AccessLogFormat::kCombined);
+  EXPECT_THAT(combined, HasSubstr("\" 200 13 \"http://example/\" \"curl/7.88.1\"\n"));
+}
+
+TEST(AccessLog, JsonFormat) {
+  const std::string json = AccessLog::FormatLine(Sample(), AccessLogFormat::kJson);
+  EXPECT_THAT(json, HasSubstr("\"client\":\"127.0.0.1:54321\",\"method\":\"GET\""));
+  EXPECT_THAT(json, HasSubstr("\"route\":\"/users/{id}\""));
+  EXPECT_THAT(json, HasSubstr("\"status\":200,\"bytes\":13,\"request_bytes\":0,"
+                              "\"duration_ms\":1.500}\n"));
+  EXPECT_THAT(json, HasSubstr("\"time\":\"2026-"));
+}
+
+TEST(AccessLog, HostileFieldsCannotForgeLines) {
+  http::Request req;
+  req.SetMethod("GET");
+  req.SetPath("/a\"b");
+  req.AddHeader("user-agent", "evil\r\n127.0.0.1 - - [forged]");
+  ExchangeRecord r;
+  r.request = &req;
+  r.method = "GET";
+  r.status = 200;
+  ExchangeSnapshot s;
+  s.CopyFrom(r);
+  for (AccessLogFormat f : {AccessLogFormat::kCombined, AccessLogFormat::kJson}) {
+    const std::string line = AccessLog::FormatLine(s, f);
+    EXPECT_EQ(line.find('\n'), line.size() - 1) << line;
+    EXPECT_EQ(line.find('\r'), std::string::npos) << line;
+    EXPECT_THAT(line, HasSubstr("/a\\\"b"));
+  }
+}
+
+TEST(AccessLog, ARejectedHeadLogsDashes) {
+  ExchangeRecord r;
+  r.status = 400;
+  r.peer_address = "[::1]:5000";
+  ExchangeSnapshot s;
+  s.CopyFrom(r);
+  const std::string line = AccessLog::FormatLine(s, AccessLogFormat::kCommon);
+  EXPECT_THAT(line, ::testing::StartsWith("::1 - - ["));
+  EXPECT_THAT(line, HasSubstr("] \"-\" 400 -\n"));
+}
+
+TEST(AccessLog, OpenFailsWithTheReason) {
+  auto log = AccessLog::Open({.path = "/nonexistent-dir/x.log"});
+  ASSERT_FALSE(log.ok());
+  EXPECT_THAT(log.status().message(), HasSubstr("/nonexistent-dir/x.log"));
+}
+
+TEST(AccessLog, WritesLinesThroughAnAsyncListener) {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/access.log";
+  auto log = AccessLog::Open({.path = path, .format = AccessLogFormat::kCommon});
+  ASSERT_TRUE(log.ok()) << log.status().ToString();
+  {
+    AsyncListener listener(std::move(*log));
+    ExchangeRecord r;
+    r.method = "GET";
+    r.status = 204;
+    for (int i = 0; i < 100; ++i) listener.OnRequestStop(r);
+    listener.Flush();
+    EXPECT_EQ(listener.delivered(), 100u);
+  }
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 100);
+}
+
+}  // namespace
+}  // namespace sluice::telemetry

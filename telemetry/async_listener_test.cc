@@ -1,0 +1,133 @@
+#include "telemetry/async_listener.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "telemetry/bounded_queue.h"
+
+namespace sluice::telemetry {
+namespace {
+
+class SlowConsumer : public SnapshotConsumer {
+ public:
+  explicit SlowConsumer(std::atomic<uint64_t>* seen) : seen_(seen) {}
+  void Consume(std::span<const ExchangeSnapshot> batch) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // a slow disk, a slow network
+    seen_->fetch_add(batch.size());
+  }
+
+ private:
+  std::atomic<uint64_t>* seen_;
+};
+
+TEST(AsyncListener, ASlowConsumerNeverBlocksTheRequestPathAndDropsAreCounted) {
+  std::atomic<uint64_t> seen{0};
+  AsyncListener listener(std::make_unique<SlowConsumer>(&seen),
+                         {.capacity = 64, .batch = 16, .poll = std::chrono::milliseconds(5)});
+  ExchangeRecord r;
+  r.method = "GET";
+  auto worst = std::chrono::nanoseconds::zero();
+  for (int i = 0; i < 10000; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    listener.OnRequestStop(r);
+    worst = std::max(worst, std::chrono::steady_clock::now() - t0);
+  }
+  // 10,000 exchanges against a queue of 64 drained 16 per 50 ms: most are dropped, each call
+  // returned at once (far below the consumer's 50 ms).
+  EXPECT_GT(listener.dropped(), 9000u);
+  EXPECT_EQ(listener.queued() + listener.dropped(), 10000u);
+  EXPECT_LT(worst, std::chrono::milliseconds(20));
+  listener.Flush();
+  EXPECT_EQ(seen.load(), listener.queued());
+}
+
+class Collector : public SnapshotConsumer {
+ public:
+  explicit Collector(std::vector<uint16_t>* statuses) : statuses_(statuses) {}
+  void Consume(std::span<const ExchangeSnapshot> batch) override {
+    for (const auto& s : batch) statuses_->push_back(s.status);
+  }
+
+ private:
+  std::vector<uint16_t>* statuses_;
+};
+
+TEST(AsyncListener, SampledOnlyKeepsSampledSpans) {
+  std::vector<uint16_t> statuses;
+  {
+    AsyncListener listener(std::make_unique<Collector>(&statuses), {.sampled_only = true});
+    ExchangeRecord r;
+    r.status = 200;
+    r.trace.sampled = true;
+    listener.OnRequestStop(r);
+    r.status = 201;
+    r.trace.sampled = false;
+    listener.OnRequestStop(r);
+    listener.Flush();
+  }
+  EXPECT_EQ(statuses, std::vector<uint16_t>{200});
+}
+
+TEST(AsyncListener, DestructionDeliversWhatIsQueued) {
+  std::vector<uint16_t> statuses;
+  {
+    AsyncListener listener(std::make_unique<Collector>(&statuses),
+                           {.poll = std::chrono::milliseconds(1000)});
+    ExchangeRecord r;
+    r.status = 204;
+    for (int i = 0; i < 10; ++i) listener.OnRequestStop(r);
+  }
+  EXPECT_EQ(statuses.size(), 10u);
+}
+
+TEST(FixedString, CutsLongValuesVisibly) {
+  FixedString<8> s;
+  s.Set("short");
+  EXPECT_EQ(s.view(), "short");
+  s.Set("much too long");
+  EXPECT_EQ(s.view(), "much ...");
+}
+
+TEST(BoundedQueue, ManyProducersOneConsumerLoseNothingThatWasAccepted) {
+  BoundedQueue<uint64_t> q(1024);
+  std::atomic<uint64_t> pushed_sum{0}, pushed{0};
+  std::vector<std::thread> producers;
+  for (uint64_t t = 0; t < 4; ++t) {
+    producers.emplace_back([&, t] {
+      for (uint64_t i = 1; i <= 20000; ++i) {
+        if (q.TryPush(t * 1'000'000 + i)) {
+          pushed.fetch_add(1);
+          pushed_sum.fetch_add(t * 1'000'000 + i);
+        }
+      }
+    });
+  }
+  uint64_t popped = 0, popped_sum = 0, v = 0;
+  std::atomic<bool> done{false};
+  std::thread consumer([&] {
+    for (;;) {
+      if (q.TryPop(&v)) {
+        ++popped;
+        popped_sum += v;
+      } else if (done.load()) {
+        return;
+      }
+    }
+  });
+  for (auto& p : producers) p.join();
+  done.store(true);
+  consumer.join();
+  while (q.TryPop(&v)) {
+    ++popped;
+    popped_sum += v;
+  }
+  EXPECT_EQ(popped, pushed.load());
+  EXPECT_EQ(popped_sum, pushed_sum.load());
+  EXPECT_EQ(q.capacity(), 1024u);
+}
+
+}  // namespace
+}  // namespace sluice::telemetry

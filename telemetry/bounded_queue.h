@@ -1,0 +1,94 @@
+// A bounded multi-producer multi-consumer queue of fixed-size elements (Dmitry Vyukov's design:
+// a ring of cells, each with a sequence number that says whose turn it is). TryPush never blocks
+// and never allocates: when the ring is full it returns false and the caller counts a drop.
+//
+//   BoundedQueue<Span> queue(4096);
+//   if (!queue.TryPush(span)) ++dropped;   // any thread
+//   Span s; while (queue.TryPop(&s)) ...   // the exporter thread
+//
+// Thread contract: thread-safe. Capacity is rounded up to a power of two.
+#ifndef SLUICE_TELEMETRY_BOUNDED_QUEUE_H_
+#define SLUICE_TELEMETRY_BOUNDED_QUEUE_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace sluice::telemetry {
+
+template <typename T>
+class BoundedQueue {
+ public:
+  explicit BoundedQueue(size_t capacity) {
+    size_t n = 2;
+    while (n < capacity) n *= 2;
+    mask_ = n - 1;
+    cells_ = std::make_unique<Cell[]>(n);
+    for (size_t i = 0; i < n; ++i) cells_[i].sequence.store(i, std::memory_order_relaxed);
+  }
+  BoundedQueue(const BoundedQueue&) = delete;
+  BoundedQueue& operator=(const BoundedQueue&) = delete;
+
+  size_t capacity() const { return mask_ + 1; }
+
+  // Claims a cell and calls fill(element) to write it in place (a large element is written once),
+  // or returns false if the queue is full.
+  template <typename Fill>
+  bool TryEmplace(Fill fill) {
+    size_t pos = enqueue_.load(std::memory_order_relaxed);
+    for (;;) {
+      Cell& cell = cells_[pos & mask_];
+      const size_t seq = cell.sequence.load(std::memory_order_acquire);
+      const intptr_t diff = static_cast<intptr_t>(seq) - static_cast<intptr_t>(pos);
+      if (diff == 0) {
+        if (enqueue_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+          fill(cell.value);
+          cell.sequence.store(pos + 1, std::memory_order_release);
+          return true;
+        }
+      } else if (diff < 0) {
+        return false;  // full
+      } else {
+        pos = enqueue_.load(std::memory_order_relaxed);
+      }
+    }
+  }
+  bool TryPush(const T& value) {
+    return TryEmplace([&value](T& cell) { cell = value; });
+  }
+
+  bool TryPop(T* out) {
+    size_t pos = dequeue_.load(std::memory_order_relaxed);
+    for (;;) {
+      Cell& cell = cells_[pos & mask_];
+      const size_t seq = cell.sequence.load(std::memory_order_acquire);
+      const intptr_t diff = static_cast<intptr_t>(seq) - static_cast<intptr_t>(pos + 1);
+      if (diff == 0) {
+        if (dequeue_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+          *out = cell.value;
+          cell.sequence.store(pos + mask_ + 1, std::memory_order_release);
+          return true;
+        }
+      } else if (diff < 0) {
+        return false;  // empty
+      } else {
+        pos = dequeue_.load(std::memory_order_relaxed);
+      }
+    }
+  }
+
+ private:
+  struct Cell {
+    std::atomic<size_t> sequence{0};
+    T value{};
+  };
+  size_t mask_ = 0;
+  std::unique_ptr<Cell[]> cells_;
+  alignas(64) std::atomic<size_t> enqueue_{0};
+  alignas(64) std::atomic<size_t> dequeue_{0};
+};
+
+}  // namespace sluice::telemetry
+
+#endif  // SLUICE_TELEMETRY_BOUNDED_QUEUE_H_

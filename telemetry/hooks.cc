@@ -1,0 +1,153 @@
+#include "telemetry/hooks.h"
+
+#include <algorithm>
+#include <string>
+
+#include "telemetry/clock.h"
+
+namespace sluice::telemetry {
+
+struct Hooks::List {
+  std::vector<std::shared_ptr<Listener>> listeners;
+};
+
+namespace {
+
+constexpr std::string_view kHttp2Codes[] = {"NO_ERROR",
+                                            "PROTOCOL_ERROR",
+                                            "INTERNAL_ERROR",
+                                            "FLOW_CONTROL_ERROR",
+                                            "SETTINGS_TIMEOUT",
+                                            "STREAM_CLOSED",
+                                            "FRAME_SIZE_ERROR",
+                                            "REFUSED_STREAM",
+                                            "CANCEL",
+                                            "COMPRESSION_ERROR",
+                                            "CONNECT_ERROR",
+                                            "ENHANCE_YOUR_CALM",
+                                            "INADEQUATE_SECURITY",
+                                            "HTTP_1_1_REQUIRED"};
+
+// "500".."599", for error.type of a 5xx answer.
+struct StatusNames {
+  StatusNames() {
+    for (int i = 0; i < 100; ++i) text[i] = std::to_string(500 + i);
+  }
+  std::string text[100];
+};
+
+}  // namespace
+
+std::string_view ErrorTypeName(ErrorType type, uint32_t code, bool http2) {
+  switch (type) {
+    case ErrorType::kNone:
+      return "";
+    case ErrorType::kProtocolError:
+      if (http2 && code < std::size(kHttp2Codes)) return kHttp2Codes[code];
+      return "protocol_error";
+    case ErrorType::kPeerReset:
+      return "peer_reset";
+    case ErrorType::kTimeout:
+      return "timeout";
+    case ErrorType::kHandlerFailure:
+      return "handler_failure";
+    case ErrorType::kAborted:
+      return "aborted";
+  }
+  return "";
+}
+
+std::string_view ExchangeRecord::ErrorTypeText() const {
+  if (error != ErrorType::kNone) return ErrorTypeName(error, error_code, http2());
+  if (status >= 500 && status < 600) {
+    static const StatusNames names;
+    return names.text[status - 500];
+  }
+  return "";
+}
+
+Hooks::Hooks() = default;
+Hooks::~Hooks() = default;
+
+uint64_t Hooks::Subscribe(std::shared_ptr<Listener> listener) {
+  MutexLock lock(&mu_);
+  const uint64_t id = next_id_++;
+  subscribed_.emplace_back(id, std::move(listener));
+  Publish();
+  return id;
+}
+
+void Hooks::Unsubscribe(uint64_t id) {
+  MutexLock lock(&mu_);
+  auto it = std::find_if(subscribed_.begin(), subscribed_.end(),
+                         [id](const auto& entry) { return entry.first == id; });
+  if (it == subscribed_.end()) return;
+  subscribed_.erase(it);
+  Publish();
+}
+
+size_t Hooks::listener_count() const {
+  MutexLock lock(&mu_);
+  return subscribed_.size();
+}
+
+void Hooks::Publish() {
+  auto list = std::make_unique<List>();
+  for (const auto& [id, listener] : subscribed_) list->listeners.push_back(listener);
+  const bool any = !list->listeners.empty();
+  current_.store(any ? list.get() : nullptr, std::memory_order_release);
+  active_.store(any, std::memory_order_relaxed);
+  lists_.push_back(std::move(list));
+}
+
+void Hooks::Failed() { failures_.fetch_add(1, std::memory_order_relaxed); }
+
+// Each call is guarded: a listener that throws must not break the exchange (the header's
+// contract), and the other listeners still hear the event.
+template <typename Call>
+void Hooks::Each(const ExchangeRecord& record, Call call) {
+  for (const auto& listener : static_cast<const List*>(record.listeners)->listeners) {
+    try {
+      call(*listener);
+    } catch (...) {
+      Failed();
+    }
+  }
+}
+
+void Hooks::StartSlow(ExchangeRecord& record) {
+  const List* list = current_.load(std::memory_order_acquire);
+  if (list == nullptr) return;  // the last listener left since active() was read
+  record.hooks = this;
+  record.listeners = list;
+  record.head_reported = false;
+  record.start_ticks = Clock::Now();
+  Each(record, [&](Listener& l) { l.OnRequestStart(record); });
+}
+
+void Hooks::HeadSlow(ExchangeRecord& record) {
+  record.head_reported = true;
+  Each(record, [&](Listener& l) { l.OnResponseHead(record); });
+}
+
+void Hooks::ErrorSlow(ExchangeRecord& record, ErrorType type, uint32_t code) {
+  record.error = type;
+  record.error_code = code;
+  Each(record, [&](Listener& l) { l.OnError(record); });
+}
+
+void Hooks::StopSlow(ExchangeRecord& record) {
+  record.duration_ns = Clock::ToNanos(Clock::Now() - record.start_ticks);
+  Each(record, [&](Listener& l) { l.OnRequestStop(record); });
+  record.hooks = nullptr;
+  record.listeners = nullptr;
+}
+
+void Hooks::Rejected(ExchangeRecord record, ErrorType type, uint32_t code) {
+  Start(record);
+  if (record.hooks == nullptr) return;
+  if (type != ErrorType::kNone) ErrorSlow(record, type, code);
+  StopSlow(record);
+}
+
+}  // namespace sluice::telemetry

@@ -1,0 +1,204 @@
+#include "telemetry/hooks.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace sluice::telemetry {
+namespace {
+
+using ::testing::ElementsAre;
+
+class Recorder : public Listener {
+ public:
+  void OnRequestStart(ExchangeRecord& r) override {
+    events.push_back("start " + std::string(r.method));
+  }
+  void OnResponseHead(const ExchangeRecord& r) override {
+    events.push_back("head " + std::to_string(r.status));
+  }
+  void OnError(const ExchangeRecord& r) override {
+    events.push_back("error " + std::string(ErrorTypeName(r.error, r.error_code, r.http2())));
+  }
+  void OnRequestStop(const ExchangeRecord& r) override {
+    events.push_back("stop " + std::to_string(r.status));
+    last_duration = r.duration_ns;
+  }
+  std::vector<std::string> events;
+  uint64_t last_duration = 0;
+};
+
+TEST(Hooks, NobodyListeningLeavesTheRecordDetached) {
+  Hooks hooks;
+  EXPECT_FALSE(hooks.active());
+  ExchangeRecord r;
+  hooks.Start(r);
+  EXPECT_EQ(r.hooks, nullptr);
+  EXPECT_EQ(r.start_ticks, 0u);  // no clock read
+  Hooks::Stop(r);                // a no-op
+}
+
+TEST(Hooks, DeliversStartHeadErrorStopInOrder) {
+  Hooks hooks;
+  auto rec = std::make_shared<Recorder>();
+  hooks.Subscribe(rec);
+  EXPECT_TRUE(hooks.active());
+  ExchangeRecord r;
+  r.method = "GET";
+  hooks.Start(r);
+  ASSERT_EQ(r.hooks, &hooks);
+  r.status = 200;
+  Hooks::Head(r);
+  Hooks::Head(r);  // once only
+  Hooks::Error(r, ErrorType::kPeerReset, 8);
+  Hooks::Stop(r);
+  Hooks::Stop(r);  // detached after the first
+  EXPECT_THAT(rec->events, ElementsAre("start GET", "head 200", "error peer_reset", "stop 200"));
+  EXPECT_EQ(r.hooks, nullptr);
+}
+
+TEST(Hooks, RejectedRequestsAreOneWholeExchange) {
+  Hooks hooks;
+  auto rec = std::make_shared<Recorder>();
+  hooks.Subscribe(rec);
+  ExchangeRecord r;
+  r.status = 400;
+  r.protocol_version = "1.1";
+  hooks.Rejected(r, ErrorType::kProtocolError, 400);
+  EXPECT_THAT(rec->events, ElementsAre("start ", "error protocol_error", "stop 400"));
+  rec->events.clear();
+  ExchangeRecord limit;
+  limit.status = 431;
+  hooks.Rejected(limit, ErrorType::kNone, 431);
+  EXPECT_THAT(rec->events, ElementsAre("start ", "stop 431"));
+}
+
+TEST(Hooks, AnExchangeKeepsTheListenersItStartedWith) {
+  Hooks hooks;
+  auto a = std::make_shared<Recorder>();
+  auto b = std::make_shared<Recorder>();
+  const uint64_t id_a = hooks.Subscribe(a);
+  ExchangeRecord r;
+  hooks.Start(r);
+  hooks.Unsubscribe(id_a);
+  hooks.Subscribe(b);
+  Hooks::Stop(r);
+  // a saw the whole exchange (its stop too); b, subscribed midway, saw none of it.
+  EXPECT_THAT(a->events, ElementsAre("start ", "stop 0"));
+  EXPECT_TRUE(b->events.empty());
+  ExchangeRecord next;
+  hooks.Start(next);
+  Hooks::Stop(next);
+  EXPECT_EQ(a->events.size(), 2u);
+  EXPECT_EQ(b->events.size(), 2u);
+}
+
+TEST(Hooks, TheLastUnsubscribeDeactivates) {
+  Hooks hooks;
+  const uint64_t id = hooks.Subscribe(std::make_shared<Recorder>());
+  hooks.Unsubscribe(id);
+  hooks.Unsubscribe(id);     // twice: ignored
+  hooks.Unsubscribe(12345);  // unknown: ignored
+  EXPECT_FALSE(hooks.active());
+  EXPECT_EQ(hooks.listener_count(), 0u);
+}
+
+class Thrower : public Listener {
+ public:
+  void OnRequestStart(ExchangeRecord&) override { throw std::runtime_error("listener bug"); }
+  void OnRequestStop(const ExchangeRecord&) override { throw 42; }
+};
+
+TEST(Hooks, AThrowingListenerIsCountedAndOthersStillHear) {
+  Hooks hooks;
+  hooks.Subscribe(std::make_shared<Thrower>());
+  auto rec = std::make_shared<Recorder>();
+  hooks.Subscribe(rec);
+  ExchangeRecord r;
+  hooks.Start(r);
+  Hooks::Stop(r);
+  EXPECT_EQ(hooks.listener_failures(), 2u);
+  EXPECT_THAT(rec->events, ElementsAre("start ", "stop 0"));
+}
+
+TEST(Hooks, StopMeasuresTheDuration) {
+  Hooks hooks;
+  auto rec = std::make_shared<Recorder>();
+  hooks.Subscribe(rec);
+  ExchangeRecord r;
+  hooks.Start(r);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(5);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+  Hooks::Stop(r);
+  EXPECT_GE(rec->last_duration, 4'000'000u);
+  EXPECT_LT(rec->last_duration, 1'000'000'000u);
+}
+
+class Counting : public Listener {
+ public:
+  void OnRequestStart(ExchangeRecord&) override { starts.fetch_add(1); }
+  void OnRequestStop(const ExchangeRecord&) override { stops.fetch_add(1); }
+  std::atomic<int64_t> starts{0}, stops{0};
+};
+
+// Subscribing and unsubscribing while exchanges run on other threads (run under TSan in CI):
+// every start a listener saw is matched by its stop.
+TEST(Hooks, SubscriptionsChangeSafelyWhileExchangesRun) {
+  Hooks hooks;
+  auto steady = std::make_shared<Counting>();
+  hooks.Subscribe(steady);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&] {
+      while (!stop.load()) {
+        ExchangeRecord r;
+        hooks.Start(r);
+        Hooks::Stop(r);
+      }
+    });
+  }
+  std::vector<std::shared_ptr<Counting>> churn;
+  for (int i = 0; i < 200; ++i) {
+    auto c = std::make_shared<Counting>();
+    churn.push_back(c);
+    const uint64_t id = hooks.Subscribe(c);
+    std::this_thread::yield();
+    hooks.Unsubscribe(id);
+  }
+  stop.store(true);
+  for (auto& t : threads) t.join();
+  EXPECT_GT(steady->starts.load(), 0);
+  EXPECT_EQ(steady->starts.load(), steady->stops.load());
+  for (const auto& c : churn) EXPECT_EQ(c->starts.load(), c->stops.load());
+}
+
+TEST(ExchangeRecord, ErrorTypeTextNamesErrorsAnd5xx) {
+  ExchangeRecord r;
+  r.status = 200;
+  EXPECT_EQ(r.ErrorTypeText(), "");
+  r.status = 404;
+  EXPECT_EQ(r.ErrorTypeText(), "");  // a client error is not the server's
+  r.status = 503;
+  EXPECT_EQ(r.ErrorTypeText(), "503");
+  r.error = ErrorType::kTimeout;
+  EXPECT_EQ(r.ErrorTypeText(), "timeout");
+  r.error = ErrorType::kProtocolError;
+  r.error_code = 3;
+  r.protocol_version = "2";
+  EXPECT_EQ(r.ErrorTypeText(), "FLOW_CONTROL_ERROR");
+  r.protocol_version = "1.1";
+  EXPECT_EQ(r.ErrorTypeText(), "protocol_error");
+  r.protocol_version = "2";
+  r.error_code = 99;  // not an RFC 9113 code
+  EXPECT_EQ(r.ErrorTypeText(), "protocol_error");
+}
+
+}  // namespace
+}  // namespace sluice::telemetry

@@ -1,0 +1,282 @@
+#include "telemetry/http_metrics.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+namespace sluice::telemetry {
+namespace {
+
+std::atomic<uint64_t> next_instance_id{1};
+
+uint8_t MethodIndex(std::string_view method) {
+  for (size_t i = 0; i + 1 < kKnownMethods.size(); ++i) {
+    if (method == kKnownMethods[i]) return static_cast<uint8_t>(i);
+  }
+  return static_cast<uint8_t>(kKnownMethods.size() - 1);  // _OTHER
+}
+
+uint8_t VersionIndex(std::string_view version) {
+  if (version == "2") return 2;
+  if (version == "1.0") return 0;
+  return 1;
+}
+constexpr std::string_view kVersions[] = {"1.0", "1.1", "2"};
+
+// A cell written by one thread: relaxed load + store, no read-modify-write (nobody else writes).
+inline void Bump(std::atomic<uint64_t>& cell, uint64_t by = 1) {
+  cell.store(cell.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+}
+
+template <size_t N>
+struct Hist {
+  std::array<std::atomic<uint64_t>, N + 1> buckets{};
+  std::atomic<uint64_t> count{0};
+  std::atomic<uint64_t> sum{0};  // ns for durations, bytes for sizes
+
+  void Record(double value, uint64_t raw, const std::array<double, N>& bounds) {
+    // Upper bounds are inclusive (OpenTelemetry's explicit bucket histogram).
+    const size_t i =
+        static_cast<size_t>(std::lower_bound(bounds.begin(), bounds.end(), value) - bounds.begin());
+    Bump(buckets[i]);
+    Bump(count);
+    Bump(sum, raw);
+  }
+  void AddTo(HistogramSnapshot* out, double divisor) const {
+    if (out->buckets.empty()) out->buckets.assign(N + 1, 0);
+    for (size_t i = 0; i <= N; ++i) out->buckets[i] += buckets[i].load(std::memory_order_relaxed);
+    out->count += count.load(std::memory_order_relaxed);
+    out->sum += static_cast<double>(sum.load(std::memory_order_relaxed)) / divisor;
+  }
+};
+
+struct Key {
+  uint8_t method = 0;
+  uint8_t https = 0;
+  uint8_t version = 0;
+  uint8_t error = 0;  // ErrorType
+  uint16_t status = 0;
+  bool overflow = false;
+  uint32_t error_code = 0;      // kept only where it names the error (HTTP/2 protocol errors)
+  const char* route = nullptr;  // identity of the router's template; "" (null) when none
+  uint32_t route_length = 0;
+
+  bool operator==(const Key& o) const {
+    return method == o.method && https == o.https && version == o.version && error == o.error &&
+           status == o.status && overflow == o.overflow && error_code == o.error_code &&
+           route == o.route && route_length == o.route_length;
+  }
+  size_t Hash() const {
+    uint64_t h = reinterpret_cast<uintptr_t>(route) * 0x9E3779B97F4A7C15ull;
+    h ^= (uint64_t{method} << 56) ^ (uint64_t{https} << 48) ^ (uint64_t{version} << 40) ^
+         (uint64_t{error} << 32) ^ (uint64_t{status} << 16) ^ route_length ^
+         (uint64_t{error_code} * 0xC2B2AE3D27D4EB4Full) ^ (overflow ? 0x5555 : 0);
+    h ^= h >> 29;
+    return static_cast<size_t>(h * 0xBF58476D1CE4E5B9ull);
+  }
+};
+
+Key KeyOf(const ExchangeRecord& r) {
+  Key k;
+  k.method = MethodIndex(r.method);
+  k.https = r.scheme == "https";
+  k.version = VersionIndex(r.protocol_version);
+  k.error = static_cast<uint8_t>(r.error);
+  k.status = r.status;
+  if (r.error == ErrorType::kProtocolError && r.http2()) k.error_code = r.error_code;
+  if (!r.route.empty()) {
+    k.route = r.route.data();
+    k.route_length = static_cast<uint32_t>(r.route.size());
+  }
+  return k;
+}
+
+struct Series {
+  Key key;
+  std::string route;  // a copy: the router may go before the metrics
+  Hist<kDurationBuckets.size()> duration;
+  Hist<kBodySizeBuckets.size()> request_body;
+  Hist<kBodySizeBuckets.size()> response_body;
+};
+
+}  // namespace
+
+// One recording thread's cells. The index is the owner's alone; `series` (stable pointers) grows
+// under `mu`, which Collect takes to walk it.
+struct HttpServerMetrics::ThreadCells {
+  std::vector<int32_t> index = std::vector<int32_t>(64, -1);  // open addressing into series
+  mutable Mutex mu;
+  std::vector<std::unique_ptr<Series>> series ABSL_GUARDED_BY(mu);
+  std::vector<Series*> owned_view;  // the owner's copy of `series` pointers, read without mu
+  std::array<std::array<std::atomic<int64_t>, 2>, kKnownMethods.size()> active{};
+  // Bit 2 * method + https: that pair was ever active here (its gauge is exported, even at 0).
+  std::atomic<uint32_t> active_seen{0};
+
+  void AddActive(uint8_t method, bool https, int64_t delta) {
+    auto& cell = active[method][https];
+    cell.store(cell.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+    const uint32_t bit = 1u << (2 * method + (https ? 1 : 0));
+    const uint32_t seen = active_seen.load(std::memory_order_relaxed);
+    if ((seen & bit) == 0) active_seen.store(seen | bit, std::memory_order_relaxed);
+  }
+
+  Series* Find(const Key& key) const {
+    const size_t mask = index.size() - 1;
+    for (size_t i = key.Hash() & mask;; i = (i + 1) & mask) {
+      const int32_t at = index[i];
+      if (at < 0) return nullptr;
+      if (owned_view[static_cast<size_t>(at)]->key == key)
+        return owned_view[static_cast<size_t>(at)];
+    }
+  }
+  Series* Insert(const Key& key, std::string_view route) {
+    auto s = std::make_unique<Series>();
+    s->key = key;
+    s->route.assign(route);
+    Series* raw = s.get();
+    {
+      MutexLock lock(&mu);
+      series.push_back(std::move(s));
+    }
+    owned_view.push_back(raw);
+    if (owned_view.size() * 2 > index.size()) {
+      index.assign(index.size() * 2, -1);
+      for (size_t n = 0; n < owned_view.size(); ++n)
+        Place(owned_view[n]->key, static_cast<int32_t>(n));
+    } else {
+      Place(key, static_cast<int32_t>(owned_view.size() - 1));
+    }
+    return raw;
+  }
+  void Place(const Key& key, int32_t at) {
+    const size_t mask = index.size() - 1;
+    size_t i = key.Hash() & mask;
+    while (index[i] >= 0) i = (i + 1) & mask;
+    index[i] = at;
+  }
+};
+
+namespace {
+
+struct CacheEntry {
+  uint64_t id;
+  HttpServerMetrics::ThreadCells* cells;
+};
+thread_local std::vector<CacheEntry> t_cells;
+thread_local CacheEntry t_last{0, nullptr};
+
+}  // namespace
+
+HttpServerMetrics::HttpServerMetrics(HttpMetricsOptions options)
+    : options_(options),
+      id_(next_instance_id.fetch_add(1)),
+      start_unix_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count()) {}
+
+HttpServerMetrics::~HttpServerMetrics() = default;
+
+HttpServerMetrics::ThreadCells* HttpServerMetrics::Cells() {
+  if (t_last.id == id_) return t_last.cells;
+  for (const CacheEntry& e : t_cells) {
+    if (e.id == id_) {
+      t_last = e;
+      return e.cells;
+    }
+  }
+  auto cells = std::make_unique<ThreadCells>();
+  ThreadCells* raw = cells.get();
+  {
+    MutexLock lock(&mu_);
+    threads_.push_back(std::move(cells));
+  }
+  t_cells.push_back({id_, raw});
+  t_last = {id_, raw};
+  return raw;
+}
+
+void HttpServerMetrics::RecordStart(const ExchangeRecord& record) {
+  Cells()->AddActive(MethodIndex(record.method), record.scheme == "https", +1);
+}
+
+void HttpServerMetrics::RecordStop(const ExchangeRecord& record) {
+  ThreadCells* cells = Cells();
+  // The stop may run on another thread than the start (a handler's worker): per-thread values
+  // are signed and only their sum means anything.
+  cells->AddActive(MethodIndex(record.method), record.scheme == "https", -1);
+
+  Key key = KeyOf(record);
+  Series* s = cells->Find(key);
+  if (s == nullptr) {
+    if (series_count_.fetch_add(1, std::memory_order_relaxed) < options_.max_series) {
+      s = cells->Insert(key, record.route);
+    } else {
+      series_count_.fetch_sub(1, std::memory_order_relaxed);
+      overflowed_.fetch_add(1, std::memory_order_relaxed);
+      Key overflow;
+      overflow.overflow = true;
+      s = cells->Find(overflow);
+      if (s == nullptr) s = cells->Insert(overflow, "");
+    }
+  }
+  s->duration.Record(static_cast<double>(record.duration_ns) / 1e9, record.duration_ns,
+                     kDurationBuckets);
+  s->request_body.Record(static_cast<double>(record.request_body_bytes), record.request_body_bytes,
+                         kBodySizeBuckets);
+  s->response_body.Record(static_cast<double>(record.response_body_bytes),
+                          record.response_body_bytes, kBodySizeBuckets);
+}
+
+MetricsSnapshot HttpServerMetrics::Collect() const {
+  MetricsSnapshot out;
+  out.start_unix_ns = start_unix_ns_;
+  out.overflowed = overflowed_.load(std::memory_order_relaxed);
+  std::vector<std::pair<Key, SeriesSnapshot>> merged;
+  std::array<std::array<int64_t, 2>, kKnownMethods.size()> active{};
+  uint32_t seen = 0;
+  MutexLock lock(&mu_);
+  for (const auto& cells : threads_) {
+    for (size_t m = 0; m < kKnownMethods.size(); ++m) {
+      for (size_t h = 0; h < 2; ++h) {
+        active[m][h] += cells->active[m][h].load(std::memory_order_relaxed);
+      }
+    }
+    seen |= cells->active_seen.load(std::memory_order_relaxed);
+    MutexLock cells_lock(&cells->mu);
+    for (const auto& s : cells->series) {
+      auto it = std::find_if(merged.begin(), merged.end(),
+                             [&](const auto& e) { return e.first == s->key; });
+      if (it == merged.end()) {
+        SeriesSnapshot snap;
+        snap.method = kKnownMethods[s->key.method];
+        snap.scheme = s->key.https ? "https" : "http";
+        snap.status = s->key.status;
+        snap.route = s->route;
+        snap.protocol_version = kVersions[s->key.version];
+        ExchangeRecord r;
+        r.error = static_cast<ErrorType>(s->key.error);
+        r.error_code = s->key.error_code;
+        r.status = s->key.status;
+        r.protocol_version = kVersions[s->key.version];
+        snap.error_type = r.ErrorTypeText();
+        snap.overflow = s->key.overflow;
+        merged.emplace_back(s->key, std::move(snap));
+        it = merged.end() - 1;
+      }
+      s->duration.AddTo(&it->second.duration, 1e9);
+      s->request_body.AddTo(&it->second.request_body_size, 1.0);
+      s->response_body.AddTo(&it->second.response_body_size, 1.0);
+    }
+  }
+  for (auto& [key, snap] : merged) out.series.push_back(std::move(snap));
+  for (size_t m = 0; m < kKnownMethods.size(); ++m) {
+    for (size_t h = 0; h < 2; ++h) {
+      if (seen & (1u << (2 * m + h))) {
+        out.active.push_back({std::string(kKnownMethods[m]), h ? "https" : "http", active[m][h]});
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace sluice::telemetry

@@ -1,0 +1,163 @@
+#include "telemetry/http_metrics.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "telemetry/prometheus.h"
+
+namespace sluice::telemetry {
+namespace {
+
+ExchangeRecord Exchange(std::string_view method, std::string_view route, uint16_t status,
+                        uint64_t duration_ns, std::string_view version = "1.1") {
+  ExchangeRecord r;
+  r.method = method;
+  r.route = route;
+  r.scheme = "http";
+  r.protocol_version = version;
+  r.status = status;
+  r.duration_ns = duration_ns;
+  return r;
+}
+
+const SeriesSnapshot* Find(const MetricsSnapshot& m, std::string_view method,
+                           std::string_view route, uint16_t status) {
+  for (const SeriesSnapshot& s : m.series) {
+    if (s.method == method && s.route == route && s.status == status) return &s;
+  }
+  return nullptr;
+}
+
+TEST(HttpServerMetrics, RecordsDurationBucketsWithInclusiveUpperBounds) {
+  HttpServerMetrics metrics;
+  static const std::string route = "/users/{id}";
+  for (uint64_t ns :
+       {uint64_t{1'000'000}, uint64_t{5'000'000}, uint64_t{5'000'001}, uint64_t{20'000'000'000}}) {
+    ExchangeRecord r = Exchange("GET", route, 200, ns);
+    metrics.RecordStart(r);
+    metrics.RecordStop(r);
+  }
+  const MetricsSnapshot m = metrics.Collect();
+  const SeriesSnapshot* s = Find(m, "GET", route, 200);
+  ASSERT_NE(s, nullptr);
+  ASSERT_EQ(s->duration.buckets.size(), kDurationBuckets.size() + 1);
+  EXPECT_EQ(s->duration.count, 4u);
+  EXPECT_EQ(s->duration.buckets[0], 2u);      // 1 ms and exactly 5 ms are <= 0.005
+  EXPECT_EQ(s->duration.buckets[1], 1u);      // 5.000001 ms <= 0.01
+  EXPECT_EQ(s->duration.buckets.back(), 1u);  // 20 s: +Inf
+  EXPECT_NEAR(s->duration.sum, 20.011000001, 1e-9);
+  EXPECT_EQ(s->protocol_version, "1.1");
+  EXPECT_EQ(s->scheme, "http");
+}
+
+TEST(HttpServerMetrics, UnknownMethodsAreOther) {
+  HttpServerMetrics metrics;
+  for (std::string_view method : {"BREW", "get", "PROPFIND"}) {
+    ExchangeRecord r = Exchange(method, "", 404, 1000);
+    metrics.RecordStart(r);
+    metrics.RecordStop(r);
+  }
+  const MetricsSnapshot m = metrics.Collect();
+  ASSERT_EQ(m.series.size(), 1u);
+  EXPECT_EQ(m.series[0].method, "_OTHER");
+  EXPECT_EQ(m.series[0].duration.count, 3u);
+  EXPECT_EQ(m.series[0].route, "");
+}
+
+TEST(HttpServerMetrics, ActiveRequestsBalanceAcrossThreads) {
+  HttpServerMetrics metrics;
+  ExchangeRecord r = Exchange("GET", "/a", 200, 1);
+  metrics.RecordStart(r);
+  metrics.RecordStart(r);
+  // The stop of one of them on another thread (a handler's worker).
+  std::thread([&] { metrics.RecordStop(r); }).join();
+  MetricsSnapshot m = metrics.Collect();
+  ASSERT_EQ(m.active.size(), 1u);
+  EXPECT_EQ(m.active[0].method, "GET");
+  EXPECT_EQ(m.active[0].value, 1);
+  metrics.RecordStop(r);
+  m = metrics.Collect();
+  ASSERT_EQ(m.active.size(), 1u);  // still exported, at 0
+  EXPECT_EQ(m.active[0].value, 0);
+}
+
+TEST(HttpServerMetrics, ThreadsMergeIntoOneSeriesPerAttributeSet) {
+  HttpServerMetrics metrics;
+  static const std::string route = "/plaintext";
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&metrics] {
+      for (int i = 0; i < 1000; ++i) {
+        ExchangeRecord r = Exchange("GET", route, 200, 100'000, "2");
+        metrics.RecordStart(r);
+        metrics.RecordStop(r);
+      }
+    });
+  }
+  // Collecting while they record (TSan in CI).
+  for (int i = 0; i < 20; ++i) metrics.Collect();
+  for (auto& t : threads) t.join();
+  const MetricsSnapshot m = metrics.Collect();
+  ASSERT_EQ(m.series.size(), 1u);
+  EXPECT_EQ(m.series[0].duration.count, 4000u);
+  EXPECT_EQ(m.series[0].duration.buckets[0], 4000u);
+}
+
+TEST(HttpServerMetrics, ErrorsAreTheirOwnAttributeSets) {
+  HttpServerMetrics metrics;
+  ExchangeRecord ok = Exchange("GET", "/x", 200, 1, "2");
+  ExchangeRecord reset = Exchange("GET", "/x", 200, 1, "2");
+  reset.error = ErrorType::kPeerReset;
+  ExchangeRecord flow = Exchange("GET", "", 0, 1, "2");
+  flow.error = ErrorType::kProtocolError;
+  flow.error_code = 3;
+  for (ExchangeRecord* r : {&ok, &reset, &flow}) {
+    metrics.RecordStart(*r);
+    metrics.RecordStop(*r);
+  }
+  const MetricsSnapshot m = metrics.Collect();
+  std::vector<std::string> types;
+  for (const SeriesSnapshot& s : m.series) types.push_back(s.error_type);
+  std::sort(types.begin(), types.end());
+  EXPECT_THAT(types, ::testing::ElementsAre("", "FLOW_CONTROL_ERROR", "peer_reset"));
+}
+
+TEST(HttpServerMetrics, AttributeSetsAreCappedWithAnOverflowSet) {
+  HttpServerMetrics metrics({.max_series = 3});
+  for (uint16_t status = 200; status < 210; ++status) {
+    ExchangeRecord r = Exchange("GET", "", status, 1);
+    metrics.RecordStart(r);
+    metrics.RecordStop(r);
+  }
+  const MetricsSnapshot m = metrics.Collect();
+  EXPECT_EQ(metrics.series(), 3u);
+  EXPECT_EQ(m.overflowed, 7u);
+  ASSERT_EQ(m.series.size(), 4u);  // three sets and the overflow set
+  const auto overflow = std::find_if(m.series.begin(), m.series.end(),
+                                     [](const SeriesSnapshot& s) { return s.overflow; });
+  ASSERT_NE(overflow, m.series.end());
+  EXPECT_EQ(overflow->duration.count, 7u);
+  EXPECT_THAT(PrometheusText(m, {}), ::testing::HasSubstr("{otel_metric_overflow=\"true\""));
+}
+
+TEST(HttpServerMetrics, BodySizesGoToTheirHistograms) {
+  HttpServerMetrics metrics;
+  ExchangeRecord r = Exchange("POST", "/echo", 200, 1);
+  r.request_body_bytes = 100;
+  r.response_body_bytes = 20'000;
+  metrics.RecordStart(r);
+  metrics.RecordStop(r);
+  const MetricsSnapshot m = metrics.Collect();
+  ASSERT_EQ(m.series.size(), 1u);
+  EXPECT_EQ(m.series[0].request_body_size.buckets[6], 1u);       // <= 100
+  EXPECT_EQ(m.series[0].response_body_size.buckets.back(), 1u);  // > 10000
+  EXPECT_EQ(m.series[0].request_body_size.sum, 100);
+}
+
+}  // namespace
+}  // namespace sluice::telemetry

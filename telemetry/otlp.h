@@ -1,0 +1,133 @@
+// OTLP/HTTP export of spans and metrics, in the specification's JSON encoding
+// (POST {endpoint}/v1/traces and /v1/metrics, Content-Type: application/json).
+//
+//   auto spans = OtlpSpanExporter::Create(options);          // a SnapshotConsumer
+//   hooks.Subscribe(std::make_shared<AsyncListener>(std::move(*spans),
+//                                                   AsyncListenerOptions{.sampled_only = true}));
+//   auto metrics = OtlpMetricExporter::Create(options, &http_metrics);  // a thread, every interval
+//
+// Delivery: each batch is one POST with a timeout; a connection failure or a 429/502/503/504
+// answer is retried with exponential backoff (doubling from `backoff`, at most `max_attempts`
+// tries), other answers are final. A batch that cannot be delivered is dropped and counted. Memory
+// is bounded by the AsyncListener's queue (spans) and by one snapshot (metrics): an unreachable or
+// slow collector costs dropped spans, never a blocked loop or unbounded growth.
+//
+// Only http:// endpoints (a collector on the host or the local network); https:// is refused with
+// a message.
+//
+// Thread contract: the span exporter runs on its AsyncListener's thread; the metric exporter owns
+// its thread. Counters are thread-safe.
+#ifndef SLUICE_TELEMETRY_OTLP_H_
+#define SLUICE_TELEMETRY_OTLP_H_
+
+#include <absl/base/thread_annotations.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "core/mutex.h"
+#include "core/status.h"
+#include "telemetry/async_listener.h"
+#include "telemetry/http_metrics.h"
+
+namespace sluice::telemetry {
+
+struct OtlpEndpoint {
+  std::string host;  // what to connect to (an IP literal or "localhost")
+  uint16_t port = 4318;
+  std::string base_path;  // before /v1/traces, without a trailing '/'
+  std::string authority;  // the Host header
+};
+
+// http://HOST[:PORT][/base]. INVALID_ARGUMENT naming what is wrong (https, no host, bad port).
+[[nodiscard]] StatusOr<OtlpEndpoint> ParseOtlpEndpoint(std::string_view url);
+
+struct OtlpOptions {
+  std::string endpoint;  // http://127.0.0.1:4318
+  std::string service_name = "sluice";
+  std::chrono::milliseconds timeout{2000};  // per attempt: connect, send, answer
+  int max_attempts = 4;
+  std::chrono::milliseconds backoff{100};  // before the second attempt; doubles
+  std::chrono::milliseconds metrics_interval{10000};
+};
+
+struct OtlpCounters {
+  uint64_t batches_sent = 0;
+  uint64_t items_sent = 0;       // spans or data points
+  uint64_t batches_dropped = 0;  // given up after the retries
+  uint64_t items_dropped = 0;
+  uint64_t attempts_failed = 0;  // connection errors and retryable answers
+};
+
+// One POST. Returns the HTTP status, or UNAVAILABLE / DEADLINE_EXCEEDED naming the failure.
+[[nodiscard]] StatusOr<int> HttpPost(const OtlpEndpoint& endpoint, std::string_view path,
+                                     std::string_view body, std::chrono::milliseconds timeout);
+
+// ExportTraceServiceRequest of `spans` (sampled server spans) in OTLP/JSON.
+std::string SpansJson(std::span<const ExchangeSnapshot> spans, std::string_view service_name);
+// ExportMetricsServiceRequest of a snapshot (cumulative temporality) in OTLP/JSON.
+std::string MetricsJson(const MetricsSnapshot& metrics, int64_t now_unix_ns,
+                        std::string_view service_name);
+
+// The POST-with-retries both exporters use.
+class OtlpSender {
+ public:
+  OtlpSender(OtlpEndpoint endpoint, OtlpOptions options);
+  // True if delivered. `items` is what the batch holds, for the counters.
+  bool Send(std::string_view path, std::string_view body, uint64_t items);
+  OtlpCounters counters() const;
+  const OtlpOptions& options() const { return options_; }
+  // Ends the retry sleeps early (shutdown).
+  void Cancel() { cancelled_.store(true); }
+
+ private:
+  const OtlpEndpoint endpoint_;
+  const OtlpOptions options_;
+  std::atomic<bool> cancelled_{false};
+  std::atomic<uint64_t> batches_sent_{0}, items_sent_{0}, batches_dropped_{0}, items_dropped_{0},
+      attempts_failed_{0};
+};
+
+class OtlpSpanExporter : public SnapshotConsumer {
+ public:
+  [[nodiscard]] static StatusOr<std::unique_ptr<OtlpSpanExporter>> Create(OtlpOptions options);
+  void Consume(std::span<const ExchangeSnapshot> batch) override;
+  const OtlpSender& sender() const { return sender_; }
+
+ private:
+  OtlpSpanExporter(OtlpEndpoint endpoint, OtlpOptions options)
+      : sender_(std::move(endpoint), std::move(options)) {}
+  OtlpSender sender_;
+};
+
+class OtlpMetricExporter {
+ public:
+  [[nodiscard]] static StatusOr<std::unique_ptr<OtlpMetricExporter>> Create(
+      OtlpOptions options, const HttpServerMetrics* metrics);
+  // Sends a last export, then stops the thread.
+  ~OtlpMetricExporter();
+  OtlpCounters counters() const { return sender_.counters(); }
+
+ private:
+  OtlpMetricExporter(OtlpEndpoint endpoint, OtlpOptions options, const HttpServerMetrics* metrics);
+  void Run();
+  void ExportNow();
+
+  OtlpSender sender_;
+  const HttpServerMetrics* const metrics_;
+  Mutex mu_;
+  CondVar cv_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace sluice::telemetry
+
+#endif  // SLUICE_TELEMETRY_OTLP_H_
