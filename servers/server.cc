@@ -165,8 +165,9 @@ Status Server::Start() {
   if (options_.handler_threads > 0) {
     workers_ = std::make_unique<WorkerPool>(options_.handler_threads);
   }
-  if (options_.telemetry.style != telemetry::HookStyle::kOff ||
-      !options_.telemetry.access_log.empty()) {
+  const telemetry::TelemetryOptions& t = options_.telemetry;
+  if (t.style != telemetry::HookStyle::kOff || t.metrics || t.tracing_ratio != 0 ||
+      !t.otlp_endpoint.empty() || !t.access_log.empty()) {
     auto t = telemetry::Telemetry::Create(options_.telemetry);
     if (!t.ok()) return t.status();
     telemetry_ = std::move(*t);

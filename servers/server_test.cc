@@ -286,8 +286,9 @@ TEST_P(ServerTest, AnswersPlaintextWithExactBytes) {
 
 TEST_P(ServerTest, ReadyLineNamesTheBoundAddress) {
   StartServer();
-  const std::string expected = "ready address=127.0.0.1:" + std::to_string(server_->port()) +
-                               " scheme=http protocols=http/1.1,h2c pid=" + std::to_string(getpid());
+  const std::string expected =
+      "ready address=127.0.0.1:" + std::to_string(server_->port()) +
+      " scheme=http protocols=http/1.1,h2c pid=" + std::to_string(getpid());
   EXPECT_EQ(server_->ReadyLine(), expected);
 }
 

@@ -85,8 +85,12 @@ class BoundedQueue {
   };
   size_t mask_ = 0;
   std::unique_ptr<Cell[]> cells_;
-  alignas(64) std::atomic<size_t> enqueue_{0};
-  alignas(64) std::atomic<size_t> dequeue_{0};
+  // Producers and the consumer write different counters: keep them off one cache line (padding,
+  // not alignas, so the queue needs no over-aligned allocation or stack slot).
+  char pad0_[64];
+  std::atomic<size_t> enqueue_{0};
+  char pad1_[64];
+  std::atomic<size_t> dequeue_{0};
 };
 
 }  // namespace sluice::telemetry

@@ -236,7 +236,7 @@ TEST(Otlp, SpanExporterPostsEachBatch) {
   const ExchangeSnapshot spans[2] = {Span(), Span()};
   (*exporter)->Consume(spans);
   ASSERT_EQ(receiver.posts().size(), 1u);
-  const std::string& body = receiver.posts()[0].second;
+  const std::string body = receiver.posts()[0].second;
   size_t span_ids = 0;
   for (size_t at = body.find("\"spanId\""); at != std::string::npos;
        at = body.find("\"spanId\"", at + 1)) {
