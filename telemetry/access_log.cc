@@ -101,15 +101,15 @@ std::string AccessLog::FormatLine(const ExchangeSnapshot& s, AccessLogFormat for
       out += "\":\"";
       AppendEscaped(value, true, &out);
     };
-    field("client", s.peer.view());
-    field("method", s.method.view());
-    field("target", s.target.view());
-    field("protocol", Protocol(s.protocol_version.view()));
-    field("route", s.route.view());
-    field("host", s.authority.view());
-    field("user_agent", s.user_agent.view());
-    field("referer", s.referer.view());
-    field("error_type", s.error_type.view());
+    field("client", s.peer());
+    field("method", s.method());
+    field("target", s.target());
+    field("protocol", Protocol(s.protocol_version()));
+    field("route", s.route());
+    field("host", s.authority());
+    field("user_agent", s.user_agent());
+    field("referer", s.referer());
+    field("error_type", s.error_type());
     if (s.trace.sampled) {
       field("trace_id", HexId(s.trace.trace_id.data(), 16));
       field("span_id", HexId(s.trace.span_id.data(), 8));
@@ -123,18 +123,18 @@ std::string AccessLog::FormatLine(const ExchangeSnapshot& s, AccessLogFormat for
     return out;
   }
   std::strftime(when, sizeof(when), "%d/%b/%Y:%H:%M:%S +0000", &tm);
-  AppendOrDash(Host(s.peer.view()), &out);
+  AppendOrDash(Host(s.peer()), &out);
   out += " - - [";
   out += when;
   out += "] \"";
-  if (s.method.empty()) {
+  if (s.method().empty()) {
     out += '-';
   } else {
-    AppendEscaped(s.method.view(), false, &out);
+    AppendEscaped(s.method(), false, &out);
     out += ' ';
-    AppendOrDash(s.target.view(), &out);
+    AppendOrDash(s.target(), &out);
     out += ' ';
-    out += Protocol(s.protocol_version.view());
+    out += Protocol(s.protocol_version());
   }
   out += "\" ";
   out += s.status != 0 ? std::to_string(s.status) : "-";
@@ -142,9 +142,9 @@ std::string AccessLog::FormatLine(const ExchangeSnapshot& s, AccessLogFormat for
   out += s.response_body_bytes != 0 ? std::to_string(s.response_body_bytes) : "-";
   if (format == AccessLogFormat::kCombined) {
     out += " \"";
-    AppendOrDash(s.referer.view(), &out);
+    AppendOrDash(s.referer(), &out);
     out += "\" \"";
-    AppendOrDash(s.user_agent.view(), &out);
+    AppendOrDash(s.user_agent(), &out);
     out += '"';
   }
   out += '\n';

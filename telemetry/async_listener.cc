@@ -1,11 +1,56 @@
 #include "telemetry/async_listener.h"
 
+#include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "http/exchange.h"
 #include "telemetry/clock.h"
 
 namespace sluice::telemetry {
+
+ExchangeSnapshot& ExchangeSnapshot::operator=(const ExchangeSnapshot& other) {
+  if (this == &other) return *this;
+  start_unix_ns = other.start_unix_ns;
+  duration_ns = other.duration_ns;
+  status = other.status;
+  error = other.error;
+  error_code = other.error_code;
+  request_body_bytes = other.request_body_bytes;
+  response_body_bytes = other.response_body_bytes;
+  trace = other.trace;
+  std::copy(std::begin(other.offset_), std::end(other.offset_), offset_);
+  std::copy(std::begin(other.length_), std::end(other.length_), length_);
+  used_ = other.used_;
+  std::memcpy(arena_, other.arena_, used_);
+  return *this;
+}
+
+void ExchangeSnapshot::Put(Field f, std::string_view value) {
+  const size_t limit = kLimits[f];
+  offset_[f] = used_;
+  if (value.size() <= limit) {
+    std::memcpy(arena_ + used_, value.data(), value.size());
+    length_[f] = static_cast<uint16_t>(value.size());
+  } else {
+    std::memcpy(arena_ + used_, value.data(), limit - 3);
+    std::memcpy(arena_ + used_ + limit - 3, "...", 3);
+    length_[f] = static_cast<uint16_t>(limit);
+  }
+  used_ = static_cast<uint16_t>(used_ + length_[f]);
+}
+
+void ExchangeSnapshot::PutTarget(std::string_view path, std::string_view query) {
+  if (query.empty()) {
+    Put(kTarget, path);
+    return;
+  }
+  char buf[kLimits[kTarget] + 1];
+  size_t n = path.copy(buf, sizeof(buf));
+  if (n < sizeof(buf)) buf[n++] = '?';
+  n += query.copy(buf + n, sizeof(buf) - n);
+  Put(kTarget, std::string_view(buf, n));  // one over the limit: cut visibly
+}
 
 void ExchangeSnapshot::CopyFrom(const ExchangeRecord& r) {
   start_unix_ns = Clock::ToUnixNanos(r.start_ticks);
@@ -16,37 +61,25 @@ void ExchangeSnapshot::CopyFrom(const ExchangeRecord& r) {
   request_body_bytes = r.request_body_bytes;
   response_body_bytes = r.response_body_bytes;
   trace = r.trace;
-  method.Set(r.method);
-  scheme.Set(r.scheme);
-  protocol_version.Set(r.protocol_version);
-  route.Set(r.route);
-  peer.Set(r.peer_address);
-  error_type.Set(r.ErrorTypeText());
-  tracestate.Set(r.tracestate);
+  used_ = 0;
+  Put(kMethod, r.method);
+  Put(kScheme, r.scheme);
+  Put(kVersion, r.protocol_version);
+  Put(kRoute, r.route);
+  Put(kPeer, r.peer_address);
+  Put(kErrorType, r.ErrorTypeText());
+  Put(kTraceState, r.tracestate);
   if (r.request != nullptr) {
     const http::Request& req = *r.request;
-    if (req.query().empty()) {
-      target.Set(req.path());
-    } else {
-      char buf[256];
-      const size_t n = std::min(req.path().size(), sizeof(buf));
-      req.path().copy(buf, n);
-      size_t len = n;
-      if (len < sizeof(buf)) buf[len++] = '?';
-      const size_t q = std::min(req.query().size(), sizeof(buf) - len);
-      req.query().copy(buf + len, q);
-      len += q;
-      target.Set(std::string_view(buf, len));
-    }
-    authority.Set(req.authority());
-
-    user_agent.Set(req.Header("user-agent"));
-    referer.Set(req.Header("referer"));
+    PutTarget(req.path(), req.query());
+    Put(kAuthority, req.authority());
+    Put(kUserAgent, req.Header("user-agent"));
+    Put(kReferer, req.Header("referer"));
   } else {
-    target.Set("");
-    authority.Set("");
-    user_agent.Set("");
-    referer.Set("");
+    Put(kTarget, "");
+    Put(kAuthority, "");
+    Put(kUserAgent, "");
+    Put(kReferer, "");
   }
 }
 
@@ -69,6 +102,11 @@ void AsyncListener::OnRequestStop(const ExchangeRecord& record) {
   if (options_.sampled_only && !record.trace.sampled) return;
   if (queue_.TryEmplace([&record](ExchangeSnapshot& cell) { cell.CopyFrom(record); })) {
     queued_.fetch_add(1, std::memory_order_relaxed);
+    if (queue_.ApproxSize() >= queue_.capacity() / 4 &&
+        !wake_pending_.load(std::memory_order_relaxed) &&
+        !wake_pending_.exchange(true, std::memory_order_relaxed)) {
+      cv_.Signal();
+    }
   } else {
     dropped_.fetch_add(1, std::memory_order_relaxed);
   }
@@ -92,6 +130,7 @@ size_t AsyncListener::Drain() {
 
 void AsyncListener::Run() {
   while (!stop_.load()) {
+    wake_pending_.store(false, std::memory_order_relaxed);
     if (Drain() > 0) continue;
     consumer_->Idle();
     MutexLock lock(&mu_);

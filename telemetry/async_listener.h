@@ -29,29 +29,18 @@
 
 namespace sluice::telemetry {
 
-template <size_t N>
-class FixedString {
+// An exchange, copied out of the request: everything an access log or a span needs. Numbers are
+// fields; strings live one after another in a small arena (each cut to its limit, ending with
+// "..." when cut), so a copy writes only the bytes it uses: a few cache lines, not the whole
+// object. Copying it (queue in, queue out) copies the used part too.
+class ExchangeSnapshot {
  public:
-  void Set(std::string_view s) {
-    if (s.size() <= N) {
-      s.copy(data_, s.size());
-      size_ = static_cast<uint16_t>(s.size());
-      return;
-    }
-    s.substr(0, N - 3).copy(data_, N - 3);
-    data_[N - 3] = data_[N - 2] = data_[N - 1] = '.';
-    size_ = N;
-  }
-  std::string_view view() const { return {data_, size_}; }
-  bool empty() const { return size_ == 0; }
+  ExchangeSnapshot() = default;
+  ExchangeSnapshot(const ExchangeSnapshot& other) { *this = other; }
+  ExchangeSnapshot& operator=(const ExchangeSnapshot& other);
 
- private:
-  char data_[N];
-  uint16_t size_ = 0;
-};
+  void CopyFrom(const ExchangeRecord& record);
 
-// An exchange, copied out of the request (everything an access log or a span needs).
-struct ExchangeSnapshot {
   int64_t start_unix_ns = 0;
   uint64_t duration_ns = 0;
   uint16_t status = 0;
@@ -60,19 +49,47 @@ struct ExchangeSnapshot {
   uint64_t request_body_bytes = 0;
   uint64_t response_body_bytes = 0;
   TraceContext trace;
-  FixedString<16> method;
-  FixedString<8> scheme;
-  FixedString<4> protocol_version;
-  FixedString<96> route;
-  FixedString<256> target;  // path, and "?query" if any
-  FixedString<96> authority;
-  FixedString<64> peer;  // the client's address
-  FixedString<192> user_agent;
-  FixedString<192> referer;
-  FixedString<64> error_type;  // ExchangeRecord::ErrorTypeText()
-  FixedString<512> tracestate;
 
-  void CopyFrom(const ExchangeRecord& record);
+  std::string_view method() const { return Get(kMethod); }
+  std::string_view scheme() const { return Get(kScheme); }
+  std::string_view protocol_version() const { return Get(kVersion); }
+  std::string_view route() const { return Get(kRoute); }
+  std::string_view target() const { return Get(kTarget); }  // path, and "?query" if any
+  std::string_view authority() const { return Get(kAuthority); }
+  std::string_view peer() const { return Get(kPeer); }  // the client's address
+  std::string_view user_agent() const { return Get(kUserAgent); }
+  std::string_view referer() const { return Get(kReferer); }
+  std::string_view error_type() const { return Get(kErrorType); }  // ErrorTypeText()
+  std::string_view tracestate() const { return Get(kTraceState); }
+
+ private:
+  enum Field : uint8_t {
+    kMethod,
+    kScheme,
+    kVersion,
+    kRoute,
+    kTarget,
+    kAuthority,
+    kPeer,
+    kUserAgent,
+    kReferer,
+    kErrorType,
+    kTraceState,
+    kFieldCount
+  };
+  // Per-field limits; the arena holds them all at their longest.
+  static constexpr uint16_t kLimits[kFieldCount] = {16, 8, 4, 96, 256, 96, 64, 192, 192, 64, 512};
+  static constexpr size_t kArena = 16 + 8 + 4 + 96 + 256 + 96 + 64 + 192 + 192 + 64 + 512;
+
+  void Put(Field f, std::string_view value);
+  // The target is path + '?' + query, cut as one field.
+  void PutTarget(std::string_view path, std::string_view query);
+  std::string_view Get(Field f) const { return {arena_ + offset_[f], length_[f]}; }
+
+  uint16_t offset_[kFieldCount] = {};
+  uint16_t length_[kFieldCount] = {};
+  uint16_t used_ = 0;
+  char arena_[kArena];
 };
 
 class SnapshotConsumer {
@@ -84,10 +101,11 @@ class SnapshotConsumer {
 };
 
 struct AsyncListenerOptions {
-  size_t capacity = 2048;  // snapshots queued at most (about 1.8 KiB each)
+  size_t capacity = 2048;  // snapshots queued at most (about 1.7 KiB each, mostly unused)
   size_t batch = 256;      // snapshots handed over per Consume
-  // How often the thread looks for work when the queue was empty: no wake-up call is made on
-  // the request path, so this bounds the delay.
+  // How often the thread looks for work when the queue was empty. The request path wakes it only
+  // when the queue passes a quarter of its capacity (one wake-up per many exchanges), so a fast
+  // stream of exchanges is drained before it overflows and a slow one costs no wake-ups at all.
   std::chrono::milliseconds poll{100};
   // Only exchanges whose span is sampled (for span exporters).
   bool sampled_only = false;
@@ -119,6 +137,7 @@ class AsyncListener : public Listener {
   std::atomic<uint64_t> dropped_{0};
   std::atomic<uint64_t> delivered_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> wake_pending_{false};
   Mutex mu_;
   CondVar cv_;
   bool flush_requested_ ABSL_GUARDED_BY(mu_) = false;

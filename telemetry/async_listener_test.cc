@@ -6,6 +6,7 @@
 #include <chrono>
 #include <thread>
 
+#include "http/exchange.h"
 #include "telemetry/bounded_queue.h"
 
 namespace sluice::telemetry {
@@ -83,12 +84,27 @@ TEST(AsyncListener, DestructionDeliversWhatIsQueued) {
   EXPECT_EQ(statuses.size(), 10u);
 }
 
-TEST(FixedString, CutsLongValuesVisibly) {
-  FixedString<8> s;
-  s.Set("short");
-  EXPECT_EQ(s.view(), "short");
-  s.Set("much too long");
-  EXPECT_EQ(s.view(), "much ...");
+TEST(ExchangeSnapshot, CutsLongValuesVisiblyAndCopiesWhatItHolds) {
+  http::Request req;
+  req.SetPath("/" + std::string(300, 'p'));
+  req.SetQuery("q=1");
+  req.AddHeader("user-agent", "short");
+  ExchangeRecord r;
+  r.request = &req;
+  r.method = "GET";
+  r.route = "/{rest...}";
+  r.status = 200;
+  ExchangeSnapshot s;
+  s.CopyFrom(r);
+  EXPECT_EQ(s.method(), "GET");
+  EXPECT_EQ(s.route(), "/{rest...}");
+  EXPECT_EQ(s.user_agent(), "short");
+  EXPECT_EQ(s.target().size(), 256u);
+  EXPECT_EQ(s.target().substr(253), "...");
+  const ExchangeSnapshot copy = s;
+  EXPECT_EQ(copy.target(), s.target());
+  EXPECT_EQ(copy.user_agent(), "short");
+  EXPECT_EQ(copy.status, 200);
 }
 
 TEST(BoundedQueue, ManyProducersOneConsumerLoseNothingThatWasAccepted) {

@@ -31,6 +31,12 @@ class BoundedQueue {
   BoundedQueue& operator=(const BoundedQueue&) = delete;
 
   size_t capacity() const { return mask_ + 1; }
+  // Elements queued, approximately (exact when nobody pushes or pops meanwhile).
+  size_t ApproxSize() const {
+    const size_t in = enqueue_.load(std::memory_order_relaxed);
+    const size_t out = dequeue_.load(std::memory_order_relaxed);
+    return in > out ? in - out : 0;
+  }
 
   // Claims a cell and calls fill(element) to write it in place (a large element is written once),
   // or returns false if the queue is full.

@@ -9,11 +9,25 @@ namespace {
 
 std::atomic<uint64_t> next_instance_id{1};
 
+// The index in kKnownMethods (the last, _OTHER, for anything else). GET and POST first: this runs
+// for every exchange.
 uint8_t MethodIndex(std::string_view method) {
-  for (size_t i = 0; i + 1 < kKnownMethods.size(); ++i) {
-    if (method == kKnownMethods[i]) return static_cast<uint8_t>(i);
+  constexpr uint8_t kOther = static_cast<uint8_t>(kKnownMethods.size() - 1);
+  auto is = [&method](uint8_t i) { return method == kKnownMethods[i] ? i : kOther; };
+  switch (method.size()) {
+    case 3:
+      return method[0] == 'G' ? is(2) : is(7);  // GET, PUT
+    case 4:
+      return method[0] == 'P' ? is(6) : is(3);  // POST, HEAD
+    case 5:
+      return method[0] == 'P' ? is(5) : is(8);  // PATCH, TRACE
+    case 6:
+      return is(1);  // DELETE
+    case 7:
+      return method[0] == 'O' ? is(4) : is(0);  // OPTIONS, CONNECT
+    default:
+      return kOther;
   }
-  return static_cast<uint8_t>(kKnownMethods.size() - 1);  // _OTHER
 }
 
 uint8_t VersionIndex(std::string_view version) {

@@ -18,23 +18,45 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+bool NeedsEscape(unsigned char c) { return c == '"' || c == '\\' || c < 0x20 || c >= 0x7f; }
+
+// A JSON string: runs of plain characters are appended whole; quote, backslash, control
+// characters and anything not ASCII are escaped byte by byte (so any input is valid JSON).
 void JsonString(std::string_view v, std::string* out) {
   static constexpr char kHex[] = "0123456789abcdef";
   out->push_back('"');
-  for (unsigned char c : v) {
+  size_t run = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(v[i]);
+    if (!NeedsEscape(c)) continue;
+    out->append(v.data() + run, i - run);
+    run = i + 1;
     if (c == '"' || c == '\\') {
       out->push_back('\\');
       out->push_back(static_cast<char>(c));
-    } else if (c < 0x20 || c >= 0x7f) {
-      // Not ASCII: escaped byte by byte, so any input is valid JSON.
-      out->append("\\u00");
-      out->push_back(kHex[c >> 4]);
-      out->push_back(kHex[c & 15]);
     } else {
-      out->push_back(static_cast<char>(c));
+      const char escaped[6] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 15]};
+      out->append(escaped, 6);
     }
   }
+  out->append(v.data() + run, v.size() - run);
   out->push_back('"');
+}
+
+void AppendInt(int64_t v, std::string* out) {
+  char buf[24];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  out->append(buf, r.ptr);
+}
+
+void AppendHex(const uint8_t* bytes, size_t n, std::string* out) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  char buf[32];
+  for (size_t i = 0; i < n; ++i) {
+    buf[2 * i] = kHex[bytes[i] >> 4];
+    buf[2 * i + 1] = kHex[bytes[i] & 15];
+  }
+  out->append(buf, 2 * n);
 }
 
 class Attributes {
@@ -50,7 +72,9 @@ class Attributes {
   }
   void Int(std::string_view key, int64_t value) {
     Open(key);
-    out_->append("{\"intValue\":\"").append(std::to_string(value)).append("\"}}");
+    out_->append("{\"intValue\":\"");
+    AppendInt(value, out_);
+    out_->append("\"}}");
   }
   void Bool(std::string_view key, bool value) {
     Open(key);
@@ -278,7 +302,9 @@ StatusOr<int> HttpPost(const OtlpEndpoint& endpoint, std::string_view path, std:
 }
 
 std::string SpansJson(std::span<const ExchangeSnapshot> spans, std::string_view service_name) {
-  std::string out = "{\"resourceSpans\":[{";
+  std::string out;
+  out.reserve(700 * spans.size() + 300);
+  out += "{\"resourceSpans\":[{";
   Resource(service_name, &out);
   out += ",\"scopeSpans\":[{";
   Scope(&out);
@@ -287,48 +313,62 @@ std::string SpansJson(std::span<const ExchangeSnapshot> spans, std::string_view 
   for (const ExchangeSnapshot& s : spans) {
     if (!first) out.push_back(',');
     first = false;
-    out += "{\"traceId\":\"" + HexId(s.trace.trace_id.data(), 16) + "\",\"spanId\":\"" +
-           HexId(s.trace.span_id.data(), 8) + "\"";
+    out += "{\"traceId\":\"";
+    AppendHex(s.trace.trace_id.data(), 16, &out);
+    out += "\",\"spanId\":\"";
+    AppendHex(s.trace.span_id.data(), 8, &out);
+    out += '"';
     const bool root = std::all_of(s.trace.parent_span_id.begin(), s.trace.parent_span_id.end(),
                                   [](uint8_t b) { return b == 0; });
-    if (!root) out += ",\"parentSpanId\":\"" + HexId(s.trace.parent_span_id.data(), 8) + "\"";
-    if (!s.tracestate.empty()) {
-      out += ",\"traceState\":";
-      JsonString(s.tracestate.view(), &out);
+    if (!root) {
+      out += ",\"parentSpanId\":\"";
+      AppendHex(s.trace.parent_span_id.data(), 8, &out);
+      out += '"';
     }
-    // "{method} {route}", or the method alone; "HTTP" for a method outside the known ones.
-    std::string name(s.method.empty() ? "HTTP" : s.method.view());
-    if (!s.route.empty()) name += " " + std::string(s.route.view());
+    if (!s.tracestate().empty()) {
+      out += ",\"traceState\":";
+      JsonString(s.tracestate(), &out);
+    }
+    // "{method} {route}", or the method alone; "HTTP" for a method that could not be parsed.
+    char name[128];
+    const std::string_view method = s.method().empty() ? "HTTP" : s.method();
+    size_t len = method.copy(name, sizeof(name));
+    if (!s.route().empty() && len < sizeof(name)) {
+      name[len++] = ' ';
+      len += s.route().copy(name + len, sizeof(name) - len);
+    }
     out += ",\"name\":";
-    JsonString(name, &out);
-    out += ",\"kind\":2,\"startTimeUnixNano\":\"" + std::to_string(s.start_unix_ns) +
-           "\",\"endTimeUnixNano\":\"" +
-           std::to_string(s.start_unix_ns + static_cast<int64_t>(s.duration_ns)) + "\",";
+    JsonString(std::string_view(name, len), &out);
+    out += ",\"kind\":2,\"startTimeUnixNano\":\"";
+    AppendInt(s.start_unix_ns, &out);
+    out += "\",\"endTimeUnixNano\":\"";
+    AppendInt(s.start_unix_ns + static_cast<int64_t>(s.duration_ns), &out);
+    out += "\",";
     {
       Attributes a(&out);
-      a.String("http.request.method", s.method.view());
-      a.String("url.scheme", s.scheme.view());
-      const std::string_view target = s.target.view();
+      a.String("http.request.method", s.method());
+      a.String("url.scheme", s.scheme());
+      const std::string_view target = s.target();
       const size_t q = target.find('?');
       a.String("url.path", target.substr(0, q));
       if (q != std::string_view::npos) a.String("url.query", target.substr(q + 1));
-      a.String("http.route", s.route.view());
+      a.String("http.route", s.route());
       if (s.status != 0) a.Int("http.response.status_code", s.status);
       a.String("network.protocol.name", "http");
-      a.String("network.protocol.version", s.protocol_version.view());
-      auto [host, port] = SplitAuthority(s.authority.view());
+      a.String("network.protocol.version", s.protocol_version());
+      auto [host, port] = SplitAuthority(s.authority());
       a.String("server.address", host);
       if (port > 0) a.Int("server.port", port);
-      auto [client, client_port] = SplitAuthority(s.peer.view());
+      auto [client, client_port] = SplitAuthority(s.peer());
       a.String("client.address", client);
       if (client_port > 0) a.Int("client.port", client_port);
-      a.String("user_agent.original", s.user_agent.view());
-      a.String("error.type", s.error_type.view());
+      a.String("user_agent.original", s.user_agent());
+      a.String("error.type", s.error_type());
       a.Int("http.request.body.size", static_cast<int64_t>(s.request_body_bytes));
       a.Int("http.response.body.size", static_cast<int64_t>(s.response_body_bytes));
     }
     // Server spans: an error for a 5xx or a failed exchange; 4xx are the client's (unset).
-    out += s.error_type.empty() ? ",\"status\":{}}" : ",\"status\":{\"code\":2}}";
+    out += s.error_type().empty() ? ",\"status\":{}}" : ",\"status\":{\"code\":2}}";
   }
   out += "]}]}]}";
   return out;

@@ -262,6 +262,74 @@ class Server:
 
 
 # ---------------------------------------------------------------------------------------------
+# Helpers: processes a scenario runs next to the server (an OTLP collector, Prometheus)
+
+def _publish_files(files, source_dir: str, it_dir: str, values: Dict[str, str]) -> None:
+    """Renders `files` into the iteration's directory (the port changes every iteration)."""
+    published = {}
+    for f in files:
+        dest = os.path.join(it_dir, f.get("as") or os.path.basename(f["source"]))
+        values["file:" + os.path.basename(dest)] = dest
+        published[dest] = os.path.join(source_dir, f["source"])
+    for dest, src in published.items():
+        try:
+            with open(src, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as e:
+            raise IterationFailed(f"files: cannot read {src}: {e.strerror}") from None
+        with open(dest, "w", encoding="utf-8") as fh:
+            fh.write(_render(text, values))
+
+
+class Helper:
+    def __init__(self, spec: Dict[str, Any], it_dir: str, values: Dict[str, str]):
+        self.name = spec["name"]
+        self.port = int(values[f"port:{self.name}"])
+        exe = spec["command"]
+        if not os.path.isabs(exe):
+            exe = shutil.which(exe) or shutil.which(exe, path="/usr/sbin:/sbin") or exe
+        cmd = _taskset(spec.get("cpus")) + [exe] + [_render(a, values) for a in spec["args"]]
+        self.log_path = os.path.join(it_dir, f"helper-{self.name}.log")
+        self._log = open(self.log_path, "w", encoding="utf-8")
+        try:
+            self.proc = subprocess.Popen(cmd, cwd=it_dir, stdout=self._log,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
+        except OSError as e:
+            self._log.close()
+            raise IterationFailed(f"helper {self.name}: cannot start {cmd[0]}: "
+                                  f"{e.strerror}") from None
+        self.uses_port = any(f"{{port:{self.name}}}" in a for a in spec["args"])
+        self.timeout = parse_duration(spec["ready_timeout"])
+
+    def wait_ready(self) -> None:
+        if not self.uses_port:
+            return
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise IterationFailed(f"helper {self.name} exited with status "
+                                      f"{self.proc.returncode}:\n" + excerpt(self.log_path))
+            if probe.port_accepts(HOST, self.port):
+                return
+            time.sleep(0.01)
+        raise IterationFailed(f"helper {self.name} did not accept on port {self.port} within "
+                              f"{self.timeout:g} s")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+            except ProcessLookupError:
+                pass
+        self._log.close()
+
+
+# ---------------------------------------------------------------------------------------------
 # One iteration
 
 @dataclasses.dataclass
@@ -290,7 +358,7 @@ def _uses(scenario: Dict[str, Any], placeholder: str, source_dir: str) -> bool:
     server = scenario["server"]
     if any(placeholder in a for a in server["args"]):
         return True
-    for f in server["files"]:
+    for f in list(server["files"]) + [f for h in scenario["helpers"] for f in h["files"]]:
         try:
             with open(os.path.join(source_dir, f["source"]), encoding="utf-8") as fh:
                 if placeholder in fh.read():
@@ -332,6 +400,7 @@ def run_iteration(session, side: Side, index: int, profile: bool = False) -> Dic
     server: Optional[Server] = None
     sampler: Optional[procstat.ProcessTreeSampler] = None
     load: Optional[Dict[str, Any]] = None
+    helpers: List[Helper] = []
     try:
         port_known = _uses(scenario, "{port}", side.source_dir)
         port = free_port() if port_known else None
@@ -340,20 +409,15 @@ def run_iteration(session, side: Side, index: int, profile: bool = False) -> Dic
             values["port"] = str(port)
         if _uses(scenario, "{tls_", side.source_dir):
             values.update(make_tls_files(session.run_dir))
-        # Configuration files are rendered per iteration (the port changes), into its directory.
-        published = {}
-        for f in server_cfg["files"]:
-            dest = os.path.join(it_dir, f.get("as") or os.path.basename(f["source"]))
-            values["file:" + os.path.basename(dest)] = dest
-            published[dest] = os.path.join(side.source_dir, f["source"])
-        for dest, src in published.items():
-            try:
-                with open(src, encoding="utf-8") as fh:
-                    text = fh.read()
-            except OSError as e:
-                raise IterationFailed(f"server.files: cannot read {src}: {e.strerror}") from None
-            with open(dest, "w", encoding="utf-8") as fh:
-                fh.write(_render(text, values))
+        values["source_dir"] = side.source_dir
+        for h in scenario["helpers"]:
+            values[f"port:{h['name']}"] = str(free_port())
+        _publish_files(server_cfg["files"], side.source_dir, it_dir, values)
+        for h in scenario["helpers"]:
+            _publish_files(h["files"], side.source_dir, it_dir, values)
+            helpers.append(Helper(h, it_dir, values))
+        for h in helpers:
+            h.wait_ready()
         cmd = server_command(side, values)
         record["server_command"] = cmd
         env = dict(os.environ, **server_cfg["env"])
@@ -404,6 +468,8 @@ def run_iteration(session, side: Side, index: int, profile: bool = False) -> Dic
         if sampler is not None:
             sampler.stop()
             record["sampler_cpu_pct"] = sampler.own_cpu_pct
+        for h in helpers:
+            h.stop()
         record["finished_unix"] = time.time()
     if load is not None and record["status"] == "ok":
         record.update(_metrics(load, sampler))

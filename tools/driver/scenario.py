@@ -116,11 +116,21 @@ _FIRST_REQUEST_SCHEMA = {
     "requests": ("int+", 10, "requests timed after the first, for 'Latency (ms)' (no load)"),
 }
 
+_HELPER_SCHEMA = {
+    "name": ("str", REQUIRED, "its name; {port:NAME} is a free port picked for it"),
+    "command": ("str", REQUIRED, "program (absolute path, or a name on PATH)"),
+    "args": ("args", [], "arguments, with the server's placeholders and {source_dir}"),
+    "files": (("list_of", _FILE_SCHEMA), [], "files published for it, placeholders filled in"),
+    "cpus": ("cpuset", None, "CPUs it is pinned to (taskset)"),
+    "ready_timeout": ("duration", "30s", "how long it may take to accept on {port:NAME}"),
+}
+
 _VARIANT_SCHEMA = {
     "description": ("str", "", "what this variant is"),
     "server_args": ("args", [], "appended to server.args"),
     "load_args": ("args", [], "appended to load.args"),
     "server": ("partial_server", None, "replaces these keys of `server` (e.g. a peer's command)"),
+    "helpers": (("list_of", _HELPER_SCHEMA), [], "more helpers for this variant"),
 }
 
 SCHEMA = {
@@ -134,6 +144,9 @@ SCHEMA = {
     "build": (("map", _BUILD_SCHEMA), {}, "how every side is built and published"),
     "first_request": (("map", _FIRST_REQUEST_SCHEMA), {}, "the request timed right after ready"),
     "syscalls": ("bool", False, "count the server's system calls in the measured window (perf)"),
+    "helpers": (("list_of", _HELPER_SCHEMA), [],
+                "processes started before the server each iteration and stopped after it "
+                "(a collector, a scraper)"),
     "variants": (("variants", _VARIANT_SCHEMA), {}, "named flag sets or servers"),
 }
 
@@ -189,6 +202,7 @@ class Scenario:
             _fill_server_defaults(server)
         server["args"] = list(server["args"]) + list(v["server_args"])
         data["load"]["args"] = list(data["load"]["args"]) + list(v["load_args"])
+        data["helpers"] = list(data["helpers"]) + list(v["helpers"])
         data["variant"] = {"name": name, "description": v["description"]}
         return data
 
@@ -474,6 +488,7 @@ def schema_markdown() -> str:
     table("load", _LOAD_SCHEMA)
     table("build", _BUILD_SCHEMA)
     table("first_request", _FIRST_REQUEST_SCHEMA)
+    table("helpers[]", _HELPER_SCHEMA)
     table("variants.NAME", _VARIANT_SCHEMA)
     return "\n".join(out)
 
