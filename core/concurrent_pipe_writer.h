@@ -17,7 +17,7 @@
 //    buffered ends the loop, and the writer is back to passthrough.
 //
 // The lock is either the writer's own or one injected by its owner, which is
-// what the HTTP/2 output strategies differ in (shared/DESIGN.md §3):
+// what the HTTP/2 output strategies differ in (docs/architecture.md §3):
 //
 //   // two_locks: the frame writer's lock, then the writer's own.
 //   sluice::ConcurrentPipeWriter out(&pipe.writer(), &pool);

@@ -1,6 +1,6 @@
 // Producers writing HTTP/2-frame-shaped records (9-byte header + payload)
 // into one ConcurrentPipeWriter while a consumer drains the pipe, under the
-// two lock layouts of the HTTP/2 output strategies (shared/DESIGN.md §3):
+// two lock layouts of the HTTP/2 output strategies (docs/architecture.md §3):
 //
 //   BM_ConcurrentPipeWriterTwoLocks    frame-writer lock, then the writer's own
 //   BM_ConcurrentPipeWriterSingleLock  the frame-writer lock injected: one lock

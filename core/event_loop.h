@@ -1,5 +1,5 @@
 // An epoll event loop: one per thread, owning the I/O readiness, timers and
-// task queue of everything that lives on that thread (shared/DESIGN.md §1).
+// task queue of everything that lives on that thread (docs/architecture.md §1).
 //
 // A loop pass is: epoll_wait (timeout = time to the next timer, 0 when tasks
 // are queued) → I/O handlers → expired timers → posted tasks. File
@@ -7,7 +7,7 @@
 // unregistered: the hot path never calls epoll_ctl. Other threads hand work
 // to the loop with Post(); the loop is woken through an eventfd, and at most
 // one wake-up write is in flight at a time (a system call costs ~1.2 µs on
-// the machines we measure, shared/DESIGN.md §8).
+// the machines we measure, docs/architecture.md §8).
 //
 //   auto loop_thread = sluice::EventLoopThread::Start();
 //   if (!loop_thread.ok()) return loop_thread.status();

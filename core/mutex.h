@@ -1,7 +1,7 @@
 // A mutex whose locking is checked by clang's -Wthread-safety and, when asked,
 // counted: acquisitions, contended acquisitions, time held and waiters.
 //
-// The counters exist for the HTTP/2 output strategies (shared/DESIGN.md §3):
+// The counters exist for the HTTP/2 output strategies (docs/architecture.md §3):
 // two_locks vs single_lock differ exactly in how often a lock is taken and
 // how long it is held, so those figures must be measurable in-process.
 //

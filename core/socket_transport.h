@@ -1,5 +1,5 @@
 // TCP over an EventLoop: listeners that accept connections, and
-// connections whose bytes flow through two Pipes (shared/DESIGN.md §1, §8).
+// connections whose bytes flow through two Pipes (docs/architecture.md §1, §8).
 //
 //   socket ──read──▶ input Pipe  ──▶ application reads  conn->input()
 //   socket ◀─writev── output Pipe ◀── application writes conn->output()

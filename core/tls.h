@@ -1,13 +1,13 @@
 // TLS over a SocketConnection: the adapter the HTTP/1.1 and HTTP/2 servers
 // and the load generator put between the socket's ciphertext pipes and the
-// application (shared/DESIGN.md §1, "Protocol selection").
+// application (docs/architecture.md §1, "Protocol selection").
 //
 //   socket ──▶ socket input Pipe ──SSL_read──▶ plaintext input Pipe  ──▶ tls->input()
 //   socket ◀── socket output Pipe ◀─SSL_write── plaintext output Pipe ◀── tls->output()
 //
 // One source builds against BoringSSL (the default, //third_party:boringssl)
 // or OpenSSL 3 (`--config=openssl`); it uses the API both share. A process
-// never links both (see shared/BUILD-NOTES.md); TlsLibraryName() says which.
+// never links both (see docs/build.md); TlsLibraryName() says which.
 //
 // TlsContext holds the configuration (certificate, key, ALPN, verification)
 // and is shared by many connections. TlsConnection drives one connection: it

@@ -5,7 +5,7 @@
 // is buffered: it parses every complete request head, runs inline handlers,
 // streams bodies to the handlers that asked for them, and appends every
 // response to the output pipe; at the end of the pass it flushes once, so a
-// burst of pipelined requests costs one writev (shared/DESIGN.md §8). If the
+// burst of pipelined requests costs one writev (docs/architecture.md §8). If the
 // output is over its pause threshold the connection stops reading until the
 // peer catches up: that is the backpressure an echo of any size relies on.
 //

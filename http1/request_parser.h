@@ -154,8 +154,8 @@ struct [[nodiscard]] ParseOutcome {
   }
 };
 
-// What a parser has done since it was made. Plain counters owned by the parser's thread; the
-// server sums them over connections for telemetry.
+// What a parser has done since it was made. Plain counters owned by the parser's thread, read by
+// its tests and fuzz driver; the server counts its rejections itself, by answer (ServerStats).
 struct RequestParserCounters {
   uint64_t requests = 0;                // heads parsed completely
   uint64_t linearized = 0;              // of which spanned segments and were copied to scratch

@@ -1,5 +1,5 @@
 // Flood and abuse limits of one HTTP/2 connection, in one class
-// (STYLE.md: flood limits in their own class, after Envoy's
+// (docs/style.md: flood limits in their own class, after Envoy's
 // ProtocolConstraints).
 //
 // The connection reports what the peer does (`OnFrame`, `OnStreamReset`,

@@ -3,7 +3,7 @@
 // Receiving: `ReceiveWindow` counts what the peer may still send and
 // batches WINDOW_UPDATE: consumed bytes are given back only once they pass
 // a threshold (half the window), so a stream of small DATA frames does not
-// cost a WINDOW_UPDATE each (shared/DESIGN.md §4).
+// cost a WINDOW_UPDATE each (docs/architecture.md §4).
 //
 //   ReceiveWindow window(768 * 1024);
 //   if (!window.OnData(frame_length)) → FLOW_CONTROL_ERROR

@@ -84,7 +84,7 @@ enum class ErrorCode : uint32_t {
 std::string_view ErrorCodeName(ErrorCode code);
 
 // An HTTP/2 error with its scope and RFC code fixed at creation
-// (STYLE.md rule 5). Only the connection's loop turns it into a GOAWAY
+// (docs/style.md). Only the connection's loop turns it into a GOAWAY
 // (connection scope) or an RST_STREAM (stream scope).
 class Http2Error {
  public:

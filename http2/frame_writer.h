@@ -1,6 +1,6 @@
 // The output path of one HTTP/2 connection: frame serialization, HPACK
 // encoding in wire order, outbound flow control, and the three output
-// strategies of shared/DESIGN.md §3, selectable at run time.
+// strategies of docs/architecture.md §3, selectable at run time.
 //
 // Producers (stream handlers, on the loop thread or on worker threads) hand
 // a response to the writer through `SendHead`/`SendData`. How their bytes
@@ -71,7 +71,7 @@ std::string_view OutputStrategyName(OutputStrategy strategy);
 // Parses a name of OutputStrategyName; false if unknown.
 bool ParseOutputStrategy(std::string_view name, OutputStrategy* strategy);
 
-// A snapshot of the output counters (shared/DESIGN.md §3).
+// A snapshot of the output counters (docs/architecture.md §3).
 struct OutputCounters {
   // The frame writer's lock (all strategies; in kQueue only the loop takes it).
   LockCountersSnapshot frame_lock;

@@ -1,5 +1,5 @@
 // DATA frames per second through the HTTP/2 FrameWriter with 1, 2, 4 and 8
-// threads writing at once, for each output strategy (shared/DESIGN.md §3):
+// threads writing at once, for each output strategy (docs/architecture.md §3):
 //
 //   ./bazelw run -c opt //benchmarks:frame_writer_benchmark --
 //       --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true

@@ -1,6 +1,6 @@
 // The load agent: `loadgen agent` serves the LoadAgent gRPC service (loadgen/agent.proto) so a
 // controller (loadgen/controller.h) can run one load spec on several machines at once and merge
-// the results exactly (shared/DESIGN.md §6).
+// the results exactly (docs/architecture.md §6).
 //
 //   sluice::loadgen::AgentOptions options;
 //   options.token = "s3cret";

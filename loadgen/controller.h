@@ -1,6 +1,6 @@
 // The controller: `loadgen --agents HOST:PORT,HOST:PORT --token T [run flags] URL` runs one load
 // on several agents (loadgen/agent.h) at once and prints the merged result exactly as a local
-// run would (shared/DESIGN.md §6).
+// run would (docs/architecture.md §6).
 //
 // The spec parsed from the run flags is split over the agents (SplitSpec): connections, the rate
 // and the request count are divided, so each connection runs the schedule it would run locally.

@@ -1,5 +1,5 @@
 // The load generator's engine: HTTP/1.1 keep-alive load with pipelining, closed loop or at a
-// constant rate with coordinated-omission correction (shared/DESIGN.md §6).
+// constant rate with coordinated-omission correction (docs/architecture.md §6).
 //
 // One EventLoop thread per `threads`; the `connections` are spread over them and each lives on
 // one loop for its whole life (reconnects included). Per connection: a non-blocking connect

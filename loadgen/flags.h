@@ -4,8 +4,8 @@
 //   "http://127.0.0.1:8080/"}); if (!options.ok()) { /* print options.status().message(), exit 2 */
 //   }
 //
-// Every error is INVALID_ARGUMENT with a message for the user (the CLI exits 2); features that are
-// planned but not built yet (--h2, https://) say "not supported yet".
+// Every error is INVALID_ARGUMENT with a message for the user (the CLI exits 2). http:// and
+// https:// targets, HTTP/1.1 and HTTP/2 (--h2: h2c by prior knowledge, ALPN h2 over TLS).
 //
 // Thread-safety: stateless functions; thread-safe.
 #ifndef SLUICE_LOADGEN_FLAGS_H_

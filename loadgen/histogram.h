@@ -1,6 +1,6 @@
 // A latency histogram with bounded relative error (HdrHistogram's log-linear idea), exact to merge
 // and compact to serialize, for the load generator's per-thread recording and for merging results
-// across threads and agents (shared/DESIGN.md §6).
+// across threads and agents (docs/architecture.md §6).
 //
 // Buckets: values below 256 each have their own bucket (exact); above, every power of two
 // [2^k, 2^(k+1)) is cut into 128 equal sub-buckets, so a bucket is at most 1/128 (0.78%) of its

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Load-generator efficiency: CPU seconds per completed request and achieved RPS of loadgen vs a
-# peer load generator, against the same server, in one run (issue 5's benchmark;
-# shared/DESIGN.md §8).
+# peer load generator, against the same server, in one run
+# (docs/architecture.md §8).
 #
 #   loadgen/run_efficiency.sh                 # builds //loadgen and //servers:test_server -c opt
 #   LOADGEN=/path/to/loadgen TEST_SERVER=/path/to/test_server REPEATS=5 DURATION=10 \

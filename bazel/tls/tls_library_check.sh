@@ -2,7 +2,7 @@
 # Usage: tls_library_check.sh boringssl|openssl BINARY...
 # Fails if a binary does not load the expected TLS library (BoringSSL: android/libssl.so.0;
 # OpenSSL 3: libssl.so.3), or loads the other one as well: BoringSSL and OpenSSL 3 cannot share a
-# process (shared/BUILD-NOTES.md, "one TLS library per process").
+# process (docs/build.md, "one TLS library per process").
 set -euo pipefail
 expected="$1"
 shift
