@@ -231,6 +231,13 @@ void Connection::StartExchange() {
       // Hands the exchange back to the loop.
       self->loop_->Post([self, deferred] {
         self->handler_on_worker_ = false;
+        // The connection closed while the worker owned the exchange (a peer reset): CloseNow
+        // could not end the body then, so it ends now, before the response can be held open
+        // waiting for a body end that would never come.
+        if (self->closed_ && self->body_state_ == BodyState::kStreaming) {
+          self->EndBody(
+              UnavailableError("the connection closed before the end of the request body"));
+        }
         self->HoldIfDeferred(deferred);
         self->NotifyClosedIfDone();  // if the peer left while the handler ran
         self->Kick();
@@ -713,8 +720,13 @@ void Connection::StartBody(http::BodyDataCallback on_data, http::BodyEndCallback
     return;
   }
   const bool on_loop = loop_->IsInLoopThread();
+  if (on_loop && closed_) {
+    // Also a body nobody claimed yet: no more of it will ever come.
+    on_end(UnavailableError("connection closed"));
+    return;
+  }
   if (body_state_ != BodyState::kUnclaimed) {
-    on_end(on_loop && closed_ ? UnavailableError("connection closed") : OkStatus());
+    on_end(OkStatus());
     return;
   }
   if (expect_continue_) {

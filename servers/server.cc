@@ -485,6 +485,7 @@ ServerStats Server::stats() const {
   ServerStats s;
   auto get = [](const std::atomic<uint64_t>& v) { return v.load(std::memory_order_relaxed); };
   s.accepted = get(counters_.connections);
+  s.open_connections = open_connections_.load(std::memory_order_relaxed);
   s.requests = get(counters_.requests);
   s.bad_requests = get(counters_.bad_requests);
   s.uri_too_long = get(counters_.uri_too_long);
@@ -526,7 +527,7 @@ std::vector<telemetry::MetricFamily> Server::MetricFamilies() const {
   const ServerStats s = stats();
   add("sluice_connections_accepted_total", "Connections accepted.", kCounter, one(s.accepted));
   add("sluice_open_connections", "Connections open now.", MetricFamily::Type::kGauge,
-      {{{}, static_cast<double>(open_connections_.load(std::memory_order_relaxed))}});
+      {{{}, static_cast<double>(s.open_connections)}});
   add("sluice_requests_total", "Requests dispatched (both protocols).", kCounter, one(s.requests));
   add("sluice_http1_rejected_total", "HTTP/1.1 requests answered before dispatch, by reason.",
       kCounter,

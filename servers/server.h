@@ -82,6 +82,8 @@ struct ServerOptions {
 
 struct ServerStats {
   uint64_t accepted = 0;
+  // Connections open now (both protocols, TLS included once its handshake succeeded).
+  int64_t open_connections = 0;
   uint64_t requests = 0;
   uint64_t bad_requests = 0;
   uint64_t uri_too_long = 0;

@@ -97,6 +97,47 @@ class Gate {
   bool entered_ = false;
 };
 
+// A handler that waits, on its worker, until the test lets it go on (the test then acts while
+// the handler is known to be running).
+class Hold {
+ public:
+  void Enter() {
+    std::unique_lock<std::mutex> lock(mu_);
+    entered_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [this] { return released_; });
+  }
+  [[nodiscard]] bool WaitEntered(milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [this] { return entered_; });
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+  void Reset() {
+    std::lock_guard<std::mutex> lock(mu_);
+    entered_ = released_ = false;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool entered_ = false;
+  bool released_ = false;
+};
+
+// Polls `done` (yielding) until it holds or kPromptly passes.
+template <typename Done>
+bool WaitFor(Done done) {
+  for (auto deadline = steady_clock::now() + kPromptly; steady_clock::now() < deadline;) {
+    if (done()) return true;
+    std::this_thread::yield();
+  }
+  return done();
+}
+
 // How the body of a /count request ended.
 struct BodyOutcome {
   std::atomic<uint64_t> bytes{0};
@@ -188,6 +229,21 @@ class ServerTest : public ::testing::TestWithParam<int> {
                      res.End();
                    });
     });
+    // Echo, once the test released the handler (see Hold).
+    server_->Post("/held-echo", [this](http::Request& req, http::Response& res) {
+      res.DeferEnd();
+      hold_.Enter();
+      req.ReadBody([](std::span<const uint8_t>) {},
+                   [this, &res](Status status) {
+                     {
+                       std::lock_guard<std::mutex> lock(body_.mu);
+                       body_.ended = true;
+                       body_.status = status;
+                     }
+                     body_.cv.notify_all();
+                     res.End();
+                   });
+    });
     server_->Get("/gate", [this](http::Request&, http::Response& res) {
       res.SetHeader("content-type", "text/plain");
       res.DeferEnd();
@@ -234,6 +290,7 @@ class ServerTest : public ::testing::TestWithParam<int> {
   ServerOptions options_;
   std::unique_ptr<Server> server_;
   Gate gate_;
+  Hold hold_;
   StreamProgress stream_;
   BodyOutcome body_;
 };
@@ -778,6 +835,40 @@ TEST_P(ServerTest, KeepsServingWhenAClientDisconnectsMidResponse) {
     }
     stream_.write_failed = false;
   }
+}
+
+// A client that resets while its request's handler still runs on a worker: the handler's body
+// must still end (with an error), its response end and the connection go. It used to stay held
+// by its own deferred response, with its buffers, for the life of the server (~9 KB a request).
+TEST_P(ServerTest, AResetWhileTheHandlerRunsOnAWorkerStillEndsTheExchange) {
+  if (GetParam() == 0) GTEST_SKIP() << "the handler must run on a worker";
+  StartServer();
+  const uint64_t blocks_before = pool_.stats().rented - pool_.stats().returned;
+  for (int i = 0; i < 20; ++i) {
+    SCOPED_TRACE(i);
+    hold_.Reset();
+    {
+      std::lock_guard<std::mutex> lock(body_.mu);
+      body_.ended = false;
+    }
+    const uint64_t resets = server_->stats().peer_resets;
+    auto client = Connect();
+    ASSERT_NE(client, nullptr);
+    ASSERT_TRUE(client->Send(
+        "POST /held-echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n" +
+        std::string(1000, 'a')));
+    ASSERT_TRUE(hold_.WaitEntered(kPromptly));
+    client->CloseWithReset();
+    ASSERT_TRUE(WaitFor([&] { return server_->stats().peer_resets > resets; }));
+    hold_.Release();
+    ASSERT_TRUE(body_.WaitEnded(kPromptly)) << "the handler's body never ended";
+    EXPECT_FALSE(body_.status.ok());
+  }
+  EXPECT_TRUE(WaitFor([&] { return server_->stats().open_connections == 0; }))
+      << server_->stats().open_connections << " connections still open";
+  EXPECT_TRUE(WaitFor([&] {
+    return pool_.stats().rented - pool_.stats().returned <= blocks_before;
+  })) << "buffer blocks still rented";
 }
 
 TEST_P(ServerTest, EchoesOneHundredMegabytesToASlowReaderInBoundedMemory) {
