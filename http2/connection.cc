@@ -93,6 +93,7 @@ class Connection::Stream final : public http::ResponseSink,
     on_data_ = nullptr;
     on_end_ = nullptr;
     exchange_error_.Clear();
+    unfinished_timer_ = 0;
   }
 
   // http::ResponseSink (handler's thread).
@@ -154,7 +155,7 @@ class Connection::Stream final : public http::ResponseSink,
   // Loop: hands buffered body bytes (and the end) to the handler.
   void DeliverBody() {
     if (!body_claimed_ || body_end_delivered_) return;
-    if (!body_buffer_.empty()) {
+    if (!body_buffer_.empty() && on_data_) {
       std::string data;
       data.swap(body_buffer_);
       on_data_(AsBytes(data));
@@ -199,6 +200,8 @@ class Connection::Stream final : public http::ResponseSink,
   std::atomic<bool> ended_off_loop_{false};
   // What went wrong with the exchange, for telemetry (http::ExchangeErrorSlot).
   http::ExchangeErrorSlot exchange_error_;
+  // Loop: the unfinished_request_timeout of a stream answered before its request ended.
+  EventLoop::TimerId unfinished_timer_ = 0;
   Status body_status_;
   std::string body_buffer_;  // received before the handler asked for it
   http::BodyDataCallback on_data_;
@@ -821,7 +824,8 @@ std::optional<Http2Error> Connection::OnData(const Frame& frame) {
     return Http2Error::Stream(id, ErrorCode::kCancel, "DATA: body larger than allowed");
   }
   if (!frame.payload.empty()) {
-    if (s->response_done_ && !s->body_claimed_) {
+    if (s->response_done_) {
+      // Answered already: the body is checked (above) and dropped.
       ReleaseStreamWindow(s.get(), static_cast<uint32_t>(frame.payload.size()));
     } else if (s->body_claimed_ && s->body_buffer_.empty()) {
       if (s->on_data_) s->on_data_(frame.payload);
@@ -912,18 +916,45 @@ void Connection::ReportRejected(ErrorCode code) {
 void Connection::MaybeCloseStream(Stream* s) {
   if (!s->in_map_) return;
   if (!s->response_done_) return;
-  if (!s->recv_ended_) {
-    // The response is complete before the request: tell the client to
-    // stop sending (RFC 9113 §8.1).
-    ResetStream(s->id_, ErrorCode::kNoError);
+  if (s->recv_ended_) {
+    RemoveStream(s);
     return;
   }
-  RemoveStream(s);
+  // Answered before the request ended: half-closed (local). The stream stays, so every frame
+  // the client still sends on it goes through the same checks as before the answer, whenever
+  // the answer went out (inline, from a worker, under any output strategy). What remains of the
+  // body is dropped. Only a client that does not end the request in time is told to stop.
+  s->on_data_ = nullptr;
+  if (!s->body_buffer_.empty()) {
+    const uint32_t buffered = static_cast<uint32_t>(s->body_buffer_.size());
+    s->body_buffer_.clear();
+    ReleaseStreamWindow(s, buffered);
+  }
+  if (s->unfinished_timer_ != 0) return;
+  std::weak_ptr<Connection> conn = weak_from_this();
+  std::weak_ptr<Stream> weak = streams_[s->id_];
+  const uint32_t id = s->id_;
+  s->unfinished_timer_ = loop_->RunAfter(options_.unfinished_request_timeout, [conn, weak, id] {
+    std::shared_ptr<Connection> self = conn.lock();
+    std::shared_ptr<Stream> stream = weak.lock();
+    if (self == nullptr || self->closed_ || stream == nullptr || stream->id_ != id ||
+        !stream->in_map_) {
+      return;
+    }
+    stream->unfinished_timer_ = 0;
+    self->counters_->early_answer_resets.fetch_add(1, std::memory_order_relaxed);
+    self->ResetStream(id, ErrorCode::kNoError);
+    self->FlushOutput();
+  });
 }
 
 void Connection::RemoveStream(Stream* s) {
   if (!s->in_map_) return;
   s->in_map_ = false;
+  if (s->unfinished_timer_ != 0) {
+    loop_->CancelTimer(s->unfinished_timer_);
+    s->unfinished_timer_ = 0;
+  }
   writer_.CloseStream(*s->out_);
   std::shared_ptr<Stream> keep = streams_[s->id_];
   streams_.erase(s->id_);
@@ -1165,9 +1196,12 @@ void Connection::RunOnLoop(std::function<void()> task) {
     task();
     return;
   }
-  counters_->off_loop_posts.fetch_add(1);
+  // The task may end the last exchange and the loop destroy *this before Post returns: only
+  // locals from here on.
+  ConnectionCounters* const counters = counters_;
+  counters->off_loop_posts.fetch_add(1);
   loop_->Post(std::move(task));
-  counters_->off_loop_posts.fetch_sub(1);
+  counters->off_loop_posts.fetch_sub(1);
 }
 
 }  // namespace sluice::http2

@@ -7,7 +7,7 @@
 // decodes every complete frame that is buffered, dispatches the requests
 // whose headers completed (inline, or to the worker pool), feeds request
 // bodies, answers SETTINGS/PING, and ends with one flush, so the responses
-// of a burst of streams leave in one writev (shared/DESIGN.md §8).
+// of a burst of streams leave in one writev (docs/architecture.md §8).
 //
 // Errors are Http2Errors with their scope from creation: a stream error
 // sends RST_STREAM and the connection goes on; a connection error sends
@@ -54,7 +54,7 @@ namespace sluice::http2 {
 struct ConnectionOptions {
   // The output strategy and its limits.
   FrameWriterOptions output;
-  // Our SETTINGS (defaults after Kestrel's; shared/DESIGN.md §4).
+  // Our SETTINGS (defaults after Kestrel's; docs/architecture.md §4).
   uint32_t max_concurrent_streams = 100;
   uint32_t max_frame_size = 16 * 1024;
   uint32_t header_table_size = 4096;
@@ -75,6 +75,11 @@ struct ConnectionOptions {
   // After our last bytes, how long to keep reading (and dropping) before
   // releasing the socket.
   std::chrono::milliseconds linger_timeout{2'000};
+  // A stream answered before its request ended stays half-closed (local): the rest of its
+  // request is still read, checked (framing, content-length, flow control, abuse limits) and
+  // dropped, until the client ends it. A client that has not ended it this long after the
+  // response gets RST_STREAM(NO_ERROR) (RFC 9113 §8.1), counted in early_answer_resets.
+  std::chrono::milliseconds unfinished_request_timeout{10'000};
 };
 
 // Counters shared by all HTTP/2 connections of a server; relaxed atomics.
@@ -86,6 +91,8 @@ struct ConnectionCounters {
   std::atomic<uint64_t> connection_errors{0};  // GOAWAY we sent with an error code
   std::atomic<uint64_t> peer_resets{0};        // RST_STREAM received
   std::atomic<uint64_t> refused_streams{0};    // over max_concurrent_streams
+  // Answered streams whose request the client had not ended after unfinished_request_timeout.
+  std::atomic<uint64_t> early_answer_resets{0};
   std::atomic<uint64_t> body_too_large{0};
   std::atomic<uint64_t> passes{0};
   // A gauge: threads posting to a loop on a connection's behalf (see

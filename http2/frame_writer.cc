@@ -162,8 +162,10 @@ bool FrameWriter::GrowConnectionWindow(uint32_t increment) ABSL_NO_THREAD_SAFETY
 bool FrameWriter::GrowStreamWindow(StreamOutput& stream,
                                    uint32_t increment) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   MutexLock lock(&frame_mu_);
-  if (stream.closed_) return true;
+  // After END_STREAM the window is still accounted for (an overflow is still the peer's error,
+  // RFC 9113 §6.9.1), though nothing waits on it.
   if (!stream.window_.Grow(increment)) return false;
+  if (stream.closed_) return true;
   PipeLockScope pipe(out_->mutex(), &frame_mu_);
   ServeWaitersLocked();
   return true;

@@ -150,14 +150,18 @@ Status Server::Start() {
     started_ = true;
   }
   if (!route_error_.ok()) return route_error_;
+  if (!options_.enable_http1 && !options_.enable_http2) {
+    return InvalidArgumentError("neither HTTP/1.1 nor HTTP/2 is enabled");
+  }
   if (options_.tls.enabled) {
     TlsServerOptions tls;
     tls.certificate_chain_file = options_.tls.cert_file;
     tls.private_key_file = options_.tls.key_file;
     tls.self_signed = options_.tls.self_signed;
     tls.self_signed_certificate_file = options_.tls.self_signed_cert_out;
-    tls.alpn = options_.enable_http2 ? std::vector<std::string>{"h2", "http/1.1"}
-                                     : std::vector<std::string>{"http/1.1"};
+    tls.alpn.clear();
+    if (options_.enable_http2) tls.alpn.push_back("h2");
+    if (options_.enable_http1) tls.alpn.push_back("http/1.1");
     auto context = TlsContext::CreateServer(tls);
     if (!context.ok()) return context.status();
     tls_context_ = std::move(*context);
@@ -231,10 +235,10 @@ Status Server::Start() {
 
 void Server::OnAccept(LoopState* state, std::shared_ptr<SocketConnection> socket) {
   if (tls_context_ == nullptr) {
-    if (options_.enable_http2) {
+    if (options_.enable_http2 && options_.enable_http1) {
       Sniff(state, MakeSocketTransport(std::move(socket)));
     } else {
-      ServeProtocol(state, MakeSocketTransport(std::move(socket)), /*http2=*/false);
+      ServeProtocol(state, MakeSocketTransport(std::move(socket)), options_.enable_http2);
     }
     return;
   }
@@ -250,7 +254,8 @@ void Server::OnAccept(LoopState* state, std::shared_ptr<SocketConnection> socket
 }
 
 void Server::Serve(LoopState* state, std::unique_ptr<Transport> transport) {
-  const bool http2 = options_.enable_http2 && transport->alpn() == "h2";
+  const bool http2 =
+      options_.enable_http2 && (transport->alpn() == "h2" || !options_.enable_http1);
   ServeProtocol(state, std::move(transport), http2);
 }
 
@@ -381,11 +386,17 @@ void Server::ServeProtocol(LoopState* state, std::unique_ptr<Transport> transpor
   if (state->shutting_down) served.BeginShutdown();
 }
 
+std::string Server::ProtocolList() const {
+  std::string out;
+  if (options_.enable_http2 && options_.tls.enabled) out += "h2";
+  if (options_.enable_http1) out += out.empty() ? "http/1.1" : ",http/1.1";
+  if (options_.enable_http2 && !options_.tls.enabled) out += out.empty() ? "h2c" : ",h2c";
+  return out;
+}
+
 std::string Server::ReadyLine() const {
   return "ready address=" + HostPort(options_.address, port_) +
-         " scheme=" + (options_.tls.enabled ? "https" : "http") + " protocols=" +
-         (options_.enable_http2 ? (options_.tls.enabled ? "h2,http/1.1" : "http/1.1,h2c")
-                                : "http/1.1") +
+ " scheme=" + (options_.tls.enabled ? "https" : "http") + " protocols=" + ProtocolList() +
          " pid=" + std::to_string(getpid());
 }
 

@@ -70,6 +70,10 @@ struct ServerOptions {
   // HTTP/2: ALPN "h2" over TLS, and h2c by prior knowledge (the client
   // preface) on the cleartext port that serves HTTP/1.1.
   bool enable_http2 = true;
+  // HTTP/1.1. With HTTP/2 only, a cleartext connection is HTTP/2 from its first byte (no
+  // sniffing: anything but the client preface gets GOAWAY(PROTOCOL_ERROR)) and TLS offers only
+  // ALPN "h2". At least one of the two must be enabled.
+  bool enable_http1 = true;
   // The output strategy (http2.output.strategy), windows, limits.
   http2::ConnectionOptions http2;
   // Buffer pool for every connection. Null: one owned by the server.
@@ -136,6 +140,8 @@ class Server {
   // the line sample servers print once listening (the benchmark driver and
   // tests wait for it).
   std::string ReadyLine() const;
+  // "http/1.1,h2c", "h2,http/1.1", "h2c"...: what the ready line calls the protocols served.
+  std::string ProtocolList() const;
 
   // Graceful: stops accepting, lets in-flight exchanges finish (up to
   // shutdown_grace), closes the rest, stops the loops. Idempotent: a second
@@ -155,7 +161,7 @@ class Server {
   // HTTP metrics.
   std::vector<telemetry::MetricFamily> MetricFamilies() const;
   // HTTP/2 counters: abuse limits and the output strategy's lock and flush
-  // counters (shared/DESIGN.md §3), live.
+  // counters (docs/architecture.md §3), live.
   const http2::ConnectionCounters& http2_counters() const { return h2_counters_; }
 
  private:

@@ -42,10 +42,15 @@ std::string ServerUsage(std::string_view program, std::string_view description) 
   --keep-alive-timeout-ms=N close idle connections after N ms (60000)
   --max-body-bytes=N        largest request body accepted (30000000; more gets 413)
   --no-h2                   serve HTTP/1.1 only (no ALPN h2, no h2c prior knowledge)
+  --protocols=LIST          http/1.1,h2 (default), http/1.1 (= --no-h2) or h2: HTTP/2 only, h2c
+                            from the first byte (no sniffing) or ALPN h2 only over TLS
   --h2-output=STRATEGY      HTTP/2 output strategy: two_locks, single_lock (default) or queue
   --h2-max-streams=N        HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS (100)
   --h2-stall-timeout-ms=N   HTTP/2: GOAWAY a peer that keeps output blocked on a closed window this
                             long (30000)
+  --h2-unfinished-request-timeout-ms=N
+                            HTTP/2: a stream answered before its request ended gets
+                            RST_STREAM(NO_ERROR) if the request is still open this long (10000)
   --telemetry=STYLE         off (default), listener or middleware: how metrics and traces are fed
   --metrics                 OpenTelemetry HTTP server metrics, served at GET /metrics (Prometheus
                             text); needs --telemetry=listener or middleware
@@ -130,10 +135,34 @@ Status ParseServerFlags(int argc, char** argv, ServerOptions* options, bool* hel
       options->tls.enabled = true;
     } else if (name == "--no-h2") {
       options->enable_http2 = false;
+    } else if (name == "--protocols") {
+      if (!need_value()) return bad("needs http/1.1, h2 or http/1.1,h2");
+      bool h1 = false, h2 = false;
+      for (size_t at = 0; at <= value.size();) {
+        size_t comma = value.find(',', at);
+        if (comma == std::string_view::npos) comma = value.size();
+        const std::string_view p = value.substr(at, comma - at);
+        if (p == "http/1.1" || p == "h1") {
+          h1 = true;
+        } else if (p == "h2" || p == "h2c") {
+          h2 = true;
+        } else {
+          return bad("needs http/1.1, h2 or http/1.1,h2 (not \"" + std::string(p) + "\")");
+        }
+        at = comma + 1;
+      }
+      options->enable_http1 = h1;
+      options->enable_http2 = h2;
     } else if (name == "--h2-output") {
       if (!need_value() || !http2::ParseOutputStrategy(value, &options->http2.output.strategy)) {
         return bad("needs two_locks, single_lock or queue");
       }
+    } else if (name == "--h2-unfinished-request-timeout-ms") {
+      int64_t ms = 0;
+      if (!need_value() || !ParseNumber<int64_t>(value, &ms, 1, 86'400'000)) {
+        return bad("needs milliseconds 1-86400000");
+      }
+      options->http2.unfinished_request_timeout = std::chrono::milliseconds(ms);
     } else if (name == "--h2-stall-timeout-ms") {
       int64_t ms = 0;
       if (!need_value() || !ParseNumber<int64_t>(value, &ms, 1, 86'400'000)) {

@@ -9,8 +9,9 @@
 //
 // Flags: --address, --port (0 = ephemeral), --threads, --handler-threads,
 // --tls, --tls-cert, --tls-key, --tls-self-signed, --tls-cert-out,
-// --header-timeout-ms, --keep-alive-timeout-ms, --max-body-bytes, --no-h2,
-// --h2-output, --h2-max-streams, --h2-stall-timeout-ms, --telemetry, --metrics,
+// --header-timeout-ms, --keep-alive-timeout-ms, --max-body-bytes, --no-h2, --protocols,
+// --h2-output, --h2-max-streams, --h2-stall-timeout-ms, --h2-unfinished-request-timeout-ms,
+// --telemetry, --metrics,
 // --tracing-ratio, --otlp-endpoint, --access-log, --access-log-format, --help,
 // --version.
 // A bad flag prints a message and the usage to stderr and exits 2. Once

@@ -14,6 +14,7 @@ a short description of the first difference between two bodies, and GET /stats.
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -93,6 +94,16 @@ class ServerUnderTest(h2_harness.Server):
     def stderr_text(self):
         with open(self.stderr_path, "rb") as f:
             return f.read().decode(errors="replace")
+
+    def keep_stderr(self):
+        """Copies the whole stderr to Bazel's undeclared test outputs (test.outputs/), for a
+        report too long for a failure message; returns the copy's path, or None outside Bazel."""
+        out_dir = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR")
+        if not out_dir:
+            return None
+        path = os.path.join(out_dir, "server-%d-stderr.txt" % self.proc.pid)
+        shutil.copyfile(self.stderr_path, path)
+        return path
 
     def sanitizer_reports(self):
         """The stderr lines that carry a sanitizer marker."""

@@ -6,10 +6,12 @@ for a GOAWAY the reason in its debug data (the texts of http2/frame.cc, http2/co
 http2/abuse_guard.cc), and that the server still serves: after a connection error a fresh
 connection gets a response, after a stream error the same connection does.
 
-Run under Bazel (`bazel test //http2:conformance_test`) or directly:
-  /usr/bin/python3 http2/conformance_test.py --server=bazel-bin/servers/test_server [-k NAME]
-SLUICE_CONFORMANCE_SERVER_FLAGS adds server flags to every server of the suite, e.g.
-"--h2-output=queue --handler-threads=4" to run it against another output strategy.
+Bazel runs it once for every output strategy x {handlers inline, on 4 workers}, twice each
+(`bazel test //servers/http2:all`: conformance_<strategy>_<inline|workers>_test): the outcome must
+not depend on the strategy, on the thread that answered or on timing. Every server of the suite
+must exit 0 on SIGTERM with no sanitizer report on its stderr. Directly:
+  /usr/bin/python3 servers/http2/conformance_test.py --server=bazel-bin/servers/test_server \
+      [--flags="--h2-output=queue --handler-threads=4"] [--runs=N] [-k NAME]
 
 """
 
@@ -21,20 +23,26 @@ import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "testing"))
+import h2_harness as h2h
+import hyperframe.frame as hf
+from server_under_test import ServerUnderTest
 
-import h2_harness as h2h  # noqa: E402
-import hyperframe.frame as hf  # noqa: E402
-
-# The server binary: --server=PATH (taken out of argv before unittest parses it).
+# The server binary (--server=PATH), more flags for every server of the suite (--flags="A B"),
+# and how many times to run the whole suite (--runs=N); taken out of argv before unittest parses
+# it.
 SERVER_BINARY = os.environ.get("SLUICE_TEST_SERVER", "bazel-bin/servers/test_server")
+EXTRA_FLAGS = []
+RUNS = 1
 for _arg in list(sys.argv[1:]):
     if _arg.startswith("--server="):
         SERVER_BINARY = _arg[len("--server="):]
         sys.argv.remove(_arg)
-
-# More server flags for every server of the suite, e.g. "--h2-output=queue --handler-threads=4".
-EXTRA_FLAGS = os.environ.get("SLUICE_CONFORMANCE_SERVER_FLAGS", "").split()
+    elif _arg.startswith("--flags="):
+        EXTRA_FLAGS = _arg[len("--flags="):].split()
+        sys.argv.remove(_arg)
+    elif _arg.startswith("--runs="):
+        RUNS = int(_arg[len("--runs="):])
+        sys.argv.remove(_arg)
 
 # Every wait of a test is bounded by this; the whole suite takes a few seconds.
 STEP = 5.0
@@ -117,11 +125,13 @@ def request(path="/plaintext", method="GET", extra=()):
 
 
 def stop(server):
-    """Stops a harness Server (SIGTERM, bounded wait) and closes its pipes; the exit status."""
-    server.__exit__(None, None, None)
-    server.proc.stdout.close()
-    server.proc.stderr.close()
-    return server.proc.returncode
+    """Stops a server (SIGTERM, bounded wait); fails unless it exited 0 without a sanitizer
+    report on its stderr."""
+    code = server.stop()
+    if code != 0 or server.sanitizer_reports():
+        raise AssertionError("the server exited with %r (whole stderr: %s); its end:\n%s" %
+                             (code, server.keep_stderr(), server.stderr_text()[-4000:]))
+    return code
 
 
 class WaitFailed(AssertionError):
@@ -309,7 +319,7 @@ class ConformanceTestCase(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.server = h2h.Server(SERVER_BINARY, *cls.server_flags, *EXTRA_FLAGS).__enter__()
+        cls.server = ServerUnderTest(SERVER_BINARY, *cls.server_flags, *EXTRA_FLAGS).__enter__()
 
     @classmethod
     def tearDownClass(cls):
@@ -419,7 +429,7 @@ class TlsPrefaceTest(ConformanceTestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.server = h2h.Server(SERVER_BINARY, *EXTRA_FLAGS, tls=True).__enter__()
+        cls.server = ServerUnderTest(SERVER_BINARY, *EXTRA_FLAGS, tls=True).__enter__()
 
     def test_invalid_preface_is_protocol_error_then_close(self):
         peer = self.connect(send_preface=False, handshake=False)
@@ -433,6 +443,60 @@ class TlsPrefaceTest(ConformanceTestCase):
 
     def test_request_over_tls_is_served(self):
         self.assert_get_served(self.connect(), 1)
+
+
+# An HTTP/2-only listener (--protocols=h2): on cleartext the first byte is HTTP/2's (no sniffing
+# for HTTP/1.1), so anything but the client preface is a connection error.
+class Http2OnlyListenerTest(ConformanceTestCase):
+    server_flags = ("--protocols=h2",)
+
+    def test_ready_line_names_only_h2c(self):
+        self.assertIn(" protocols=h2c ", self.server.ready_line + " ")
+
+    def test_http1_request_instead_of_preface_is_protocol_error(self):
+        peer = self.connect(send_preface=False, handshake=False)
+        peer.send(b"GET /plaintext HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        self.assert_connection_error(peer, h2h.PROTOCOL_ERROR, "invalid connection preface")
+
+    def test_invalid_preface_is_protocol_error(self):
+        peer = self.connect(send_preface=False, handshake=False)
+        peer.send(b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n" + raw_frame(SETTINGS, 0, 0))
+        self.assert_connection_error(peer, h2h.PROTOCOL_ERROR, "invalid connection preface")
+
+    def test_prior_knowledge_request_is_served(self):
+        self.assert_get_served(self.connect(), 1)
+
+
+class Http2OnlyTlsListenerTest(ConformanceTestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServerUnderTest(SERVER_BINARY, "--protocols=h2", *EXTRA_FLAGS,
+                                     tls=True).__enter__()
+
+    def test_ready_line_names_only_h2(self):
+        self.assertIn(" protocols=h2 ", self.server.ready_line + " ")
+
+    def test_alpn_offers_only_h2(self):
+        sock = self.server.connect(alpn=("http/1.1", "h2"))
+        self.addCleanup(sock.close)
+        self.assertEqual(sock.selected_alpn_protocol(), "h2")
+
+    def test_a_client_without_alpn_still_gets_http2(self):
+        sock = self.server.connect(alpn=())
+        self.addCleanup(sock.close)
+        sock.sendall(b"GET /plaintext HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        sock.settimeout(STEP)
+        data = b""
+        while len(data) < 9:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        # HTTP/2 frames back (SETTINGS, GOAWAY), not an HTTP/1.1 status line.
+        self.assertGreaterEqual(len(data), 9, data)
+        self.assertFalse(data.startswith(b"HTTP/"), data[:32])
+        self.assertIn(data[3], (SETTINGS, GOAWAY), data[:32])
 
 
 class TimeoutTestCase(ConformanceTestCase):
@@ -684,22 +748,6 @@ class StreamIdTest(ConformanceTestCase):
         seen = peer.barrier()
         self.assertEqual([describe(f) for f in seen
                           if isinstance(f, (hf.GoAwayFrame, hf.RstStreamFrame))], [])
-        self.assert_get_served(peer, 3)
-
-    def test_trailers_after_the_server_reset_an_early_response_are_ignored(self):
-        # The response ends before the request: RST_STREAM(NO_ERROR) (§8.1), and what the client
-        # had in flight, trailers included, is ignored (§5.1).
-        peer = self.connect()
-        peer.send_headers(1, request(), end_stream=False)
-        r = peer.collect([1])[1]
-        self.assertEqual((r.status(), bytes(r.body)), (200, HELLO))
-        peer.send_frame(hf.DataFrame(1, data=b"body in flight"))
-        peer.send_headers(1, [("x-trailer", "1")], end_stream=True)
-        seen = peer.barrier()
-        self.assertEqual([describe(f) for f in seen
-                          if isinstance(f, hf.GoAwayFrame) or
-                          (isinstance(f, hf.RstStreamFrame) and f.error_code != h2h.NO_ERROR)],
-                         [])
         self.assert_get_served(peer, 3)
 
     def test_priority_on_an_idle_stream_does_not_open_it(self):
@@ -1447,6 +1495,114 @@ class AbuseTest(ConformanceTestCase):
 
 
 
+# §8.1: a response may end before its request. The stream is then half-closed (local): every
+# frame the client still sends on it is checked exactly as before the answer (framing,
+# content-length, flow control, abuse limits), whether the answer went out inline or from a
+# worker, under any output strategy, and whether it went out before or after the frame. The
+# client may end its request normally (no reset); only one that does not is told to stop, with
+# RST_STREAM(NO_ERROR), after --h2-unfinished-request-timeout-ms.
+class EarlyAnswerTest(ConformanceTestCase):
+
+    def answered(self, peer, stream_id, extra=()):
+        """Opens a GET /plaintext without END_STREAM and waits for its complete answer."""
+        peer.send_headers(stream_id, request(extra=list(extra)), end_stream=False)
+        r = peer.collect([stream_id])[stream_id]
+        self.assertEqual((r.status(), bytes(r.body)), (200, HELLO))
+        self.assertIsNone(r.reset, "reset with %s" % error_name(r.reset or 0))
+
+    def test_an_answered_request_may_end_normally_without_a_reset(self):
+        peer = self.connect()
+        self.answered(peer, 1)
+        peer.send_frame(hf.DataFrame(1, data=b"the rest of the body"))
+        peer.send_headers(1, [("x-trailer", "1")], end_stream=True)
+        seen = peer.barrier()
+        self.assertEqual([describe(f) for f in seen
+                          if isinstance(f, (hf.GoAwayFrame, hf.RstStreamFrame))], [])
+        self.assert_get_served(peer, 3)
+
+    def test_second_headers_without_end_stream_after_the_answer_is_protocol_error(self):
+        peer = self.connect()
+        self.answered(peer, 1)
+        peer.send_headers(1, [("x-trailer", "1")], end_stream=False)
+        self.assert_stream_error(peer, 1, h2h.PROTOCOL_ERROR)
+        self.assert_get_served(peer, 3)
+
+    def test_pseudo_header_in_trailers_after_the_answer_is_protocol_error(self):
+        peer = self.connect()
+        self.answered(peer, 1)
+        peer.send_headers(1, [(":path", "/x")], end_stream=True)
+        self.assert_stream_error(peer, 1, h2h.PROTOCOL_ERROR)
+        self.assert_get_served(peer, 3)
+
+    def test_data_beyond_content_length_after_the_answer_is_protocol_error(self):
+        peer = self.connect()
+        self.answered(peer, 1, extra=[("content-length", "5")])
+        peer.send_frame(hf.DataFrame(1, data=b"0123456789"))
+        self.assert_stream_error(peer, 1, h2h.PROTOCOL_ERROR)
+        self.assert_get_served(peer, 3)
+
+    def test_data_short_of_content_length_after_the_answer_is_protocol_error(self):
+        peer = self.connect()
+        self.answered(peer, 1, extra=[("content-length", "50")])
+        peer.send_frame(hf.DataFrame(1, data=b"01234", flags=["END_STREAM"]))
+        self.assert_stream_error(peer, 1, h2h.PROTOCOL_ERROR)
+        self.assert_get_served(peer, 3)
+
+    def test_window_update_past_2_pow_31_after_the_answer_is_flow_control_error(self):
+        peer = self.connect()
+        self.answered(peer, 1)
+        peer.send_frame(hf.WindowUpdateFrame(1, window_increment=2**31 - 1))
+        self.assert_stream_error(peer, 1, h2h.FLOW_CONTROL_ERROR)
+        self.assert_get_served(peer, 3)
+
+    def test_a_bad_frame_sent_before_the_answer_gets_the_same_error(self):
+        # The same violation, in flight while the server answers: the outcome does not depend on
+        # which came first.
+        peer = self.connect()
+        peer.send_headers(1, request(extra=[("content-length", "5")]), end_stream=False)
+        peer.send_frame(hf.DataFrame(1, data=b"0123456789"))
+        self.assert_stream_error(peer, 1, h2h.PROTOCOL_ERROR)
+        self.assert_get_served(peer, 3)
+
+    def test_data_after_the_clients_own_reset_of_an_answered_stream_is_stream_closed(self):
+        peer = self.connect()
+        self.answered(peer, 1)
+        peer.send_frame(hf.RstStreamFrame(1, error_code=h2h.CANCEL))
+        peer.send_frame(hf.DataFrame(1, data=b"late"))
+        self.assert_stream_error(peer, 1, h2h.STREAM_CLOSED)
+        self.assert_get_served(peer, 3)
+
+    def test_empty_data_flood_on_an_answered_stream_is_enhance_your_calm(self):
+        peer = self.connect()
+        self.answered(peer, 1)
+        peer.send(raw_frame(DATA, 0, 1) * 100)
+        self.assert_connection_error(peer, h2h.ENHANCE_YOUR_CALM, "DATA: flood of empty frames")
+
+    def test_a_405_answer_to_a_post_keeps_checking_its_body(self):
+        peer = self.connect()
+        peer.send_headers(1, request("/plaintext", "POST", [("content-length", "3")]),
+                          end_stream=False)
+        r = peer.collect([1])[1]
+        self.assertEqual(r.status(), 405)
+        peer.send_frame(hf.DataFrame(1, data=b"too much"))
+        self.assert_stream_error(peer, 1, h2h.PROTOCOL_ERROR)
+        self.assert_get_served(peer, 3)
+
+
+class UnfinishedRequestTest(ConformanceTestCase):
+    server_flags = ("--h2-unfinished-request-timeout-ms=300",)
+
+    def test_a_request_left_unfinished_after_its_answer_is_reset_with_no_error(self):
+        peer = self.connect()
+        peer.send_headers(1, request(), end_stream=False)
+        started = time.monotonic()
+        frame, _ = peer.until(lambda f: isinstance(f, hf.RstStreamFrame) and f.stream_id == 1,
+                              "RST_STREAM(1, NO_ERROR)", probe=False)
+        self.assertEqual(error_name(frame.error_code), "NO_ERROR", describe(frame))
+        self.assertGreaterEqual(time.monotonic() - started, 0.25)
+        self.assert_get_served(peer, 3)
+
+
 # A peer that never opens its window (zero-window stall), against --h2-stall-timeout-ms.
 class WindowStallTest(ConformanceTestCase):
     server_flags = ("--h2-stall-timeout-ms=300",)
@@ -1464,7 +1620,7 @@ class WindowStallTest(ConformanceTestCase):
 class GracefulShutdownTest(unittest.TestCase):
 
     def start_server(self):
-        server = h2h.Server(SERVER_BINARY, *EXTRA_FLAGS).__enter__()
+        server = ServerUnderTest(SERVER_BINARY, *EXTRA_FLAGS).__enter__()
         self.addCleanup(stop, server)
         return server
 
@@ -1528,4 +1684,11 @@ class GracefulShutdownTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    failed = False
+    for run in range(RUNS):
+        if RUNS > 1:
+            print("--- run %d of %d, server flags: %s" % (run + 1, RUNS, " ".join(EXTRA_FLAGS)),
+                  file=sys.stderr)
+        result = unittest.main(verbosity=2, exit=False).result
+        failed = failed or not result.wasSuccessful()
+    sys.exit(1 if failed else 0)
