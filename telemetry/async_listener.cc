@@ -30,7 +30,8 @@ void ExchangeSnapshot::Put(Field f, std::string_view value) {
   const size_t limit = kLimits[f];
   offset_[f] = used_;
   if (value.size() <= limit) {
-    std::memcpy(arena_ + used_, value.data(), value.size());
+    // An empty view may have a null data(), which memcpy must not get even for 0 bytes.
+    if (!value.empty()) std::memcpy(arena_ + used_, value.data(), value.size());
     length_[f] = static_cast<uint16_t>(value.size());
   } else {
     std::memcpy(arena_ + used_, value.data(), limit - 3);
