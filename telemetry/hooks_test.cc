@@ -154,6 +154,7 @@ TEST(Hooks, SubscriptionsChangeSafelyWhileExchangesRun) {
   auto steady = std::make_shared<Counting>();
   hooks.Subscribe(steady);
   std::atomic<bool> stop{false};
+  std::atomic<uint64_t> exchanges{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 3; ++t) {
     threads.emplace_back([&] {
@@ -161,9 +162,17 @@ TEST(Hooks, SubscriptionsChangeSafelyWhileExchangesRun) {
         ExchangeRecord r;
         hooks.Start(r);
         Hooks::Stop(r);
+        exchanges.fetch_add(1);
       }
     });
   }
+  // Exchanges are running before the churn starts and still after it ends (however the threads
+  // are scheduled on a busy machine).
+  auto run_more = [&](uint64_t n) {
+    const uint64_t target = exchanges.load() + n;
+    while (exchanges.load() < target) std::this_thread::yield();
+  };
+  run_more(100);
   std::vector<std::shared_ptr<Counting>> churn;
   for (int i = 0; i < 200; ++i) {
     auto c = std::make_shared<Counting>();
@@ -172,6 +181,7 @@ TEST(Hooks, SubscriptionsChangeSafelyWhileExchangesRun) {
     std::this_thread::yield();
     hooks.Unsubscribe(id);
   }
+  run_more(100);
   stop.store(true);
   for (auto& t : threads) t.join();
   EXPECT_GT(steady->starts.load(), 0);
