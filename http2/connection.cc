@@ -265,15 +265,30 @@ void Connection::Start() {
   Pump();
 }
 
+void Connection::ReadReady::operator()(ReadResult r) const {
+  std::shared_ptr<Connection> keep = std::move(self->read_keepalive_);
+  self->read_pending_ = false;
+  if (self->ProcessPass(r)) self->Pump();
+}
+
+void Connection::FlushDone::operator()(FlushResult r) const {
+  std::shared_ptr<Connection> keep = std::move(self->flush_keepalive_);
+  self->output_blocked_ = false;
+  if (r.is_completed) {
+    self->CloseNow();
+    return;
+  }
+  self->WakeFromWriter();
+  self->Pump();
+}
+
 void Connection::Pump() {
   while (!closed_ && !output_blocked_ && !read_pending_ && !input_done_) {
     ReadResult read;
-    std::shared_ptr<Connection> self = shared_from_this();
-    if (!transport_->input().Read(&read, [self](ReadResult r) {
-          self->read_pending_ = false;
-          if (self->ProcessPass(r)) self->Pump();
-        })) {
+    if (!transport_->input().Read(&read, ReadReady{this})) {
       read_pending_ = true;
+      // The pipe calls back on this loop, never before Read returned.
+      read_keepalive_ = shared_from_this();
       return;
     }
     if (!ProcessPass(read)) return;
@@ -696,12 +711,13 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
   } else {
     s = std::move(spare_streams_.back());
     spare_streams_.pop_back();
-    s->Recycle(id, writer_.OpenStream(id), options_.stream_window);
+    std::shared_ptr<StreamOutput> out = std::move(s->out_);  // kept when nobody else held it
+    s->Recycle(id, writer_.OpenStream(id, std::move(out)), options_.stream_window);
   }
   s->in_map_ = true;
   streams_.emplace(id, s);
   counters_->streams.fetch_add(1, std::memory_order_relaxed);
-  CancelIdleTimer();
+  idle_ = false;
   http::Request& req = s->request_;
   req.Reset();
   req.SetProtocolVersion("2");
@@ -975,7 +991,8 @@ void Connection::RecycleRetiredStreams() {
     // alone does not order another thread's last accesses before ours.
     if (s.use_count() == 1 && !s->on_worker_ && !s->ended_off_loop_.load() &&
         spare_streams_.size() < kMaxSpareStreams) {
-      s->out_.reset();
+      // Its output too, unless the writer's queues still hold it.
+      if (s->out_.use_count() != 1) s->out_.reset();
       spare_streams_.push_back(std::move(s));
     }
   }
@@ -1009,7 +1026,8 @@ void Connection::WakeFromWriter() {
 void Connection::HandleWriterEvents() {
   for (int round = 0; round < 8 && !closed_; ++round) {
     if (writer_.strategy() == OutputStrategy::kQueue && !output_blocked_) writer_.DrainQueue();
-    FrameWriter::Events events = writer_.TakeEvents();
+    FrameWriter::Events& events = writer_events_;
+    writer_.TakeEvents(&events);
     for (uint32_t id : events.finished_streams) {
       auto it = streams_.find(id);
       if (it == streams_.end()) continue;
@@ -1054,33 +1072,40 @@ void Connection::HandleWriterEvents() {
 
 void Connection::FlushOutput() {
   if (closed_ || output_blocked_) return;
-  std::shared_ptr<Connection> self = shared_from_this();
-  if (!writer_.Flush([self](FlushResult r) {
-        self->output_blocked_ = false;
-        if (r.is_completed) {
-          self->CloseNow();
-          return;
-        }
-        self->WakeFromWriter();
-        self->Pump();
-      })) {
+  if (!writer_.Flush(FlushDone{this})) {
     output_blocked_ = true;
+    // Called back on this loop once the transport took the bytes (or the reader completed).
+    flush_keepalive_ = shared_from_this();
   }
 }
 
 void Connection::ArmIdleTimer() {
-  if (idle_timer_ != 0 || closing_ || closed_) return;
+  if (closing_ || closed_) return;
+  idle_ = true;
+  idle_since_ = loop_->Now();
+  if (idle_timer_ != 0) return;  // still armed from an earlier idle spell: it re-checks
+  ScheduleIdleCheck(options_.idle_timeout);
+}
+
+void Connection::ScheduleIdleCheck(EventLoop::Clock::duration delay) {
   std::weak_ptr<Connection> weak = weak_from_this();
-  idle_timer_ = loop_->RunAfter(options_.idle_timeout, [weak] {
+  idle_timer_ = loop_->RunAfter(delay, [weak] {
     auto self = weak.lock();
     if (self == nullptr) return;
     self->idle_timer_ = 0;
-    if (!self->streams_.empty()) return;
+    // Busy since: the next idle spell arms it again.
+    if (!self->idle_ || !self->streams_.empty() || self->closing_ || self->closed_) return;
+    const auto idle_for = self->loop_->Now() - self->idle_since_;
+    if (idle_for < self->options_.idle_timeout) {
+      self->ScheduleIdleCheck(self->options_.idle_timeout - idle_for);
+      return;
+    }
     self->BeginShutdown();
   });
 }
 
 void Connection::CancelIdleTimer() {
+  idle_ = false;
   if (idle_timer_ == 0) return;
   loop_->CancelTimer(idle_timer_);
   idle_timer_ = 0;
@@ -1134,6 +1159,10 @@ void Connection::CloseAfterFlush() {
 void Connection::CompleteInput() {
   if (input_done_) return;
   input_done_ = true;
+  // Completing the reader drops a pending read's callback without calling it: release what it
+  // stood for. Last: this may be the last reference.
+  std::shared_ptr<Connection> keep = std::move(read_keepalive_);
+  read_pending_ = false;
   transport_->input().Complete();
 }
 

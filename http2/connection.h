@@ -34,10 +34,10 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "core/event_loop.h"
 #include "core/memory_pool.h"
 #include "core/transport.h"
@@ -126,6 +126,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
  private:
   class Stream;
+  // The pipe callbacks. They refer to the connection without owning it (so std::function keeps
+  // them inline, no allocation per read or flush); while one is pending, read_keepalive_ /
+  // flush_keepalive_ own the connection instead, as a captured shared_ptr would.
+  struct ReadReady {
+    Connection* self;
+    void operator()(ReadResult r) const;
+  };
+  struct FlushDone {
+    Connection* self;
+    void operator()(FlushResult r) const;
+  };
   // A header block being received (HEADERS + CONTINUATIONs).
   struct HeaderBlock {
     uint32_t stream_id = 0;  // 0: none in progress
@@ -194,7 +205,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void WriteControl(const std::string& frame);
   void SendWindowUpdate(uint32_t stream_id, uint32_t increment);
   void ConsumeConnectionWindow(uint32_t n);
+  // The connection has no stream: it closes (GOAWAY) once idle_timeout passes without one. The
+  // timer is not cancelled when a stream opens (idle_ goes false): it re-checks when it fires,
+  // so a connection that goes idle after every request arms no timer per request.
   void ArmIdleTimer();
+  void ScheduleIdleCheck(EventLoop::Clock::duration delay);
   void CancelIdleTimer();
   void CloseAfterFlush();
   // Aborts the transport (a reset) and finishes.
@@ -209,6 +224,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void ExchangeEnded();
 
   std::unique_ptr<Transport> transport_;
+  std::shared_ptr<Connection> read_keepalive_;
+  std::shared_ptr<Connection> flush_keepalive_;
   EventLoop* const loop_;
   const ConnectionOptions options_;
   http::RequestDispatcher* const dispatcher_;
@@ -218,13 +235,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
   HpackDecoder decoder_;
   FrameWriter writer_;
 
-  std::unordered_map<uint32_t, std::shared_ptr<Stream>> streams_;
+  // Open streams by id (a flat table: no allocation per stream once grown).
+  absl::flat_hash_map<uint32_t, std::shared_ptr<Stream>> streams_;
   // Closed streams nobody holds any more, reused (their Request/Response
   // keep their capacity).
   std::vector<std::shared_ptr<Stream>> spare_streams_;
   // Streams removed during the current pass, recycled at its end.
   std::vector<std::shared_ptr<Stream>> retired_streams_;
   HeaderBlock block_;
+  // The writer's events, reused (HandleWriterEvents).
+  FrameWriter::Events writer_events_;
   std::vector<uint8_t> frame_scratch_;
   Frame frame_;
   ReceiveWindow connection_window_;
@@ -247,6 +267,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool aborted_ = false;
   EventLoop::TimerId preface_timer_ = 0;
   EventLoop::TimerId idle_timer_ = 0;
+  bool idle_ = false;
+  EventLoop::Clock::time_point idle_since_;
   EventLoop::TimerId linger_timer_ = 0;
   EventLoop::TimerId stall_timer_ = 0;
   // Exchanges whose response has not ended, with kClosedBit (connection.cc)

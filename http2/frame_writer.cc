@@ -109,17 +109,46 @@ FrameWriter::FrameWriter(const FrameWriterOptions& options, PipeWriter* out, Mem
   }
 }
 
-FrameWriter::~FrameWriter() {
+FrameWriter::~FrameWriter() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  // Streams still open drop their self-reference (the last one, for those nobody holds).
+  for (StreamOutput* s = open_streams_; s != nullptr;) {
+    StreamOutput* next = s->next_;
+    s->prev_ = s->next_ = nullptr;
+    std::shared_ptr<StreamOutput> last = std::move(s->listed_);
+    s = next;
+  }
+  open_streams_ = nullptr;
   const ConcurrentPipeWriterCounters c = out_->counters();
   OutputStats::Add(stats_->flushes_requested_, c.flushes_requested);
   OutputStats::Add(stats_->flushes_performed_, c.flushes_performed);
 }
 
-std::shared_ptr<StreamOutput> FrameWriter::OpenStream(uint32_t id) {
-  auto stream = std::make_shared<StreamOutput>(id, &stats_->stage_lock_);
+std::shared_ptr<StreamOutput> FrameWriter::OpenStream(
+    uint32_t id, std::shared_ptr<StreamOutput> reuse) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  std::shared_ptr<StreamOutput> stream = std::move(reuse);
+  if (stream == nullptr) {
+    stream = std::make_shared<StreamOutput>(id, &stats_->stage_lock_);
+  } else {
+    // Nobody else holds it and no other thread touched it since it closed (the caller's
+    // contract), so its stage state needs no lock. Buffers are cleared, not freed.
+    StreamOutput& s = *stream;
+    s.id_ = id;
+    s.pending_.clear();
+    s.pending_off_ = 0;
+    s.end_pending_ = s.head_written_ = s.closed_ = s.waiting_ = false;
+    s.staged_head_ = s.staged_end_ = s.scheduled_ = s.stage_closed_ = false;
+    s.staged_fields_.clear();
+    s.staged_data_.clear();
+    s.unsent_.store(0, std::memory_order_relaxed);
+    s.producer_waiting_.store(false, std::memory_order_relaxed);
+  }
   MutexLock lock(&frame_mu_);
   stream->window_ = SendWindow(initial_window_);
-  streams_[id] = stream;
+  stream->prev_ = nullptr;
+  stream->next_ = open_streams_;
+  if (open_streams_ != nullptr) open_streams_->prev_ = stream.get();
+  open_streams_ = stream.get();
+  stream->listed_ = stream;
   return stream;
 }
 
@@ -130,9 +159,16 @@ void FrameWriter::CloseStream(StreamOutput& stream) {
     stream.pending_.clear();
     stream.pending_off_ = 0;
     stream.end_pending_ = false;
-    streams_.erase(stream.id_);
+    if (stream.listed_ != nullptr) {
+      if (stream.prev_ != nullptr) stream.prev_->next_ = stream.next_;
+      if (stream.next_ != nullptr) stream.next_->prev_ = stream.prev_;
+      if (open_streams_ == &stream) open_streams_ = stream.next_;
+      stream.prev_ = stream.next_ = nullptr;
+    }
     stream.room_.SignalAll();
     if (!waiters_.empty()) UpdateBlockedLocked();
+    // The caller holds a reference too, so this is never the last one.
+    stream.listed_.reset();
   }
   if (options_.strategy != OutputStrategy::kQueue) return;  // nothing is ever staged
   MutexLock lock(&stream.stage_mu_);
@@ -175,7 +211,7 @@ bool FrameWriter::SetPeerInitialWindowSize(uint32_t size) ABSL_NO_THREAD_SAFETY_
   MutexLock lock(&frame_mu_);
   const int64_t delta = static_cast<int64_t>(size) - initial_window_;
   initial_window_ = size;
-  for (auto& [id, stream] : streams_) {
+  for (StreamOutput* stream = open_streams_; stream != nullptr; stream = stream->next_) {
     if (!stream->window_.Shift(delta)) return false;
   }
   PipeLockScope pipe(out_->mutex(), &frame_mu_);
@@ -336,17 +372,17 @@ void FrameWriter::DrainQueue() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   batch.clear();
 }
 
-FrameWriter::Events FrameWriter::TakeEvents() {
-  Events events;
+void FrameWriter::TakeEvents(Events* events) {
+  // Swapped: the two vectors' capacity circulates.
+  events->finished_streams.clear();
   {
     MutexLock lock(&frame_mu_);
-    events.finished_streams.swap(finished_);
-    events.window_blocked_since = blocked_since_;
+    events->finished_streams.swap(finished_);
+    events->window_blocked_since = blocked_since_;
     wake_pending_ = false;
   }
   MutexLock lock(&queue_mu_);
-  events.drain_queue = !queue_.empty();
-  return events;
+  events->drain_queue = !queue_.empty();
 }
 
 bool FrameWriter::Flush(FlushCallback on_done) ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -369,9 +405,9 @@ void FrameWriter::Abort() {
   {
     MutexLock lock(&frame_mu_);
     aborted_ = true;
-    for (auto& [id, s] : streams_) {
+    for (StreamOutput* s = open_streams_; s != nullptr; s = s->next_) {
       s->room_.SignalAll();
-      streams.push_back(s);
+      streams.push_back(s->listed_);
     }
   }
   if (options_.strategy != OutputStrategy::kQueue) return;

@@ -133,7 +133,9 @@ struct FrameWriterOptions {
 class FrameWriter;
 
 // The output side of one stream (Kestrel's Http2OutputProducer). Created by
-// FrameWriter::OpenStream; shared by the connection and the writer's queues.
+// FrameWriter::OpenStream; shared by the connection and the writer's queues. A closed stream that
+// nobody else holds any more can be opened again (OpenStream's `reuse`), keeping the capacity of
+// its buffers: the steady state allocates nothing per stream.
 class StreamOutput : public std::enable_shared_from_this<StreamOutput> {
  public:
   explicit StreamOutput(uint32_t id, LockCounters* stage_counters)
@@ -142,7 +144,14 @@ class StreamOutput : public std::enable_shared_from_this<StreamOutput> {
 
  private:
   friend class FrameWriter;
-  const uint32_t id_;
+  // Set by OpenStream (before any producer sees the stream).
+  uint32_t id_;
+
+  // The writer's list of open streams (guarded by its lock). While listed, the stream holds a
+  // reference to itself, so the list never outlives what it points to.
+  StreamOutput* prev_ = nullptr;
+  StreamOutput* next_ = nullptr;
+  std::shared_ptr<StreamOutput> listed_;
 
   // Guarded by the frame writer's lock.
   SendWindow window_;
@@ -197,8 +206,11 @@ class FrameWriter {
   OutputStrategy strategy() const { return options_.strategy; }
 
   // ---- Loop ----------------------------------------------------------------
-  // A new stream with the peer's current initial window.
-  std::shared_ptr<StreamOutput> OpenStream(uint32_t id);
+  // A new stream with the peer's current initial window. `reuse`, if given, is a stream this
+  // writer closed that nobody else holds (use_count() == 1, and no producer thread touched it
+  // since it closed): it is made new again instead of allocating one.
+  std::shared_ptr<StreamOutput> OpenStream(uint32_t id,
+                                           std::shared_ptr<StreamOutput> reuse = nullptr);
   // The stream is gone (closed or reset): drops its unsent output; its
   // producers' later calls return false.
   void CloseStream(StreamOutput& stream);
@@ -220,8 +232,14 @@ class FrameWriter {
   void set_in_pass(bool in_pass) { in_pass_ = in_pass; }
   // kQueue: writes every scheduled stream's staged output.
   void DrainQueue();
-  // What happened since the last call (see WakeLoop).
-  Events TakeEvents();
+  // What happened since the last call (see WakeLoop), into *events (whose vectors keep their
+  // capacity from call to call).
+  void TakeEvents(Events* events);
+  Events TakeEvents() {
+    Events events;
+    TakeEvents(&events);
+    return events;
+  }
   // Publishes everything written. Returns true when done now; otherwise
   // false, and `on_done` runs once the pipe took it (the transport's loop).
   [[nodiscard]] bool Flush(FlushCallback on_done);
@@ -293,7 +311,8 @@ class FrameWriter {
   SendWindow connection_window_ ABSL_GUARDED_BY(frame_mu_);
   int64_t initial_window_ ABSL_GUARDED_BY(frame_mu_) = kDefaultInitialWindowSize;
   uint32_t max_frame_size_ ABSL_GUARDED_BY(frame_mu_) = kMinMaxFrameSize;
-  std::unordered_map<uint32_t, std::shared_ptr<StreamOutput>> streams_ ABSL_GUARDED_BY(frame_mu_);
+  // Open streams (StreamOutput::prev_/next_).
+  StreamOutput* open_streams_ ABSL_GUARDED_BY(frame_mu_) = nullptr;
   std::deque<std::shared_ptr<StreamOutput>> waiters_ ABSL_GUARDED_BY(frame_mu_);
   bool completed_ ABSL_GUARDED_BY(frame_mu_) = false;
   bool aborted_ ABSL_GUARDED_BY(frame_mu_) = false;

@@ -4,6 +4,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -47,9 +51,82 @@ uint8_t* Bytes(std::string_view s) {
 
 }  // namespace
 
-HpackEncoder::HpackEncoder(uint32_t max_table_size) : max_table_size_(max_table_size) {
+// nghttp2 allocates and frees small blocks on every call (a buffer chain per deflate, a string
+// per decoded field, table entries): up to kCached freed blocks of at most kMaxCachedBytes are
+// kept and handed out again. Each block carries its capacity in a header (so realloc and reuse
+// know it). Used by one encoder or decoder, whose calls are never concurrent.
+struct HpackMemory {
+  static constexpr size_t kCached = 16;
+  static constexpr size_t kMaxCachedBytes = 4096;
+  // Keeps the payload as aligned as malloc's.
+  struct alignas(std::max_align_t) Header {
+    size_t capacity;
+  };
+
+  nghttp2_mem mem{this, &Malloc, &Free, &Calloc, &Realloc};
+  std::array<Header*, kCached> free_blocks{};
+  size_t free_count = 0;
+
+  ~HpackMemory() {
+    for (size_t i = 0; i < free_count; ++i) std::free(free_blocks[i]);
+  }
+
+  void* Get(size_t size) {
+    // The smallest cached block that fits.
+    size_t best = kCached;
+    for (size_t i = 0; i < free_count; ++i) {
+      if (free_blocks[i]->capacity >= size &&
+          (best == kCached || free_blocks[i]->capacity < free_blocks[best]->capacity)) {
+        best = i;
+      }
+    }
+    Header* h;
+    if (best != kCached) {
+      h = free_blocks[best];
+      free_blocks[best] = free_blocks[--free_count];
+    } else {
+      h = static_cast<Header*>(std::malloc(sizeof(Header) + size));
+      if (h == nullptr) return nullptr;
+      h->capacity = size;
+    }
+    return h + 1;
+  }
+
+  void Put(void* p) {
+    if (p == nullptr) return;
+    Header* h = static_cast<Header*>(p) - 1;
+    if (free_count < kCached && h->capacity <= kMaxCachedBytes) {
+      free_blocks[free_count++] = h;
+    } else {
+      std::free(h);
+    }
+  }
+
+  static void* Malloc(size_t size, void* self) { return static_cast<HpackMemory*>(self)->Get(size); }
+  static void Free(void* p, void* self) { static_cast<HpackMemory*>(self)->Put(p); }
+  static void* Calloc(size_t n, size_t size, void* self) {
+    if (size != 0 && n > SIZE_MAX / size) return nullptr;
+    void* p = static_cast<HpackMemory*>(self)->Get(n * size);
+    if (p != nullptr) std::memset(p, 0, n * size);
+    return p;
+  }
+  static void* Realloc(void* p, size_t size, void* self) {
+    auto* memory = static_cast<HpackMemory*>(self);
+    if (p == nullptr) return memory->Get(size);
+    Header* h = static_cast<Header*>(p) - 1;
+    if (h->capacity >= size) return p;
+    void* grown = memory->Get(size);
+    if (grown == nullptr) return nullptr;
+    std::memcpy(grown, p, h->capacity);
+    memory->Put(p);
+    return grown;
+  }
+};
+
+HpackEncoder::HpackEncoder(uint32_t max_table_size)
+    : memory_(std::make_unique<HpackMemory>()), max_table_size_(max_table_size) {
   // On failure nghttp2 leaves deflater_ null, and Encode reports it.
-  (void)nghttp2_hd_deflate_new(&deflater_, max_table_size);
+  (void)nghttp2_hd_deflate_new2(&deflater_, max_table_size, &memory_->mem);
 }
 
 HpackEncoder::~HpackEncoder() {
@@ -99,8 +176,9 @@ Status HpackEncoder::SetPeerTableSize(uint32_t size) {
   return OkStatus();
 }
 
-HpackDecoder::HpackDecoder(uint32_t max_table_size) {
-  if (nghttp2_hd_inflate_new(&inflater_) != 0) return;  // inflater_ stays null; Decode reports it
+HpackDecoder::HpackDecoder(uint32_t max_table_size) : memory_(std::make_unique<HpackMemory>()) {
+  // inflater_ stays null on failure; Decode reports it.
+  if (nghttp2_hd_inflate_new2(&inflater_, &memory_->mem) != 0) return;
   // Below the protocol's initial 4096, nghttp2 then requires the peer's next block to open with a
   // size update no larger than max_table_size.
   if (nghttp2_hd_inflate_change_table_size(inflater_, max_table_size) != 0) {

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -32,6 +33,10 @@ struct nghttp2_hd_deflater;
 struct nghttp2_hd_inflater;
 
 namespace sluice::http2 {
+
+// The allocator nghttp2's deflater/inflater use (hpack.cc): keeps a few freed blocks for reuse,
+// so the steady state of encoding and decoding allocates nothing.
+struct HpackMemory;
 
 struct HeaderField {
   std::string_view name;
@@ -59,6 +64,7 @@ class HpackEncoder {
   [[nodiscard]] Status SetPeerTableSize(uint32_t size);
 
  private:
+  std::unique_ptr<HpackMemory> memory_;
   nghttp2_hd_deflater* deflater_ = nullptr;
   uint32_t max_table_size_;
 };
@@ -94,6 +100,7 @@ class HpackDecoder {
   enum class BlockPrefix : uint8_t { kOpcode, kSizeUpdateInteger, kPastPrefix };
   void CountTableSizeUpdates(std::span<const uint8_t> fragment);
 
+  std::unique_ptr<HpackMemory> memory_;
   nghttp2_hd_inflater* inflater_ = nullptr;
   uint64_t table_size_updates_ = 0;
   BlockPrefix prefix_ = BlockPrefix::kOpcode;

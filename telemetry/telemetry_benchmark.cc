@@ -1,15 +1,12 @@
 // What telemetry costs per exchange, in nanoseconds, measured on the code the server runs: the
 // event sites with nobody subscribed, the listener with metrics, with tracing at 100 % and 1 %,
 // and the middleware with metrics (around a real Response). Each reports heap allocations per
-// exchange too (a counting operator new), which must be zero in the steady state.
+// exchange too (benchmarks/allocations.h), which must be zero in the steady state.
 //
 //   ./bazelw run -c opt //telemetry:telemetry_benchmark -- --benchmark_repetitions=5
 #include <benchmark/benchmark.h>
 
-#include <atomic>
-#include <cstdlib>
-#include <new>
-
+#include "benchmarks/allocations.h"
 #include "http/exchange.h"
 #include "http/middleware.h"
 #include "telemetry/async_listener.h"
@@ -19,36 +16,8 @@
 #include "telemetry/telemetry.h"
 #include "telemetry/tracer.h"
 
-namespace {
-
-std::atomic<uint64_t> allocations{0};
-
-}  // namespace
-
-void* operator new(size_t size) {
-  allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-
 namespace sluice::telemetry {
 namespace {
-
-// Reports allocations per iteration over the timed loop.
-class AllocationCounter {
- public:
-  explicit AllocationCounter(benchmark::State& state) : state_(state), start_(allocations.load()) {}
-  ~AllocationCounter() {
-    state_.counters["allocs/op"] = benchmark::Counter(
-        static_cast<double>(allocations.load() - start_), benchmark::Counter::kAvgIterations);
-  }
-
- private:
-  benchmark::State& state_;
-  const uint64_t start_;
-};
 
 http::Request& SampleRequest() {
   static http::Request* req = [] {
@@ -76,7 +45,7 @@ void FillStart(ExchangeRecord& r) {
 void BM_HooksUnsubscribedExchange(benchmark::State& state) {
   Hooks hooks;
   ExchangeRecord r;
-  AllocationCounter count(state);
+  AllocationsPerIteration count(state);
   for (auto _ : state) {
     hooks.Start(r);
     Hooks::Head(r);
@@ -89,7 +58,7 @@ BENCHMARK(BM_HooksUnsubscribedExchange);
 void RunListener(benchmark::State& state, Hooks& hooks) {
   ExchangeRecord r;
   FillStart(r);
-  AllocationCounter count(state);
+  AllocationsPerIteration count(state);
   for (auto _ : state) {
     hooks.Start(r);
     r.status = 200;
@@ -153,7 +122,7 @@ void RunResponse(benchmark::State& state, const http::Handler& handler) {
   NullSink sink;
   http::Response res;
   http::Request& req = SampleRequest();
-  AllocationCounter count(state);
+  AllocationsPerIteration count(state);
   for (auto _ : state) {
     res.Reset(&sink);
     handler(req, res);

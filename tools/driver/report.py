@@ -41,12 +41,17 @@ def machine_line(env: Dict[str, Any]) -> str:
             f"{syscall}; {env['toolchain']['compiler']}")
 
 
-def source_text(side: Dict[str, Any]) -> str:
+def source_text(side: Dict[str, Any], subject_limit: int = 0) -> str:
+    """The side's build source: sha (+ uncommitted changes), ref and commit subject, the subject
+    cut to subject_limit characters when given."""
     src = side["source"]
     if not src.get("sha"):
         return "external command"
     dirty = " + uncommitted changes" if src.get("dirty") else ""
-    return f"{src['sha'][:10]}{dirty} ({src.get('ref') or 'HEAD'}: {src.get('subject', '')})"
+    subject = src.get("subject", "")
+    if subject_limit and len(subject) > subject_limit:
+        subject = subject[:subject_limit - 1].rstrip() + "…"
+    return f"{src['sha'][:10]}{dirty} ({src.get('ref') or 'HEAD'}: {subject})"
 
 
 def seed_row(label: str, it: Dict[str, Any]) -> List[str]:
@@ -158,8 +163,14 @@ def build_blocks(comparison: Dict[str, Any], plot_files: List[Tuple[str, str]]) 
     if scenario.get("description"):
         blocks.append(("p", scenario["description"]))
     blocks.append(("p", "Machine: " + machine_line(first["environment"])))
-    order = ", ".join(f"{s['side']['label']} = {s['side']['name']} ({source_text(s['side'])})"
-                      for s in sides)
+    sources = [source_text(s["side"], subject_limit=60) for s in sides]
+    if len(sides) > 1 and len(set(sources)) == 1:
+        # Variants of one build: say the source once.
+        order = ", ".join(f"{s['side']['label']} = {s['side']['name']}" for s in sides)
+        order += f", all built from {sources[0]}"
+    else:
+        order = ", ".join(f"{s['side']['label']} = {s['side']['name']} ({src})"
+                          for s, src in zip(sides, sources))
     blocks.append(("p", f"Sides: {order}. Iterations interleaved "
                         f"{' '.join(s['side']['label'] for s in sides)} ...; warmup "
                         f"{scenario['warmup']}, measured {scenario['duration']} each. CPU is % "

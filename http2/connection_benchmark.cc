@@ -1,0 +1,236 @@
+// What one HTTP/2 request costs the server connection, in process: no sockets, no kernel. The
+// client side writes batches of HEADERS frames (GET /plaintext, the headers h2load sends, HPACK
+// indexed as after the first request) into the connection's input pipe; the connection decodes
+// them, routes each to an inline handler answering "Hello, World!" (text/plain, as
+// //servers:plaintext does) and writes HEADERS + DATA into its output pipe, which the client
+// side reads and checks. Reports ns and heap allocations per request ("allocs/op" counts per
+// request: the steady-state inline path must not allocate), per output strategy and batch size
+// (1 stream at a time, or 16 per read as h2load -m16 sends them).
+//
+//   ./bazelw run -c opt //http2:connection_benchmark -- --benchmark_repetitions=5
+#include <benchmark/benchmark.h>
+
+#include <array>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "benchmarks/allocations.h"
+#include "core/event_loop.h"
+#include "core/memory_pool.h"
+#include "core/pipe.h"
+#include "core/transport.h"
+#include "http/dispatcher.h"
+#include "http/router.h"
+#include "http2/connection.h"
+#include "http2/frame.h"
+#include "http2/hpack.h"
+
+namespace sluice::http2 {
+namespace {
+
+constexpr std::string_view kBody = "Hello, World!";
+
+// Two pipes and a loop: what the socket transport presents, without the socket.
+class MemoryTransport final : public Transport {
+ public:
+  MemoryTransport(EventLoop* loop, MemoryPool* pool)
+      : loop_(loop), in_(PipeOptions{.pool = pool}), out_(PipeOptions{.pool = pool}) {}
+  PipeReader& input() override { return in_.reader(); }
+  PipeWriter& output() override { return out_.writer(); }
+  EventLoop* loop() const override { return loop_; }
+  void Close() override {}
+  bool secure() const override { return false; }
+  std::string_view alpn() const override { return ""; }
+  std::string_view peer_address() const override { return "127.0.0.1:40000"; }
+
+  // The client's side of the pipes.
+  PipeWriter& client_out() { return in_.writer(); }
+  PipeReader& client_in() { return out_.reader(); }
+
+ private:
+  EventLoop* const loop_;
+  Pipe in_;
+  Pipe out_;
+};
+
+class PlaintextDispatcher final : public http::RequestDispatcher {
+ public:
+  PlaintextDispatcher() {
+    Status added = router_.Add("GET", "/plaintext", [](http::Request&, http::Response& res) {
+      res.SetHeader("content-type", "text/plain");
+      res.Write(kBody);
+    });
+    if (!added.ok()) throw std::runtime_error(std::string(added.message()));
+  }
+  const http::Handler* Route(http::Request& req, http::Response& res) override {
+    router_.Match(req.method(), req.path(), &match_);
+    if (match_.kind != http::RouteMatch::Kind::kFound) {
+      res.SetStatus(404);
+      return nullptr;
+    }
+    req.SetRoute(match_.route_template);
+    return match_.handler;
+  }
+  WorkerPool* workers() override { return nullptr; }
+
+ private:
+  http::Router router_;
+  http::RouteMatch match_;
+};
+
+// One connection and its client, on the calling thread (which runs as the connection's loop).
+class Rig {
+ public:
+  Rig(OutputStrategy strategy, int batch) : batch_(batch) {
+    auto loop = EventLoop::Create();
+    if (!loop.ok()) throw std::runtime_error(std::string(loop.status().message()));
+    loop_ = std::move(*loop);
+    auto transport = std::make_unique<MemoryTransport>(loop_.get(), &pool_);
+    transport_ = transport.get();
+    ConnectionOptions options;
+    options.output.strategy = strategy;
+    conn_ = std::make_shared<Connection>(std::move(transport), options, &dispatcher_,
+                                         &counters_, &pool_);
+    // Our windows as a load generator opens them, so flow control never waits.
+    std::string hello(kClientPreface);
+    const std::array<Setting, 2> settings = {
+        Setting{static_cast<uint16_t>(SettingId::kInitialWindowSize), 1u << 30},
+        Setting{static_cast<uint16_t>(SettingId::kEnablePush), 0}};
+    AppendSettings(settings, &hello);
+    AppendWindowUpdate(0, (1u << 30) - 65535, &hello);
+    // The header block h2load sends; encoded twice, as the second request of a connection is
+    // encoded (every field indexed by then): the first block goes once, before measuring.
+    const std::array<HeaderField, 6> fields = {
+        HeaderField{":method", "GET"},       HeaderField{":path", "/plaintext"},
+        HeaderField{":scheme", "http"},      HeaderField{":authority", "127.0.0.1:8080"},
+        HeaderField{"accept", "*/*"},        HeaderField{"user-agent", "h2load nghttp2/1.52.0"}};
+    std::string first;
+    if (!encoder_.Encode(fields, &first).ok() || !encoder_.Encode(fields, &block_).ok()) {
+      throw std::runtime_error("HPACK encoding failed");
+    }
+    AppendHeaders(NextStream(), AsBytes(first), /*end_stream=*/true, kMinMaxFrameSize, &hello);
+    // One batch: `batch` HEADERS frames; their stream ids are patched before each send.
+    for (int i = 0; i < batch_; ++i) {
+      id_offsets_.push_back(batch_bytes_.size() + 5);
+      AppendHeaders(0, AsBytes(block_), /*end_stream=*/true, kMinMaxFrameSize, &batch_bytes_);
+    }
+    loop_->Post([this, hello = std::move(hello)] {
+      conn_->Start();
+      Send(hello);
+      Receive(1);
+    });
+    RunLoopOnce();
+  }
+
+  ~Rig() {
+    loop_->Post([this] { conn_->Abort(); });
+    RunLoopOnce();
+  }
+
+  // Runs `body` as a task of the loop (the connection's thread), then returns.
+  template <typename Body>
+  void OnLoop(Body body) {
+    loop_->Post([this, &body] { body(); });
+    RunLoopOnce();
+  }
+
+  // One batch of requests, sent and answered; fails the run if an answer is missing.
+  void RoundTrip() {
+    for (size_t at : id_offsets_) {
+      const uint32_t id = NextStream();
+      batch_bytes_[at] = static_cast<char>(id >> 24 & 0x7f);
+      batch_bytes_[at + 1] = static_cast<char>(id >> 16);
+      batch_bytes_[at + 2] = static_cast<char>(id >> 8);
+      batch_bytes_[at + 3] = static_cast<char>(id);
+    }
+    Send(batch_bytes_);
+    Receive(batch_);
+  }
+
+  int batch() const { return batch_; }
+
+ private:
+  static std::span<const uint8_t> AsBytes(std::string_view s) {
+    return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+  }
+
+  uint32_t NextStream() {
+    const uint32_t id = next_stream_;
+    next_stream_ += 2;
+    return id;
+  }
+
+  void RunLoopOnce() {
+    loop_->Post([this] { loop_->Stop(); });
+    loop_->Run();
+  }
+
+  void Send(std::string_view bytes) {
+    PipeWriter& out = transport_->client_out();
+    if (!out.Write(bytes).ok()) throw std::runtime_error("input pipe refused bytes");
+    FlushResult flushed;
+    // Flushing runs the connection's pass (the read it has pending) before it returns.
+    (void)out.Flush(&flushed, [](FlushResult) {});
+  }
+
+  // Reads the connection's output: `responses` streams must have ended (HEADERS, then DATA with
+  // END_STREAM carrying the body).
+  void Receive(int responses) {
+    PipeReader& in = transport_->client_in();
+    ReadResult read;
+    if (!in.Read(&read, nullptr)) throw std::runtime_error("no response in the output pipe");
+    size_t at = 0;
+    int ended = 0;
+    std::array<uint8_t, 9> header;
+    while (read.buffer.size() - at >= header.size()) {
+      read.buffer.CopyTo(at, header);
+      const FrameHeader h = ReadFrameHeader(header.data());
+      if (read.buffer.size() - at - header.size() < h.length) break;
+      if (h.type == static_cast<uint8_t>(FrameType::kData)) {
+        if (h.length != kBody.size()) throw std::runtime_error("unexpected DATA length");
+        if ((h.flags & flags::kEndStream) != 0) ++ended;
+      }
+      at += header.size() + h.length;
+    }
+    (void)in.AdvanceTo(at, read.buffer.size());
+    if (ended != responses) {
+      throw std::runtime_error("expected " + std::to_string(responses) + " responses, got " +
+                               std::to_string(ended));
+    }
+  }
+
+  const int batch_;
+  MemoryPool pool_;
+  PlaintextDispatcher dispatcher_;
+  ConnectionCounters counters_;
+  std::unique_ptr<EventLoop> loop_;
+  MemoryTransport* transport_ = nullptr;
+  std::shared_ptr<Connection> conn_;
+  HpackEncoder encoder_;
+  std::string block_;
+  std::string batch_bytes_;
+  std::vector<size_t> id_offsets_;
+  uint32_t next_stream_ = 1;
+};
+
+void BM_Requests(benchmark::State& state, OutputStrategy strategy) {
+  Rig rig(strategy, static_cast<int>(state.range(0)));
+  rig.OnLoop([&] {
+    for (int i = 0; i < 64; ++i) rig.RoundTrip();  // warm: spare streams, pipe segments
+    AllocationsPerIteration allocations(state, /*items_per_iteration=*/rig.batch());
+    for (auto _ : state) rig.RoundTrip();
+  });
+  state.SetItemsProcessed(state.iterations() * rig.batch());
+  state.SetLabel(std::string(OutputStrategyName(strategy)));
+}
+
+BENCHMARK_CAPTURE(BM_Requests, two_locks, OutputStrategy::kTwoLocks)->Arg(1)->Arg(16);
+BENCHMARK_CAPTURE(BM_Requests, single_lock, OutputStrategy::kSingleLock)->Arg(1)->Arg(16);
+BENCHMARK_CAPTURE(BM_Requests, queue, OutputStrategy::kQueue)->Arg(1)->Arg(16);
+
+}  // namespace
+}  // namespace sluice::http2
