@@ -223,7 +223,7 @@ void MemoryPool::Return(MemoryBlock block) {
       }
     }
     delete[] block.data();
-    s.stats_unpooled_returned.fetch_add(1, std::memory_order_relaxed);
+    s.stats_unpooled_returned.fetch_add(1, std::memory_order_release);
     return;
   }
   if (s.options.diagnostic) {
@@ -246,10 +246,10 @@ void MemoryPool::Return(MemoryBlock block) {
     std::memset(block.data(), kPoison, block.size());
     SLUICE_POISON(block.data(), block.size());
     s.quarantine.push_back(block.data());
-    s.stats_returned.fetch_add(1, std::memory_order_relaxed);
+    s.stats_returned.fetch_add(1, std::memory_order_release);
     return;
   }
-  s.stats_returned.fetch_add(1, std::memory_order_relaxed);
+  s.stats_returned.fetch_add(1, std::memory_order_release);
   SLUICE_POISON(block.data(), block.size());
   ThreadCaches::Entry& cache = Caches().For(shared_);
   cache.blocks.push_back(block.data());
@@ -263,10 +263,13 @@ void MemoryPool::Return(MemoryBlock block) {
 MemoryPoolStats MemoryPool::stats() const {
   const Shared& s = *shared_;
   MemoryPoolStats out;
-  out.rented = s.stats_rented.load(std::memory_order_relaxed);
-  out.returned = s.stats_returned.load(std::memory_order_relaxed);
-  out.unpooled_rented = s.stats_unpooled_rented.load(std::memory_order_relaxed);
-  out.unpooled_returned = s.stats_unpooled_returned.load(std::memory_order_relaxed);
+  // Returns before rents, in order: a block's rent happens before its return (released there,
+  // acquired here), so a snapshot taken while other threads rent and return never shows more
+  // returned than rented.
+  out.returned = s.stats_returned.load();
+  out.unpooled_returned = s.stats_unpooled_returned.load();
+  out.rented = s.stats_rented.load();
+  out.unpooled_rented = s.stats_unpooled_rented.load();
   out.slabs = s.stats_slabs.load(std::memory_order_relaxed);
   out.double_returns = s.stats_double_returns.load(std::memory_order_relaxed);
   out.foreign_returns = s.stats_foreign_returns.load(std::memory_order_relaxed);
