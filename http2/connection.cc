@@ -1,6 +1,7 @@
 #include "http2/connection.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cstring>
 #include <string_view>
@@ -26,25 +27,48 @@ bool IsConnectionSpecific(std::string_view name) {
          name == "transfer-encoding" || name == "upgrade";
 }
 
-// RFC 9110 token characters, lowercase only (RFC 9113 §8.2.1).
-bool IsLowercaseTokenChar(unsigned char c) {
-  if (c >= 'a' && c <= 'z') return true;
-  if (c >= '0' && c <= '9') return true;
-  return std::string_view("!#$%&'*+-.^_`|~").find(static_cast<char>(c)) != std::string_view::npos;
-}
+// Per byte: what it may be in a header name (RFC 9110 token characters, lowercase only: RFC 9113
+// §8.2.1) and whether it may be in a value (anything but NUL, CR, LF: §8.2.1).
+enum : uint8_t { kNameChar = 1, kUppercase = 2, kValueChar = 4 };
+constexpr std::array<uint8_t, 256> kCharClass = [] {
+  std::array<uint8_t, 256> t{};
+  for (int c = 0; c < 256; ++c) {
+    if (c != 0 && c != '\r' && c != '\n') t[c] |= kValueChar;
+    if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) t[c] |= kNameChar;
+    if (c >= 'A' && c <= 'Z') t[c] |= kUppercase;
+  }
+  for (char c : std::string_view("!#$%&'*+-.^_`|~")) t[static_cast<unsigned char>(c)] |= kNameChar;
+  return t;
+}();
 
 const char* CheckName(std::string_view name) {
   if (name.empty()) return "empty header name";
   for (unsigned char c : name) {
-    if (c >= 'A' && c <= 'Z') return "uppercase header name";
-    if (!IsLowercaseTokenChar(c)) return "invalid character in header name";
+    if ((kCharClass[c] & kNameChar) == 0) {
+      return (kCharClass[c] & kUppercase) != 0 ? "uppercase header name"
+                                                : "invalid character in header name";
+    }
   }
   return nullptr;
 }
 
+// The request pseudo-headers (RFC 9113 §8.3.1), one bit each; 0 for any other name.
+constexpr uint8_t kPseudoMethod = 1, kPseudoScheme = 2, kPseudoPath = 4, kPseudoAuthority = 8;
+uint8_t PseudoHeaderBit(std::string_view name) {
+  switch (name.size()) {
+    case 5:
+      return name == ":path" ? kPseudoPath : 0;
+    case 7:
+      return name == ":method" ? kPseudoMethod : name == ":scheme" ? kPseudoScheme : 0;
+    case 10:
+      return name == ":authority" ? kPseudoAuthority : 0;
+  }
+  return 0;
+}
+
 const char* CheckValue(std::string_view value) {
   for (unsigned char c : value) {
-    if (c == 0 || c == '\r' || c == '\n') return "invalid character in header value";
+    if ((kCharClass[c] & kValueChar) == 0) return "invalid character in header value";
   }
   if (!value.empty() && (value.front() == ' ' || value.front() == '\t' || value.back() == ' ' ||
                          value.back() == '\t')) {
@@ -74,15 +98,12 @@ class Connection::Stream final : public http::ResponseSink,
                                  public http::BodySource,
                                  public std::enable_shared_from_this<Stream> {
  public:
-  Stream(Connection* conn, uint32_t id, std::shared_ptr<StreamOutput> out, uint32_t window)
-      : conn_(conn), id_(id), out_(std::move(out)), recv_window_(window) {}
+  explicit Stream(Connection* conn) : conn_(conn), recv_window_(0) {}
 
-  // Makes a closed stream nobody holds any more new again, keeping the
-  // capacity of its Request, Response and buffers.
-  void Recycle(uint32_t id, std::shared_ptr<StreamOutput> out, uint32_t window) {
-    id_ = id;
-    out_ = std::move(out);
-    recv_window_ = ReceiveWindow(window);
+  // Makes a closed stream nobody holds any more new again, keeping the capacity of its Request,
+  // Response and buffers (and its output, when nobody else holds that: out_).
+  void Recycle() {
+    id_ = 0;
     content_length_.reset();
     body_received_ = 0;
     head_request_ = recv_ended_ = response_done_ = reset_ = in_map_ = false;
@@ -94,6 +115,13 @@ class Connection::Stream final : public http::ResponseSink,
     on_end_ = nullptr;
     exchange_error_.Clear();
     unfinished_timer_ = 0;
+  }
+
+  // The request head was valid: the stream gets its id, output and receive window.
+  void Open(uint32_t id, std::shared_ptr<StreamOutput> out, uint32_t window) {
+    id_ = id;
+    out_ = std::move(out);
+    recv_window_ = ReceiveWindow(window);
   }
 
   // http::ResponseSink (handler's thread).
@@ -180,7 +208,7 @@ class Connection::Stream final : public http::ResponseSink,
   }
 
   Connection* const conn_;
-  uint32_t id_;
+  uint32_t id_ = 0;
   std::shared_ptr<StreamOutput> out_;
   http::Request request_;
   http::Response response_;
@@ -537,7 +565,10 @@ std::optional<Http2Error> Connection::OnHeaders(const Frame& frame) {
   block_.trailers = false;
   block_.discard = false;
   block_.refused = false;
-  block_.field_count = 0;
+  block_.stream = nullptr;
+  block_.pseudo_seen = 0;
+  block_.has_scheme = block_.has_path = block_.has_authority = false;
+  block_.bad_length = false;
   block_.list_size = 0;
   block_.too_large = false;
   block_.regular_seen = false;
@@ -570,6 +601,9 @@ std::optional<Http2Error> Connection::OnHeaders(const Frame& frame) {
     } else if (streams_.size() >= options_.max_concurrent_streams) {
       block_.discard = true;
       block_.refused = true;
+    } else {
+      // A new request: its fields are decoded straight into the stream's Request.
+      block_.stream = AcquireStream();
     }
   }
   if (auto e = DecodeFragment(frame.payload, frame.has_flag(flags::kEndHeaders))) return e;
@@ -617,43 +651,95 @@ void Connection::OnField(std::string_view name, std::string_view value) {
       block_.malformed = "pseudo-header after a regular header";
       return;
     }
-    if (name != ":method" && name != ":scheme" && name != ":authority" && name != ":path") {
+    const uint8_t pseudo = PseudoHeaderBit(name);
+    if (pseudo == 0) {
       block_.malformed = "unknown pseudo-header";
       return;
     }
-    for (const auto& f : block_.Fields()) {
-      if (f.first == name) {
-        block_.malformed = "duplicate pseudo-header";
-        return;
-      }
+    if ((block_.pseudo_seen & pseudo) != 0) {
+      block_.malformed = "duplicate pseudo-header";
+      return;
     }
-  } else {
-    block_.regular_seen = true;
-    if (const char* problem = CheckName(name)) {
+    block_.pseudo_seen |= pseudo;
+    if (const char* problem = CheckValue(value)) {
       block_.malformed = problem;
       return;
     }
-    if (IsConnectionSpecific(name)) {
-      block_.malformed = "connection-specific header";
-      return;
+    if (block_.too_large) return;
+    http::Request& req = block_.stream->request_;
+    switch (pseudo) {
+      case kPseudoMethod:
+        req.SetMethod(value);
+        break;
+      case kPseudoScheme:
+        block_.has_scheme = !value.empty();
+        req.SetScheme(value == "https" ? "https" : "http");
+        break;
+      case kPseudoPath: {
+        block_.has_path = !value.empty();
+        const size_t q = value.find('?');
+        req.SetPath(value.substr(0, q));
+        if (q != std::string_view::npos) req.SetQuery(value.substr(q + 1));
+        break;
+      }
+      case kPseudoAuthority:
+        block_.has_authority = !value.empty();
+        req.SetAuthority(value);
+        break;
     }
-    if (name == "te" && value != "trailers") {
-      block_.malformed = "te other than trailers";
-      return;
-    }
+    return;
+  }
+  block_.regular_seen = true;
+  if (const char* problem = CheckName(name)) {
+    block_.malformed = problem;
+    return;
+  }
+  if (IsConnectionSpecific(name)) {
+    block_.malformed = "connection-specific header";
+    return;
+  }
+  if (name == "te" && value != "trailers") {
+    block_.malformed = "te other than trailers";
+    return;
   }
   if (const char* problem = CheckValue(value)) {
     block_.malformed = problem;
     return;
   }
-  if (block_.too_large) return;
-  if (block_.field_count < block_.fields.size()) {
-    block_.fields[block_.field_count].first.assign(name);
-    block_.fields[block_.field_count].second.assign(value);
-  } else {
-    block_.fields.emplace_back(name, value);
+  if (block_.trailers || block_.too_large) return;  // trailers are checked, not kept
+  Stream& stream = *block_.stream;
+  if (name == "content-length") {
+    uint64_t v = 0;
+    auto r = std::from_chars(value.data(), value.data() + value.size(), v);
+    if (r.ec != std::errc() || r.ptr != value.data() + value.size() ||
+        (stream.content_length_ && *stream.content_length_ != v)) {
+      block_.bad_length = true;
+    }
+    stream.content_length_ = v;
+  } else if (name == "host" && !block_.has_authority) {
+    stream.request_.SetAuthority(value);
   }
-  ++block_.field_count;
+  stream.request_.AddHeader(name, value);
+}
+
+std::shared_ptr<Connection::Stream> Connection::AcquireStream() {
+  std::shared_ptr<Stream> s;
+  if (spare_streams_.empty()) {
+    s = std::make_shared<Stream>(this);
+  } else {
+    s = std::move(spare_streams_.back());
+    spare_streams_.pop_back();
+    s->Recycle();
+  }
+  http::Request& req = s->request_;
+  req.Reset();
+  req.SetProtocolVersion("2");
+  req.SetPeerAddress(transport_->peer_address());
+  return s;
+}
+
+void Connection::ReleaseUnopenedStream(std::shared_ptr<Stream> s) {
+  if (spare_streams_.size() < kMaxSpareStreams) spare_streams_.push_back(std::move(s));
 }
 
 std::optional<Http2Error> Connection::EndHeaderBlock() {
@@ -682,67 +768,33 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
     }
     return OnRequestEnd(s.get());
   }
-  std::string_view method, scheme, path, authority;
-  for (const auto& [name, value] : block_.Fields()) {
-    if (name == ":method") method = value;
-    if (name == ":scheme") scheme = value;
-    if (name == ":path") path = value;
-    if (name == ":authority") authority = value;
-  }
+  std::shared_ptr<Stream> s = std::move(block_.stream);
+  http::Request& req = s->request_;
+  const std::string_view method = req.method();
   if (block_.malformed == nullptr && !block_.too_large) {
     if (method.empty()) {
       block_.malformed = "missing :method";
     } else if (method == "CONNECT") {
-      if (!scheme.empty() || !path.empty() || authority.empty()) {
+      if (block_.has_scheme || block_.has_path || !block_.has_authority) {
         block_.malformed = "CONNECT with :scheme or :path, or without :authority";
       }
-    } else if (scheme.empty() || path.empty()) {
+    } else if (!block_.has_scheme || !block_.has_path) {
       block_.malformed = "missing :scheme or :path";
     }
   }
   if (block_.malformed != nullptr) {
     ReportRejected(ErrorCode::kProtocolError);
     ResetStream(id, ErrorCode::kProtocolError);
+    ReleaseUnopenedStream(std::move(s));
     return std::nullopt;
   }
-  std::shared_ptr<Stream> s;
-  if (spare_streams_.empty()) {
-    s = std::make_shared<Stream>(this, id, writer_.OpenStream(id), options_.stream_window);
-  } else {
-    s = std::move(spare_streams_.back());
-    spare_streams_.pop_back();
-    std::shared_ptr<StreamOutput> out = std::move(s->out_);  // kept when nobody else held it
-    s->Recycle(id, writer_.OpenStream(id, std::move(out)), options_.stream_window);
-  }
+  std::shared_ptr<StreamOutput> out = std::move(s->out_);  // kept when nobody else held it
+  s->Open(id, writer_.OpenStream(id, std::move(out)), options_.stream_window);
   s->in_map_ = true;
   streams_.emplace(id, s);
   counters_->streams.fetch_add(1, std::memory_order_relaxed);
   idle_ = false;
-  http::Request& req = s->request_;
-  req.Reset();
-  req.SetProtocolVersion("2");
-  req.SetPeerAddress(transport_->peer_address());
-  req.SetScheme(scheme == "https" ? "https" : "http");
-  req.SetMethod(method);
-  const size_t q = path.find('?');
-  req.SetPath(path.substr(0, q));
-  if (q != std::string_view::npos) req.SetQuery(path.substr(q + 1));
-  req.SetAuthority(authority);
-  bool bad_length = false;
-  for (const auto& [name, value] : block_.Fields()) {
-    if (name[0] == ':') continue;
-    if (name == "content-length") {
-      uint64_t v = 0;
-      auto r = std::from_chars(value.data(), value.data() + value.size(), v);
-      if (r.ec != std::errc() || r.ptr != value.data() + value.size() ||
-          (s->content_length_ && *s->content_length_ != v)) {
-        bad_length = true;
-      }
-      s->content_length_ = v;
-    }
-    if (name == "host" && authority.empty()) req.SetAuthority(value);
-    req.AddHeader(name, value);
-  }
+  const bool bad_length = block_.bad_length;
   s->recv_ended_ = block_.end_stream;
   if (bad_length || (block_.end_stream && s->content_length_.value_or(0) != 0)) {
     ReportRejected(ErrorCode::kProtocolError);

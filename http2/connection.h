@@ -145,13 +145,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
     bool discard = false;                    // refused or ignored: decode only (HPACK state)
     bool refused = false;                    // over max_concurrent_streams: REFUSED_STREAM
     std::optional<Http2Error> stream_error;  // sent once the block is decoded
-    // The first field_count entries are this block's; the rest keep their
-    // capacity for the next block.
-    std::vector<std::pair<std::string, std::string>> fields;
-    size_t field_count = 0;
-    std::span<const std::pair<std::string, std::string>> Fields() const {
-      return {fields.data(), field_count};
-    }
+    // A new request's stream: its fields are decoded straight into its Request (null for
+    // trailers and for blocks decoded only for the HPACK state).
+    std::shared_ptr<Stream> stream;
+    uint8_t pseudo_seen = 0;  // kPseudo* bits (connection.cc)
+    // :scheme, :path, :authority present and not empty.
+    bool has_scheme = false;
+    bool has_path = false;
+    bool has_authority = false;
+    bool bad_length = false;  // a content-length that is not a number, or two that differ
     size_t list_size = 0;
     bool too_large = false;
     bool regular_seen = false;
@@ -177,7 +179,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::optional<Http2Error> OnSettings(const Frame& frame);
   std::optional<Http2Error> OnWindowUpdate(const Frame& frame);
   void OnField(std::string_view name, std::string_view value);
-  // Opens a stream for a valid request head and dispatches it.
+  // A stream for a new request's head: a spare one (its Request reset) or a new one. Not yet
+  // open (no id, output or window: Stream::Open, once the head is valid).
+  std::shared_ptr<Stream> AcquireStream();
+  // A stream whose head was refused before it opened goes back to the spares.
+  void ReleaseUnopenedStream(std::shared_ptr<Stream> stream);
+  // Dispatches a stream whose request head was valid.
   void StartRequest(std::shared_ptr<Stream> stream);
   // Answers a request the connection refuses itself (431, 413).
   void AnswerDirectly(std::shared_ptr<Stream> stream, uint16_t status);

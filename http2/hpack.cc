@@ -49,6 +49,67 @@ uint8_t* Bytes(std::string_view s) {
   return const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(s.data()));
 }
 
+// Reads an RFC 7541 §5.1 integer with a `prefix_bits` prefix at block[*i]; false if cut short or
+// absurdly long.
+bool SkipInteger(std::span<const uint8_t> block, size_t* i, int prefix_bits, uint64_t* value) {
+  if (*i >= block.size()) return false;
+  const uint8_t limit = static_cast<uint8_t>((1u << prefix_bits) - 1);
+  uint64_t v = block[(*i)++] & limit;
+  if (v == limit) {
+    int shift = 0;
+    for (;;) {
+      if (*i >= block.size() || shift > 28) return false;
+      const uint8_t b = block[(*i)++];
+      v += static_cast<uint64_t>(b & 0x7f) << shift;
+      shift += 7;
+      if ((b & 0x80) == 0) break;
+    }
+  }
+  *value = v;
+  return true;
+}
+
+// Skips a string literal (§5.2: H bit, 7-bit-prefix length, the bytes).
+bool SkipString(std::span<const uint8_t> block, size_t* i) {
+  uint64_t length = 0;
+  if (!SkipInteger(block, i, 7, &length) || length > block.size() - *i) return false;
+  *i += length;
+  return true;
+}
+
+// True if `block` is complete and well formed and leaves the dynamic table as it was: only
+// indexed fields (§6.1) and literals without indexing or never indexed (§6.2.2, §6.2.3); no
+// literal with incremental indexing and no table size update. A false may also mean "not
+// understood here": nghttp2 then judges the block.
+bool LeavesTableUnchanged(std::span<const uint8_t> block) {
+  size_t i = 0;
+  uint64_t index = 0;
+  while (i < block.size()) {
+    const uint8_t b = block[i];
+    if ((b & 0x80) != 0) {  // indexed
+      if (!SkipInteger(block, &i, 7, &index) || index == 0) return false;
+    } else if ((b & 0xe0) == 0) {  // 0000xxxx or 0001xxxx: not indexed
+      if (!SkipInteger(block, &i, 4, &index)) return false;
+      if (index == 0 && !SkipString(block, &i)) return false;  // a literal name
+      if (!SkipString(block, &i)) return false;                 // the value
+    } else {
+      return false;  // incremental indexing, or a size update
+    }
+  }
+  return true;
+}
+
+void AppendLength(size_t n, std::string* out) {
+  const uint32_t v = static_cast<uint32_t>(n);
+  out->append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+uint32_t ReadLength(const std::string& s, size_t at) {
+  uint32_t v;
+  std::memcpy(&v, s.data() + at, sizeof(v));
+  return v;
+}
+
 }  // namespace
 
 // nghttp2 allocates and frees small blocks on every call (a buffer chain per deflate, a string
@@ -135,6 +196,31 @@ HpackEncoder::~HpackEncoder() {
 
 Status HpackEncoder::Encode(std::span<const HeaderField> fields, std::string* out) {
   if (deflater_ == nullptr) return InternalError("HPACK encode: no deflater (out of memory)");
+  if (!kept_block_.empty()) {
+    // The same fields as the kept block's, in the same order?
+    bool same = true;
+    size_t at = 0;
+    for (const HeaderField& f : fields) {
+      if (at + 9 > kept_fields_.size() || ReadLength(kept_fields_, at) != f.name.size() ||
+          ReadLength(kept_fields_, at + 4) != f.value.size() ||
+          kept_fields_[at + 8] != static_cast<char>(f.never_index)) {
+        same = false;
+        break;
+      }
+      at += 9;
+      if (kept_fields_.compare(at, f.name.size(), f.name) != 0 ||
+          kept_fields_.compare(at + f.name.size(), f.value.size(), f.value) != 0) {
+        same = false;
+        break;
+      }
+      at += f.name.size() + f.value.size();
+    }
+    if (same && at == kept_fields_.size()) {
+      out->append(kept_block_);
+      ++reused_blocks_;
+      return OkStatus();
+    }
+  }
 
   // A response's fields fit on the stack; only long lists allocate.
   constexpr size_t kInlineFields = 32;
@@ -165,11 +251,27 @@ Status HpackEncoder::Encode(std::span<const HeaderField> fields, std::string* ou
     return InternalError(Describe("encode", static_cast<int>(written)));
   }
   out->resize(old_size + static_cast<size_t>(written));
+  const std::span<const uint8_t> block(reinterpret_cast<const uint8_t*>(out->data()) + old_size,
+                                       static_cast<size_t>(written));
+  kept_block_.clear();
+  kept_fields_.clear();
+  if (!block.empty() && LeavesTableUnchanged(block)) {
+    // The table did not change: these fields encode to these bytes until it does.
+    kept_block_.assign(reinterpret_cast<const char*>(block.data()), block.size());
+    for (const HeaderField& f : fields) {
+      AppendLength(f.name.size(), &kept_fields_);
+      AppendLength(f.value.size(), &kept_fields_);
+      kept_fields_.push_back(static_cast<char>(f.never_index));
+      kept_fields_.append(f.name).append(f.value);
+    }
+  }
   return OkStatus();
 }
 
 Status HpackEncoder::SetPeerTableSize(uint32_t size) {
   if (deflater_ == nullptr) return InternalError("HPACK encode: no deflater (out of memory)");
+  kept_block_.clear();  // the next block starts with a table size update
+  kept_fields_.clear();
   // nghttp2 caps the size at the deflater's maximum as well; the min states our contract here.
   const int rv = nghttp2_hd_deflate_change_table_size(deflater_, std::min(size, max_table_size_));
   if (rv != 0) return InternalError(Describe("table size change", rv));
@@ -217,6 +319,48 @@ void HpackDecoder::CountTableSizeUpdates(std::span<const uint8_t> fragment) {
 Status HpackDecoder::Decode(std::span<const uint8_t> fragment, bool final,
                             const FieldCallback& on_field) {
   if (inflater_ == nullptr) return InternalError("HPACK decode: no inflater (out of memory)");
+  if (failed_) return InvalidArgumentError("HPACK decode: the inflater failed earlier");
+  const bool whole_block = !in_block_ && final;
+  if (whole_block && !kept_block_.empty() && fragment.size() == kept_block_.size() &&
+      std::memcmp(fragment.data(), kept_block_.data(), fragment.size()) == 0) {
+    for (size_t at = 0; at < kept_fields_.size();) {
+      const uint32_t name_size = ReadLength(kept_fields_, at);
+      const uint32_t value_size = ReadLength(kept_fields_, at + 4);
+      at += 8;
+      on_field(std::string_view(kept_fields_).substr(at, name_size),
+               std::string_view(kept_fields_).substr(at + name_size, value_size));
+      at += name_size + value_size;
+    }
+    ++reused_blocks_;
+    return OkStatus();
+  }
+  const bool keep = whole_block && !fragment.empty() && LeavesTableUnchanged(fragment);
+  kept_block_.clear();
+  kept_fields_.clear();
+  in_block_ = !final;
+  if (!keep) {
+    Status s = DecodeWithNghttp2(fragment, final, on_field);
+    if (!s.ok()) failed_ = true;
+    return s;
+  }
+  // Decoded once, then kept with its fields (this block leaves the table as it was).
+  Status s = DecodeWithNghttp2(fragment, final, [&](std::string_view name, std::string_view value) {
+    AppendLength(name.size(), &kept_fields_);
+    AppendLength(value.size(), &kept_fields_);
+    kept_fields_.append(name).append(value);
+    on_field(name, value);
+  });
+  if (!s.ok()) {
+    failed_ = true;
+    kept_fields_.clear();
+    return s;
+  }
+  kept_block_.assign(reinterpret_cast<const char*>(fragment.data()), fragment.size());
+  return OkStatus();
+}
+
+Status HpackDecoder::DecodeWithNghttp2(std::span<const uint8_t> fragment, bool final,
+                                       const FieldCallback& on_field) {
   CountTableSizeUpdates(fragment);
 
   // An empty span may hold a null pointer; nghttp2 does pointer arithmetic on it.

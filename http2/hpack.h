@@ -57,16 +57,29 @@ class HpackEncoder {
   // Appends the header block of `fields` to *out. INTERNAL if nghttp2
   // fails (out of memory); the encoder is unusable afterwards, so the
   // connection must end.
+  //
+  // A block without literals that are added to the dynamic table (indexed fields and literals
+  // without indexing only) leaves the table as it was, so the same fields encode to the same
+  // bytes until a block that changes it: those bytes are kept, and the same fields again (the
+  // common case of a server's responses) are copied without nghttp2.
   [[nodiscard]] Status Encode(std::span<const HeaderField> fields, std::string* out);
 
   // The peer's SETTINGS_HEADER_TABLE_SIZE: the next block starts with a
   // table size update. INTERNAL on failure.
   [[nodiscard]] Status SetPeerTableSize(uint32_t size);
 
+  // Blocks copied from the kept encoding (tests, benchmarks).
+  uint64_t reused_blocks() const { return reused_blocks_; }
+
  private:
   std::unique_ptr<HpackMemory> memory_;
   nghttp2_hd_deflater* deflater_ = nullptr;
   uint32_t max_table_size_;
+  // The fields of the kept block, flat (per field: name length, value length, never_index, the
+  // name, the value), and its bytes; empty when there is none.
+  std::string kept_fields_;
+  std::string kept_block_;
+  uint64_t reused_blocks_ = 0;
 };
 
 class HpackDecoder {
@@ -90,8 +103,15 @@ class HpackDecoder {
   [[nodiscard]] Status Decode(std::span<const uint8_t> fragment, bool final,
                               const FieldCallback& on_field);
 
+  //
+  // A whole block (one fragment) that leaves the dynamic table as it was (no literal with
+  // incremental indexing, no size update) is kept with its fields, and the same bytes again (a
+  // client repeating its request headers) yield the same fields without nghttp2, until a block
+  // that changes the table.
   // Dynamic table size updates seen in blocks so far.
   uint64_t table_size_updates() const { return table_size_updates_; }
+  // Blocks answered from the kept decoding (tests, benchmarks).
+  uint64_t reused_blocks() const { return reused_blocks_; }
 
  private:
   // Where the current block stands in its leading dynamic table size updates (RFC 7541 §4.2:
@@ -100,10 +120,20 @@ class HpackDecoder {
   enum class BlockPrefix : uint8_t { kOpcode, kSizeUpdateInteger, kPastPrefix };
   void CountTableSizeUpdates(std::span<const uint8_t> fragment);
 
+  Status DecodeWithNghttp2(std::span<const uint8_t> fragment, bool final,
+                           const FieldCallback& on_field);
+
   std::unique_ptr<HpackMemory> memory_;
   nghttp2_hd_inflater* inflater_ = nullptr;
   uint64_t table_size_updates_ = 0;
   BlockPrefix prefix_ = BlockPrefix::kOpcode;
+  bool in_block_ = false;  // a block's earlier fragments were decoded, not its last
+  bool failed_ = false;
+  // The kept block's bytes and fields (flat: per field name length, value length, name, value);
+  // kept_block_ is empty when there is none.
+  std::string kept_block_;
+  std::string kept_fields_;
+  uint64_t reused_blocks_ = 0;
 };
 
 }  // namespace sluice::http2

@@ -425,5 +425,117 @@ TEST(HpackDecoder, EmitsFieldsBeforeTheErrorThenStops) {
   EXPECT_THAT(fields, ElementsAre(Pair(":method", "GET"), Pair(":path", "/")));
 }
 
+// --- kept blocks: the same fields (encoder) or bytes (decoder) again, without nghttp2 ---
+
+TEST(HpackEncoder, ReusesTheBlockOfRepeatedFieldsWhileTheTableStaysTheSame) {
+  HpackEncoder encoder;
+  HpackDecoder decoder;
+  const std::vector<HeaderField> fields = {{":status", "200"},
+                                           {"content-type", "text/plain"},
+                                           {"content-length", "13"}};
+  const std::string first = Encode(encoder, fields);   // adds content-type to the table
+  const std::string second = Encode(encoder, fields);  // refers to it: the table stays
+  const std::string third = Encode(encoder, fields);
+  EXPECT_EQ(encoder.reused_blocks(), 1u);
+  EXPECT_EQ(third, second);
+  for (const std::string& block : {first, second, third}) {
+    EXPECT_EQ(DecodeBlock(decoder, block), ToPairs(fields));
+  }
+}
+
+TEST(HpackEncoder, EncodesAfreshOnceAnotherBlockChangedTheTable) {
+  HpackEncoder encoder;
+  HpackDecoder decoder;
+  const std::vector<HeaderField> a = {{":status", "200"}, {"content-type", "text/plain"}};
+  const std::vector<HeaderField> b = {{":status", "200"}, {"x-new", "1"}, {"x-other", "2"}};
+  // a, a (kept), b (adds two entries: a's indexes move), a again, a: every block decodes to its
+  // fields, so the kept block was not reused across the change.
+  for (const auto* fields : {&a, &a, &b, &a, &a, &b, &b, &a}) {
+    EXPECT_EQ(DecodeBlock(decoder, Encode(encoder, *fields)), ToPairs(*fields));
+  }
+  EXPECT_GE(encoder.reused_blocks(), 2u);
+}
+
+TEST(HpackEncoder, DoesNotReuseForDifferentValuesOrNeverIndex) {
+  HpackEncoder encoder;
+  HpackDecoder decoder;
+  const std::vector<HeaderField> plain = {{"x-a", "1"}, {"x-b", "2"}};
+  const std::vector<HeaderField> secret = {{"x-a", "1"}, {"x-b", "2", /*never_index=*/true}};
+  const std::vector<HeaderField> other = {{"x-a", "1"}, {"x-b", "3"}};
+  const std::vector<HeaderField> fewer = {{"x-a", "1"}};
+  for (const auto* fields : {&plain, &plain, &secret, &other, &fewer, &plain}) {
+    const std::string block = Encode(encoder, *fields);
+    EXPECT_EQ(DecodeBlock(decoder, block), ToPairs(*fields));
+  }
+}
+
+TEST(HpackEncoder, ForgetsTheKeptBlockWhenThePeerChangesTheTableSize) {
+  HpackEncoder encoder;
+  HpackDecoder decoder;
+  const std::vector<HeaderField> fields = {{":status", "200"}, {"content-type", "text/plain"}};
+  EXPECT_EQ(DecodeBlock(decoder, Encode(encoder, fields)), ToPairs(fields));
+  EXPECT_EQ(DecodeBlock(decoder, Encode(encoder, fields)), ToPairs(fields));
+  ASSERT_TRUE(encoder.SetPeerTableSize(0).ok());
+  const uint64_t reused = encoder.reused_blocks();
+  const std::string after = Encode(encoder, fields);
+  EXPECT_EQ(encoder.reused_blocks(), reused);
+  EXPECT_EQ(static_cast<uint8_t>(after[0]) & 0xe0, 0x20) << "starts with a table size update";
+  EXPECT_EQ(DecodeBlock(decoder, after), ToPairs(fields));
+}
+
+TEST(HpackDecoder, ReusesTheFieldsOfRepeatedBytesWhileTheTableStaysTheSame) {
+  HpackEncoder encoder;
+  HpackDecoder decoder;
+  const std::string first = Encode(encoder, Request());
+  const std::string again = Encode(encoder, Request());  // no new entries: the same bytes
+  ASSERT_EQ(Encode(encoder, Request()), again);
+  EXPECT_EQ(DecodeBlock(decoder, first), ToPairs(Request()));
+  EXPECT_EQ(DecodeBlock(decoder, again), ToPairs(Request()));
+  EXPECT_EQ(DecodeBlock(decoder, again), ToPairs(Request()));
+  EXPECT_EQ(DecodeBlock(decoder, again), ToPairs(Request()));
+  EXPECT_EQ(decoder.reused_blocks(), 2u);
+}
+
+TEST(HpackDecoder, DecodesTheSameBytesAfreshAfterABlockChangedTheTable) {
+  HpackDecoder decoder;
+  // 0xbe: dynamic index 62, the newest entry. After "x-a: 1" is added it is x-a; after "x-b: 2"
+  // it is x-b: the same byte means another field.
+  EXPECT_THAT(DecodeBlock(decoder, "\x40\x03x-a\x01" "1"s), ElementsAre(Pair("x-a", "1")));
+  EXPECT_THAT(DecodeBlock(decoder, "\xbe"), ElementsAre(Pair("x-a", "1")));
+  EXPECT_THAT(DecodeBlock(decoder, "\xbe"), ElementsAre(Pair("x-a", "1")));
+  EXPECT_THAT(DecodeBlock(decoder, "\x40\x03x-b\x01" "2"s), ElementsAre(Pair("x-b", "2")));
+  EXPECT_THAT(DecodeBlock(decoder, "\xbe"), ElementsAre(Pair("x-b", "2")));
+  // A literal without indexing leaves the table: the kept block stays good.
+  EXPECT_THAT(DecodeBlock(decoder, "\x00\x03x-c\x01" "3"s), ElementsAre(Pair("x-c", "3")));
+  EXPECT_THAT(DecodeBlock(decoder, "\xbe"), ElementsAre(Pair("x-b", "2")));
+}
+
+TEST(HpackDecoder, KeepsNothingFromABlockSplitOverFragments) {
+  HpackEncoder encoder;
+  HpackDecoder decoder;
+  const std::string first = Encode(encoder, Request());
+  const std::string again = Encode(encoder, Request());
+  EXPECT_EQ(DecodeBlock(decoder, first), ToPairs(Request()));
+  for (int i = 0; i < 3; ++i) {
+    Fields fields;
+    ASSERT_TRUE(DecodeFragment(decoder, again.substr(0, 3), false, &fields).ok());
+    ASSERT_TRUE(DecodeFragment(decoder, again.substr(3), true, &fields).ok());
+    EXPECT_EQ(fields, ToPairs(Request()));
+  }
+  EXPECT_EQ(decoder.reused_blocks(), 0u);
+}
+
+TEST(HpackDecoder, AKeptBlockDoesNotHideAnEarlierFailure) {
+  HpackEncoder encoder;
+  HpackDecoder decoder;
+  const std::string first = Encode(encoder, Request());
+  const std::string again = Encode(encoder, Request());
+  EXPECT_EQ(DecodeBlock(decoder, first), ToPairs(Request()));
+  EXPECT_EQ(DecodeBlock(decoder, again), ToPairs(Request()));
+  Fields fields;
+  ASSERT_FALSE(DecodeFragment(decoder, "\x80", true, &fields).ok());
+  EXPECT_FALSE(DecodeFragment(decoder, again, true, &fields).ok());
+}
+
 }  // namespace
 }  // namespace sluice::http2
