@@ -213,4 +213,39 @@ void Response::End() {
   sink_->SendData({}, /*end=*/true);
 }
 
+void Response::Fail() {
+  if (ended_) return;
+  ReportError(telemetry::ErrorType::kHandlerFailure, 500);
+  deferred_ = false;
+  if (!head_sent_) {
+    status_ = 500;
+    header_count_ = 0;
+    body_.clear();
+    body_bytes_ = 0;
+    SetHeader("content-type", "text/plain");
+    Write(std::string_view("Internal Server Error\n"));
+    End();
+    return;
+  }
+  ended_ = true;
+  Finishing();
+  // The last use of *this (see End).
+  sink_->AbortResponse();
+}
+
+bool RunHandler(const Handler& handler, Request& req, Response& res) {
+  bool ok = true;
+  try {
+    handler(req, res);
+  } catch (...) {
+    ok = false;
+  }
+  if (!ok) {
+    res.Fail();
+  } else if (!res.deferred()) {
+    res.End();
+  }
+  return ok;
+}
+
 }  // namespace sluice::http

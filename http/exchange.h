@@ -179,6 +179,11 @@ class ResponseSink {
                         bool end) = 0;
   // More body after the head. Returns false if the peer is gone.
   virtual bool SendData(std::span<const uint8_t> data, bool end) = 0;
+  // Ends an exchange whose head already left without finishing its body, so the peer sees it
+  // cut short: HTTP/1.1 sends no final chunk and closes the connection after what was written;
+  // HTTP/2 resets the stream with INTERNAL_ERROR. The exchange is over afterwards, as after
+  // SendData(..., true).
+  virtual void AbortResponse() = 0;
 
   // What went wrong with the exchange so far (type kNone: nothing), as the protocol saw it: the
   // peer's reset, a stream error, a timeout. Read by the Response's own thread when it ends, so
@@ -236,6 +241,10 @@ class Response {
   // Finishes the response. Idempotent. Once it returns, a deferred
   // exchange's Request and Response may be gone (see Lifetime above).
   void End();
+  // The handler failed (it threw): reported as a handler failure, and the exchange ends. Before
+  // the head left, the peer gets a 500 in place of whatever was set; after, the response is cut
+  // short (ResponseSink::AbortResponse). No-op once ended. See http::RunHandler.
+  void Fail();
   bool ended() const { return ended_; }
   bool head_sent() const { return head_sent_; }
 
@@ -305,6 +314,12 @@ class Response {
 
 // A request handler: inline on the loop thread, or on a worker pool.
 using Handler = std::function<void(Request&, Response&)>;
+
+// How a protocol connection runs a handler: a handler that throws fails its own exchange
+// (Response::Fail: a 500, or the response cut short) instead of the server, and the connection
+// and every other exchange go on. Ends the response unless the handler deferred it. Returns
+// false if the handler threw (the connection counts it).
+bool RunHandler(const Handler& handler, Request& req, Response& res);
 
 }  // namespace sluice::http
 

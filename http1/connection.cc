@@ -224,9 +224,10 @@ void Connection::StartExchange() {
     std::shared_ptr<Connection> self = shared_from_this();
     bool posted = workers->Post([self, handler] {
       t_running_handler = self.get();
-      (*handler)(self->request_, self->response_);
+      if (!http::RunHandler(*handler, self->request_, self->response_)) {
+        self->counters_->handler_failures.fetch_add(1, std::memory_order_relaxed);
+      }
       const bool deferred = self->response_.deferred();
-      if (!deferred) self->response_.End();
       t_running_handler = nullptr;
       // Hands the exchange back to the loop.
       self->loop_->Post([self, deferred] {
@@ -246,12 +247,10 @@ void Connection::StartExchange() {
     if (posted) return;
     handler_on_worker_ = false;  // the pool is stopping: run it here
   }
-  (*handler)(request_, response_);
-  if (!response_.deferred()) {
-    response_.End();
-  } else {
-    HoldIfDeferred(true);
+  if (!http::RunHandler(*handler, request_, response_)) {
+    counters_->handler_failures.fetch_add(1, std::memory_order_relaxed);
   }
+  if (response_.deferred()) HoldIfDeferred(true);
 }
 
 void Connection::HoldIfDeferred(bool deferred) {
@@ -680,6 +679,20 @@ bool Connection::SendData(std::span<const uint8_t> data, bool end) {
   }
   if (s.ok() && end && chunked_response_ && !head_request_) s = WriteLastChunk({}, &out);
   return AfterWrite(end, s.ok());
+}
+
+void Connection::AbortResponse() {
+  if (!OwnsExchange()) {
+    (void)SendFromOtherThread([this] {
+      AbortResponse();
+      return true;
+    });
+    return;
+  }
+  // No final chunk, and the connection closes once what was written is out: the peer sees the
+  // body cut short (a chunked body without its end, or fewer bytes than Content-Length).
+  keep_alive_ = false;
+  (void)AfterWrite(/*end=*/true, true);
 }
 
 bool Connection::AfterWrite(bool end, bool ok) {

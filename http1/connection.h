@@ -104,6 +104,7 @@ struct ConnectionCounters {
   std::atomic<uint64_t> peer_resets{0};
   std::atomic<uint64_t> linger_timeouts{0};    // closing peers that did not close in time
   std::atomic<uint64_t> invalid_responses{0};  // 500: a handler's head could not be written
+  std::atomic<uint64_t> handler_failures{0};   // handlers that threw (500, or the response cut)
   // A gauge, not a count: threads posting to a loop from outside on a
   // connection's behalf (a deferred response carried on by another thread).
   // The server waits for none before it destroys its loops, since
@@ -209,6 +210,7 @@ class Connection : public std::enable_shared_from_this<Connection>,
                 std::optional<uint64_t> content_length, std::span<const uint8_t> body,
                 bool end) override;
   bool SendData(std::span<const uint8_t> data, bool end) override;
+  void AbortResponse() override;
   Error exchange_error() const override { return exchange_error_.Get(); }
   // After a sink call by the owner: flush (unless a pass will) and notice
   // the end. Returns `ok` unless the peer is gone.

@@ -161,6 +161,23 @@ class Connection::Stream final : public http::ResponseSink,
 
   Error exchange_error() const override { return exchange_error_.Get(); }
 
+  // The head left but the handler failed: RST_STREAM(INTERNAL_ERROR) tells the peer the response
+  // is cut short; the exchange ends here.
+  void AbortResponse() override {
+    std::weak_ptr<Connection> weak = conn_->weak_from_this();
+    std::weak_ptr<Stream> stream = weak_from_this();
+    const bool on_loop = conn_->loop_->IsInLoopThread();
+    const uint32_t id = id_;
+    conn_->RunOnLoop([weak, stream, on_loop, id] {
+      std::shared_ptr<Connection> conn = weak.lock();
+      std::shared_ptr<Stream> s = stream.lock();
+      if (conn == nullptr || s == nullptr || conn->closed_ || !s->in_map_ || s->id_ != id) return;
+      conn->ResetStream(id, ErrorCode::kInternalError);
+      if (!on_loop) conn->FlushOutput();  // a posted task runs outside any pass
+    });
+    EndExchange();
+  }
+
   bool SendData(std::span<const uint8_t> data, bool end) override {
     if (head_request_) data = {};
     bool ok = true;
@@ -828,9 +845,11 @@ void Connection::StartRequest(std::shared_ptr<Stream> s) {
   }
   if (WorkerPool* workers = dispatcher_->workers()) {
     s->on_worker_ = true;
-    if (workers->Post([s, handler] {
-          (*handler)(s->request_, s->response_);
-          if (!s->response_.deferred()) s->response_.End();
+    ConnectionCounters* const counters = counters_;
+    if (workers->Post([s, handler, counters] {
+          if (!http::RunHandler(*handler, s->request_, s->response_)) {
+            counters->handler_failures.fetch_add(1, std::memory_order_relaxed);
+          }
         })) {
       return;
     }
@@ -839,8 +858,9 @@ void Connection::StartRequest(std::shared_ptr<Stream> s) {
     res.End();
     return;
   }
-  (*handler)(req, res);
-  if (!res.deferred()) res.End();
+  if (!http::RunHandler(*handler, req, res)) {
+    counters_->handler_failures.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 void Connection::AnswerDirectly(std::shared_ptr<Stream> s, uint16_t status) {

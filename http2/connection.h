@@ -94,6 +94,7 @@ struct ConnectionCounters {
   // Answered streams whose request the client had not ended after unfinished_request_timeout.
   std::atomic<uint64_t> early_answer_resets{0};
   std::atomic<uint64_t> body_too_large{0};
+  std::atomic<uint64_t> handler_failures{0};  // handlers that threw (500, or RST INTERNAL_ERROR)
   std::atomic<uint64_t> passes{0};
   // A gauge: threads posting to a loop on a connection's behalf (see
   // http1::ConnectionCounters::off_loop_posts).

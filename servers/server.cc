@@ -507,6 +507,7 @@ ServerStats Server::stats() const {
   s.peer_resets = get(counters_.peer_resets);
   s.linger_timeouts = get(counters_.linger_timeouts);
   s.invalid_responses = get(counters_.invalid_responses);
+  s.handler_failures = get(counters_.handler_failures) + get(h2_counters_.handler_failures);
   s.passes = get(counters_.passes);
   s.flushes = get(counters_.flushes);
   s.requests += get(h2_counters_.requests);
@@ -548,6 +549,9 @@ std::vector<telemetry::MetricFamily> Server::MetricFamilies() const {
        {{{"reason", "body_too_large"}}, static_cast<double>(s.body_too_large)},
        {{{"reason", "header_timeout"}}, static_cast<double>(s.header_timeouts)},
        {{{"reason", "invalid_response"}}, static_cast<double>(s.invalid_responses)}});
+  add("sluice_handler_failures_total",
+      "Handlers that threw (both protocols): a 500, or the response cut short.", kCounter,
+      one(s.handler_failures));
   add("sluice_idle_timeouts_total", "Connections closed for idleness.", kCounter,
       one(s.idle_timeouts));
   add("sluice_peer_resets_total", "HTTP/1.1 connections the peer reset.", kCounter,

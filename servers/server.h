@@ -98,6 +98,9 @@ struct ServerStats {
   uint64_t peer_resets = 0;
   uint64_t linger_timeouts = 0;
   uint64_t invalid_responses = 0;
+  // Handlers that threw, both protocols: their exchange failed (a 500, or the response cut short),
+  // the connection went on.
+  uint64_t handler_failures = 0;
   uint64_t passes = 0;
   uint64_t flushes = 0;
   // HTTP/2 connections and streams (requests above count both protocols).
@@ -142,6 +145,8 @@ class Server {
   std::string ReadyLine() const;
   // "http/1.1,h2c", "h2,http/1.1", "h2c"...: what the ready line calls the protocols served.
   std::string ProtocolList() const;
+  // The options the server was made with.
+  const ServerOptions& options() const { return options_; }
 
   // Graceful: stops accepting, lets in-flight exchanges finish (up to
   // shutdown_grace), closes the rest, stops the loops. Idempotent: a second

@@ -20,6 +20,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -243,6 +244,19 @@ class ServerTest : public ::testing::TestWithParam<int> {
                      body_.cv.notify_all();
                      res.End();
                    });
+    });
+    // Throws before anything left (query "deferred": after DeferEnd).
+    server_->Get("/throw", [](http::Request& req, http::Response& res) {
+      res.SetHeader("x-set-before", "1");
+      res.Write("partial");
+      if (req.query() == "deferred") res.DeferEnd();
+      throw std::runtime_error("the handler failed");
+    });
+    // Throws after the head and part of the body went out.
+    server_->Get("/throw-after-head", [](http::Request&, http::Response& res) {
+      res.Write(std::string(100, 'x'));
+      (void)res.Flush();
+      throw std::runtime_error("the handler failed mid-body");
     });
     server_->Get("/gate", [this](http::Request&, http::Response& res) {
       res.SetHeader("content-type", "text/plain");
@@ -1205,4 +1219,48 @@ std::string ModeName(const ::testing::TestParamInfo<int>& info) {
 INSTANTIATE_TEST_SUITE_P(HandlerModes, ServerTest, ::testing::Values(0, 4), ModeName);
 
 }  // namespace
+
+// A handler that throws fails its own exchange, not the server: a 500 in place of what it set,
+// the connection kept alive and serving, the failure counted.
+TEST_P(ServerTest, AHandlerThatThrowsGetsA500AndTheConnectionGoesOn) {
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  for (const char* target : {"/throw", "/throw?deferred"}) {
+    SCOPED_TRACE(target);
+    ASSERT_TRUE(client->Send(std::string("GET ") + target + " HTTP/1.1\r\nHost: x\r\n\r\n"));
+    auto r = client->ReadResponse();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->status, 500) << r->raw;
+    EXPECT_EQ(r->body, "Internal Server Error\n");
+    EXPECT_EQ(r->Header("x-set-before"), "") << "the failed handler's headers are dropped";
+    EXPECT_NE(r->Header("connection"), "close");
+  }
+  ASSERT_TRUE(client->Send("GET /plaintext HTTP/1.1\r\nHost: x\r\n\r\n"));
+  auto next = client->ReadResponse();
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(next->status, 200);
+  EXPECT_EQ(next->body, "Hello, World!");
+  EXPECT_EQ(server_->stats().handler_failures, 2u);
+}
+
+// Once the head left, the failure can only cut the response short: no final chunk, then the
+// connection closes. Other connections are served.
+TEST_P(ServerTest, AHandlerThatThrowsAfterTheHeadCutsTheResponseShort) {
+  StartServer();
+  for (int i = 0; i < 2; ++i) {
+    SCOPED_TRACE(i);
+    auto client = Connect();
+    ASSERT_NE(client, nullptr);
+    ASSERT_TRUE(client->Send("GET /throw-after-head HTTP/1.1\r\nHost: x\r\n\r\n"));
+    std::string received;
+    EXPECT_EQ(client->WaitForClose(kPromptly, &received, /*allow_data=*/true), CloseOutcome::kEof);
+    EXPECT_EQ(received.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << received;
+    EXPECT_NE(received.find(std::string(100, 'x')), std::string::npos) << received;
+    EXPECT_EQ(received.find("\r\n0\r\n\r\n"), std::string::npos) << "a final chunk was sent";
+  }
+  EXPECT_EQ(Exchange("GET /plaintext HTTP/1.1\r\nHost: x\r\n\r\n").body, "Hello, World!");
+  EXPECT_EQ(server_->stats().handler_failures, 2u);
+}
+
 }  // namespace sluice

@@ -6,8 +6,15 @@
 //                          of 1..16 KiB so the streaming path is used
 //   POST /echo             the request body, streamed back
 //   GET  /headers          the request headers, one "name: value" per line
+//   GET  /throw            throws before anything was sent (the 500 / stream answer of a
+//                          failed handler)
+//   GET  /throw-after-head throws after the head and 100 bytes of body went out (the response
+//                          cut short: no final chunk, or RST_STREAM INTERNAL_ERROR)
 //   GET  /stats            "requests=N h2_streams=N h2_stream_errors=N
-//                           h2_connection_errors=N h2_peer_resets=N"
+//                           h2_connection_errors=N h2_peer_resets=N handler_failures=N
+//                           h2_output=STRATEGY h2_frame_lock_acquisitions=N
+//                           h2_pipe_lock_acquisitions=N h2_queue_drains=N": which output
+//                           strategy is in force, and its counters
 //
 // Test-only flags, for the benchmark driver's own tests (taken out before the shared flags
 // are parsed):
@@ -20,6 +27,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -140,7 +148,8 @@ int main(int argc, char** argv) {
   }
   return sluice::RunServerMain(
       argc, argv, "test_server",
-      "Routes for end-to-end tests: /plaintext, /bytes/{n}, POST /echo, /headers, /stats.\n"
+      "Routes for end-to-end tests: /plaintext, /bytes/{n}, POST /echo, /headers, /throw,\n"
+      "/throw-after-head, /stats.\n"
       "Test-only flags: --delay-listen-ms=N, --delay-first-response-ms=N, "
       "--abort-after-requests=N.",
       [](sluice::Server& server) {
@@ -152,14 +161,30 @@ int main(int argc, char** argv) {
         server.Get("/bytes/{n}", Instrumented(Bytes));
         server.Post("/echo", Instrumented(Echo));
         server.Get("/headers", Instrumented(Headers));
+        server.Get("/throw", [](sluice::http::Request&, sluice::http::Response& res) {
+          res.Write("partial");
+          throw std::runtime_error("test_server: /throw");
+        });
+        server.Get("/throw-after-head", [](sluice::http::Request&, sluice::http::Response& res) {
+          res.Write(std::string(100, 'x'));
+          (void)res.Flush();
+          throw std::runtime_error("test_server: /throw-after-head");
+        });
         server.Get("/stats", [&server](sluice::http::Request&, sluice::http::Response& res) {
           const sluice::ServerStats s = server.stats();
+          const sluice::http2::OutputCounters out = server.http2_counters().output.Snapshot();
           res.SetHeader("content-type", "text/plain");
           res.Write("requests=" + std::to_string(s.requests) +
                     " h2_streams=" + std::to_string(s.h2_streams) +
                     " h2_stream_errors=" + std::to_string(s.h2_stream_errors) +
                     " h2_connection_errors=" + std::to_string(s.h2_connection_errors) +
-                    " h2_peer_resets=" + std::to_string(s.h2_peer_resets) + "\n");
+                    " h2_peer_resets=" + std::to_string(s.h2_peer_resets) +
+                    " handler_failures=" + std::to_string(s.handler_failures) + " h2_output=" +
+                    std::string(sluice::http2::OutputStrategyName(
+                        server.options().http2.output.strategy)) +
+                    " h2_frame_lock_acquisitions=" + std::to_string(out.frame_lock.acquisitions) +
+                    " h2_pipe_lock_acquisitions=" + std::to_string(out.pipe_lock.acquisitions) +
+                    " h2_queue_drains=" + std::to_string(out.queue_drains) + "\n");
         });
       });
 }

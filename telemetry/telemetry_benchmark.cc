@@ -116,6 +116,7 @@ class NullSink : public http::ResponseSink {
     return true;
   }
   bool SendData(std::span<const uint8_t>, bool) override { return true; }
+  void AbortResponse() override {}
 };
 
 void RunResponse(benchmark::State& state, const http::Handler& handler) {

@@ -1603,6 +1603,56 @@ class UnfinishedRequestTest(ConformanceTestCase):
         self.assert_get_served(peer, 3)
 
 
+# A handler that throws fails its own stream: a 500 if nothing left yet, else RST_STREAM
+# (INTERNAL_ERROR) once its head went out. The connection goes on; the failures are counted.
+class HandlerFailureTest(ConformanceTestCase):
+
+    def test_a_handler_that_throws_gets_a_500_and_the_connection_goes_on(self):
+        peer = self.connect()
+        peer.get(1, "/throw")
+        r = peer.collect([1])[1]
+        self.assertIsNone(r.reset, "reset with %s" % error_name(r.reset or 0))
+        self.assertEqual((r.status(), bytes(r.body)), (500, b"Internal Server Error\n"))
+        self.assert_get_served(peer, 3)
+
+    def test_a_handler_that_throws_after_the_head_resets_its_stream_with_internal_error(self):
+        peer = self.connect()
+        before = self.server.stats()["handler_failures"]
+        peer.get(1, "/throw-after-head")
+        # On a worker the reset is posted to the loop: no PING probe (its ACK may come first).
+        frame, _ = peer.until(lambda f: isinstance(f, (hf.RstStreamFrame, hf.GoAwayFrame)) and
+                              f.stream_id in (0, 1), "RST_STREAM(1, INTERNAL_ERROR)")
+        self.assertIsInstance(frame, hf.RstStreamFrame, describe(frame))
+        self.assertEqual(error_name(frame.error_code), "INTERNAL_ERROR", describe(frame))
+        self.assert_get_served(peer, 3)
+        self.assertEqual(self.server.stats()["handler_failures"], before + 1)
+
+
+# The output strategy asked for is the one serving (--h2-output), as its counters show.
+class OutputStrategyTest(ConformanceTestCase):
+
+    def test_the_strategy_asked_for_is_in_force(self):
+        wanted = "single_lock"
+        for flag in EXTRA_FLAGS:
+            if flag.startswith("--h2-output="):
+                wanted = flag.split("=", 1)[1]
+        peer = self.connect()
+        for sid in range(1, 41, 2):
+            self.assert_get_served(peer, sid)
+        text = self.server.stats_text()
+        self.assertIn(" h2_output=%s " % wanted, " " + text + " ", text)
+        stats = self.server.stats()
+        self.assertGreater(stats["h2_frame_lock_acquisitions"], 0, text)
+        if wanted == "two_locks":
+            self.assertGreater(stats["h2_pipe_lock_acquisitions"], 0, text)
+        else:  # the pipe writer runs under the frame writer's lock: its own is never taken
+            self.assertEqual(stats["h2_pipe_lock_acquisitions"], 0, text)
+        if wanted == "queue":
+            self.assertGreater(stats["h2_queue_drains"], 0, text)
+        else:
+            self.assertEqual(stats["h2_queue_drains"], 0, text)
+
+
 # A peer that never opens its window (zero-window stall), against --h2-stall-timeout-ms.
 class WindowStallTest(ConformanceTestCase):
     server_flags = ("--h2-stall-timeout-ms=300",)

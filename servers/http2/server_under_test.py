@@ -110,12 +110,16 @@ class ServerUnderTest(h2_harness.Server):
         return [line for line in self.stderr_text().splitlines()
                 if any(marker in line for marker in SANITIZER_MARKERS)]
 
-    def stats(self):
-        """GET /stats over a fresh HTTP/2 connection, as a dict of ints."""
+    def stats_text(self):
+        """GET /stats over a fresh HTTP/2 connection: its "name=value ..." line."""
         client = h2_harness.H2Client(self)
         try:
             sid = client.request("/stats")
             [r] = client.wait([sid])
         finally:
             client.close()
-        return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", r["body"].decode())}
+        return r["body"].decode()
+
+    def stats(self):
+        """GET /stats, the numeric values as a dict of ints."""
+        return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)(?:\s|$)", self.stats_text())}
