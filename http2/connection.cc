@@ -22,6 +22,13 @@ std::span<const uint8_t> AsBytes(std::string_view s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 
+bool HasUppercase(std::string_view name) {
+  for (char c : name) {
+    if (c >= 'A' && c <= 'Z') return true;
+  }
+  return false;
+}
+
 bool IsConnectionSpecific(std::string_view name) {
   return name == "connection" || name == "keep-alive" || name == "proxy-connection" ||
          name == "transfer-encoding" || name == "upgrade";
@@ -128,33 +135,42 @@ class Connection::Stream final : public http::ResponseSink,
   bool SendHead(uint16_t status, std::span<const std::pair<std::string, std::string>> headers,
                 std::optional<uint64_t> content_length, std::span<const uint8_t> body,
                 bool end) override {
-    thread_local std::vector<HeaderField> fields;
-    thread_local std::string names;
+    // The response's fields, in this thread's scratch (sized once, then filled by index; names
+    // lowercased only when they are not already: a copy then, in `lowered`).
+    thread_local std::vector<HeaderField> scratch;
+    thread_local std::string lowered;
+    if (scratch.size() < headers.size() + 3) scratch.resize(headers.size() + 3);
+    HeaderField* const fields = scratch.data();
+    size_t n = 0;
     char status_text[4] = {static_cast<char>('0' + status / 100 % 10),
                            static_cast<char>('0' + status / 10 % 10),
                            static_cast<char>('0' + status % 10), 0};
     char length_text[24];
-    fields.clear();
-    names.clear();
-    size_t name_bytes = 0;
-    for (const auto& h : headers) name_bytes += h.first.size();
-    names.reserve(name_bytes);  // the views below stay valid: no reallocation
-    fields.push_back({":status", std::string_view(status_text, 3)});
+    size_t lowered_bytes = 0;
+    for (const auto& h : headers) {
+      if (HasUppercase(h.first)) lowered_bytes += h.first.size();
+    }
+    lowered.clear();
+    lowered.reserve(lowered_bytes);  // the views below stay valid: no reallocation
+    fields[n++] = {":status", std::string_view(status_text, 3)};
     for (const auto& [name, value] : headers) {
-      const size_t at = names.size();
-      for (char c : name) names.push_back(c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c);
-      std::string_view lower(names.data() + at, name.size());
+      std::string_view lower = name;
+      if (HasUppercase(name)) {
+        const size_t at = lowered.size();
+        for (char c : name) lowered.push_back(c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c);
+        lower = std::string_view(lowered.data() + at, name.size());
+      }
       if (IsConnectionSpecific(lower)) continue;
       if (content_length && lower == "content-length") continue;
-      fields.push_back({lower, value});
+      fields[n++] = {lower, value};
     }
     if (content_length) {
       auto r = std::to_chars(length_text, length_text + sizeof(length_text), *content_length);
-      fields.push_back({"content-length", std::string_view(length_text, r.ptr - length_text)});
+      fields[n++] = {"content-length", std::string_view(length_text, r.ptr - length_text)};
     }
-    fields.push_back({"date", http1::DateCache::ForThisThread().Now()});
+    fields[n++] = {"date", http1::DateCache::ForThisThread().Now()};
     if (head_request_) body = {};
-    const bool ok = conn_->writer_.SendHead(*out_, fields, body, end);
+    const bool ok = conn_->writer_.SendHead(*out_, std::span<const HeaderField>(fields, n), body, end);
     if (end) EndExchange();
     return ok;
   }
@@ -832,7 +848,7 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
   return std::nullopt;
 }
 
-void Connection::StartRequest(std::shared_ptr<Stream> s) {
+void Connection::StartRequest(const std::shared_ptr<Stream>& s) {
   http::Request& req = s->request_;
   http::Response& res = s->response_;
   res.Reset(s.get());
@@ -863,7 +879,7 @@ void Connection::StartRequest(std::shared_ptr<Stream> s) {
   }
 }
 
-void Connection::AnswerDirectly(std::shared_ptr<Stream> s, uint16_t status) {
+void Connection::AnswerDirectly(const std::shared_ptr<Stream>& s, uint16_t status) {
   http::Response& res = s->response_;
   res.Reset(s.get());
   s->BeginExchange();
@@ -1103,9 +1119,10 @@ void Connection::HandleWriterEvents() {
     for (uint32_t id : events.finished_streams) {
       auto it = streams_.find(id);
       if (it == streams_.end()) continue;
-      std::shared_ptr<Stream> s = it->second;
+      // Not a copy: a stream removed here stays alive in retired_streams_ until the pass ends.
+      Stream* s = it->second.get();
       s->response_done_ = true;
-      MaybeCloseStream(s.get());
+      MaybeCloseStream(s);
     }
     if (events.window_blocked_since) {
       if (stall_timer_ == 0) {

@@ -186,9 +186,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // A stream whose head was refused before it opened goes back to the spares.
   void ReleaseUnopenedStream(std::shared_ptr<Stream> stream);
   // Dispatches a stream whose request head was valid.
-  void StartRequest(std::shared_ptr<Stream> stream);
+  void StartRequest(const std::shared_ptr<Stream>& stream);
   // Answers a request the connection refuses itself (431, 413).
-  void AnswerDirectly(std::shared_ptr<Stream> stream, uint16_t status);
+  void AnswerDirectly(const std::shared_ptr<Stream>& stream, uint16_t status);
   void HandleError(const Http2Error& error);
   void ResetStream(uint32_t id, ErrorCode code);
   // Telemetry of a stream reset before it was dispatched (http::ReportRejected).
