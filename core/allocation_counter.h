@@ -1,6 +1,7 @@
 // Counts heap allocations, for benchmarks that assert "zero allocations per request": linking
 // //core:allocation_counter replaces the global operator new/delete with ones that count every
-// allocation (new and new[], any alignment) in a relaxed atomic, then call malloc/free.
+// allocation (new and new[], any alignment, throwing or nothrow) in a relaxed atomic, then call
+// malloc/free.
 //
 //   const uint64_t before = sluice::HeapAllocations();
 //   ... the code under measurement ...
