@@ -142,7 +142,8 @@ std::shared_ptr<StreamOutput> FrameWriter::OpenStream(
     s.unsent_.store(0, std::memory_order_relaxed);
     s.producer_waiting_.store(false, std::memory_order_relaxed);
   }
-  MutexLock lock(&frame_mu_);
+  // No lock: no producer has the stream yet (it gets it through the handler's dispatch, which
+  // comes after this on the loop), and the list of open streams is the loop's own.
   stream->window_ = SendWindow(initial_window_);
   stream->prev_ = nullptr;
   stream->next_ = open_streams_;
@@ -152,23 +153,31 @@ std::shared_ptr<StreamOutput> FrameWriter::OpenStream(
   return stream;
 }
 
-void FrameWriter::CloseStream(StreamOutput& stream) {
-  {
+void FrameWriter::Unlist(StreamOutput& stream) {
+  if (stream.listed_ == nullptr) return;
+  if (stream.prev_ != nullptr) stream.prev_->next_ = stream.next_;
+  if (stream.next_ != nullptr) stream.next_->prev_ = stream.prev_;
+  if (open_streams_ == &stream) open_streams_ = stream.next_;
+  stream.prev_ = stream.next_ = nullptr;
+  // The caller holds a reference too, so this is never the last one.
+  stream.listed_.reset();
+}
+
+void FrameWriter::CloseStream(StreamOutput& stream, bool finished) {
+  if (finished) {
+    // END_STREAM went out and the caller learned it from TakeEvents (under the lock, after
+    // FinishStreamLocked): nothing is pending and no producer waits on the stream's window, so
+    // only the loop's own list is left to update.
+    Unlist(stream);
+  } else {
     MutexLock lock(&frame_mu_);
     stream.closed_ = true;
     stream.pending_.clear();
     stream.pending_off_ = 0;
     stream.end_pending_ = false;
-    if (stream.listed_ != nullptr) {
-      if (stream.prev_ != nullptr) stream.prev_->next_ = stream.next_;
-      if (stream.next_ != nullptr) stream.next_->prev_ = stream.prev_;
-      if (open_streams_ == &stream) open_streams_ = stream.next_;
-      stream.prev_ = stream.next_ = nullptr;
-    }
     stream.room_.SignalAll();
     if (!waiters_.empty()) UpdateBlockedLocked();
-    // The caller holds a reference too, so this is never the last one.
-    stream.listed_.reset();
+    Unlist(stream);
   }
   if (options_.strategy != OutputStrategy::kQueue) return;  // nothing is ever staged
   MutexLock lock(&stream.stage_mu_);

@@ -147,8 +147,8 @@ class StreamOutput : public std::enable_shared_from_this<StreamOutput> {
   // Set by OpenStream (before any producer sees the stream).
   uint32_t id_;
 
-  // The writer's list of open streams (guarded by its lock). While listed, the stream holds a
-  // reference to itself, so the list never outlives what it points to.
+  // The writer's list of open streams (the loop's). While listed, the stream holds a reference
+  // to itself, so the list never outlives what it points to.
   StreamOutput* prev_ = nullptr;
   StreamOutput* next_ = nullptr;
   std::shared_ptr<StreamOutput> listed_;
@@ -212,8 +212,9 @@ class FrameWriter {
   std::shared_ptr<StreamOutput> OpenStream(uint32_t id,
                                            std::shared_ptr<StreamOutput> reuse = nullptr);
   // The stream is gone (closed or reset): drops its unsent output; its
-  // producers' later calls return false.
-  void CloseStream(StreamOutput& stream);
+  // producers' later calls return false. `finished`: its END_STREAM went out and the caller
+  // learned it from TakeEvents (the cheap path: nothing to drop, no lock).
+  void CloseStream(StreamOutput& stream, bool finished = false);
   // Appends a control frame (SETTINGS, PING, WINDOW_UPDATE, RST_STREAM,
   // GOAWAY) built by the Append* functions of frame.h.
   void WriteControl(std::string_view frame);
@@ -292,6 +293,8 @@ class FrameWriter {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
   void FinishStreamLocked(StreamOutput& stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
   void UpdateBlockedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
+  // Takes `stream` off the list of open streams (loop).
+  void Unlist(StreamOutput& stream);
   // Flushes for a producer: false if the flush is pending (then `*waiter`
   // is set up to be waited on).
   struct FlushWaiter;
@@ -311,8 +314,9 @@ class FrameWriter {
   SendWindow connection_window_ ABSL_GUARDED_BY(frame_mu_);
   int64_t initial_window_ ABSL_GUARDED_BY(frame_mu_) = kDefaultInitialWindowSize;
   uint32_t max_frame_size_ ABSL_GUARDED_BY(frame_mu_) = kMinMaxFrameSize;
-  // Open streams (StreamOutput::prev_/next_).
-  StreamOutput* open_streams_ ABSL_GUARDED_BY(frame_mu_) = nullptr;
+  // Open streams (StreamOutput::prev_/next_): the loop's alone (OpenStream, CloseStream, and the
+  // loop-thread calls that walk it), so no lock guards the list itself.
+  StreamOutput* open_streams_ = nullptr;
   std::deque<std::shared_ptr<StreamOutput>> waiters_ ABSL_GUARDED_BY(frame_mu_);
   bool completed_ ABSL_GUARDED_BY(frame_mu_) = false;
   bool aborted_ ABSL_GUARDED_BY(frame_mu_) = false;
