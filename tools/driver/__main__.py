@@ -240,6 +240,19 @@ def cmd_report(args, progress) -> int:
     return 0
 
 
+def cmd_summary(args, progress) -> int:
+    path = _user_path(args.comparison)
+    try:
+        with open(path, encoding="utf-8") as f:
+            comparison = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{path}: cannot read a comparison: {e}") from None
+    if comparison.get("kind") != "comparison":
+        raise UsageError(f"{path}: not a comparison.json")
+    print(report.summary_markdown(comparison), end="")
+    return 0
+
+
 def cmd_micro(args, progress) -> int:
     items = args.inputs
     saved = len(items) == 2 and all(i.endswith(".json") for i in items)
@@ -386,6 +399,12 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", metavar="DIR")
     rep.add_argument("--quiet", action="store_true")
     rep.set_defaults(func=cmd_report)
+
+    summ = sub.add_parser("summary", help="a compact Markdown table of a comparison.json",
+                          description="One row per side: medians, CPU per request split into "
+                          "user and kernel, and the change against the first side.")
+    summ.add_argument("comparison", metavar="COMPARISON.json")
+    summ.set_defaults(func=cmd_summary)
     return p
 
 

@@ -365,3 +365,55 @@ def terminal_text(comparison: Dict[str, Any]) -> str:
     """What the terminal shows at the end: the tables, without the plots."""
     blocks = [b for b in build_blocks(comparison, []) if b[0] != "img"]
     return render_markdown(blocks, ".")
+
+
+def summary_markdown(comparison: Dict[str, Any]) -> str:
+    """A compact table of a comparison for a results file: the machine, then one row per side
+    with medians (RPS with its range over the iterations, server CPU per request split into user
+    and kernel, system calls per request, p99) and, for every side after the first, the change of
+    CPU per request and of RPS against the first with the 95% interval, p and whether it is
+    significant (p < 0.05 and the interval excludes 0; `~` otherwise)."""
+    sides = comparison["sides"]
+    first = sides[0]
+    stats_by_label = {s["label"]: s["metrics"] for s in comparison.get("statistics", [])}
+
+    def med(side, key, digits):
+        v = side["summary"].get(key, {}).get("median")
+        return "-" if v is None else f"{v:,.{digits}f}"
+
+    def change(label, key):
+        m = stats_by_label.get(label, {}).get(key)
+        if not m or m.get("delta_pct") is None:
+            return "-"
+        ci = ""
+        if m.get("ci_low_pct") is not None:
+            ci = f" [{m['ci_low_pct']:+.1f}, {m['ci_high_pct']:+.1f}]"
+        # Neutral words: whether lower is better depends on the row (a peer, or a change).
+        verdict = "~" if m["verdict"] == "~" else "significant"
+        return f"{m['delta_pct']:+.1f}%{ci} p={m['p_value']:.2f} {verdict}"
+
+    ref = first["side"]["name"]
+    lines = [
+        f"Machine: {machine_line(first['environment'])}.",
+        "",
+        f"| side | RPS (median, range) | CPU µs/req | user | kernel | syscalls/req | p99 ms | "
+        f"CPU/req vs {ref} | RPS vs {ref} |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+    ]
+    for s in sides:
+        rps = s["summary"].get("rps", {})
+        rng = ""
+        if rps.get("minimum") is not None:
+            rng = f" ({rps['minimum'] / 1000:,.0f}k–{rps['maximum'] / 1000:,.0f}k)"
+        label = s["side"]["label"]
+        lines.append(
+            f"| {s['side']['name']} | {med(s, 'rps', 0)}{rng} | {med(s, 'cpu_us_per_request', 3)} | "
+            f"{med(s, 'user_us_per_request', 3)} | {med(s, 'kernel_us_per_request', 3)} | "
+            f"{med(s, 'syscalls_per_request', 2)} | {med(s, 'p99_ms', 3)} | "
+            f"{'(reference)' if s is first else change(label, 'cpu_us_per_request')} | "
+            f"{'(reference)' if s is first else change(label, 'rps')} |")
+    it = first["summary"].get("rps", {}).get("n", 0)
+    sc = first["scenario"]
+    lines += ["", f"{it} iterations a side, interleaved; warmup {sc['warmup']}, "
+              f"measured {sc['duration']} each."]
+    return "\n".join(lines) + "\n"

@@ -58,6 +58,22 @@ class ReportTest(unittest.TestCase):
         self.assertIn("user µs/req", text)
         self.assertIn("![latency by percentile](plots/latency.svg)", text)
 
+    def test_summary_names_the_machine_and_compares_every_side_with_the_first(self):
+        comparison = session.compare_results([self.a, self.b], forced=False)
+        path = self.write("comparison.json", comparison)
+        code, out, err = bench(["summary", path], cwd=self.dir)
+        self.assertEqual(code, 0, err)
+        self.assertIn("Machine: Test CPU, 2 cores", out)
+        self.assertIn("one system call (getppid) costs 0.110 µs", out)
+        rows = [line for line in out.splitlines() if line.startswith("| two_locks") or
+                line.startswith("| single_lock")]
+        self.assertEqual(len(rows), 2, out)
+        self.assertIn("100,000 (99k–101k)", rows[0])
+        self.assertIn("(reference)", rows[0])
+        self.assertIn("+10.0% [", rows[1])
+        self.assertIn("p=0.01 significant", rows[1])
+        self.assertIn("5 iterations a side", out)
+
     def test_html_report_renders_its_plots_in_chromium(self):
         comparison = session.compare_results([self.a, self.b], forced=False)
         _, html = report.write_reports(comparison, self.dir)

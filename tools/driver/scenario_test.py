@@ -26,7 +26,7 @@ variants:
     server:
       command: nginx
       args: [-c, "{file:nginx.conf}"]
-      files: [{source: benchmarks/http1/nginx.conf}]
+      files: [{source: benchmarks/peers/nginx.conf}]
       ready: port
 """
 
