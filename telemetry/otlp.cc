@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -17,6 +18,10 @@ namespace sluice::telemetry {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The instrumentation scope of everything exported.
+constexpr std::string_view kScopeName = "sluice";
+constexpr std::string_view kScopeVersion = "1.0";
 
 bool NeedsEscape(unsigned char c) { return c == '"' || c == '\\' || c < 0x20 || c >= 0x7f; }
 
@@ -104,7 +109,13 @@ void Resource(std::string_view service_name, std::string* out) {
   out->append("}");
 }
 
-void Scope(std::string* out) { out->append("\"scope\":{\"name\":\"sluice\",\"version\":\"1.0\"}"); }
+void Scope(std::string* out) {
+  out->append("\"scope\":{\"name\":");
+  JsonString(kScopeName, out);
+  out->append(",\"version\":");
+  JsonString(kScopeVersion, out);
+  out->append("}");
+}
 
 // host:port of an authority; port 0 if none.
 std::pair<std::string_view, int64_t> SplitAuthority(std::string_view authority) {
@@ -162,6 +173,113 @@ void SeriesAttributes(const SeriesSnapshot& s, std::string* out) {
   a.String("error.type", s.error_type);
 }
 
+
+// The attributes of a server span (OpenTelemetry's HTTP semantic conventions: the required and
+// recommended ones; the opt-in body sizes and network.protocol.name, implied by "http", are left
+// out), written through `out`, which has String(key, value) (skipping empty values) and
+// Int(key, value): the JSON and protobuf encodings list the same attributes.
+template <typename Out>
+void SpanAttributes(const ExchangeSnapshot& s, Out& out) {
+  out.String("http.request.method", s.method());
+  out.String("url.scheme", s.scheme());
+  const std::string_view target = s.target();
+  const size_t q = target.find('?');
+  out.String("url.path", target.substr(0, q));
+  if (q != std::string_view::npos) out.String("url.query", target.substr(q + 1));
+  out.String("http.route", s.route());
+  if (s.status != 0) out.Int("http.response.status_code", s.status);
+  out.String("network.protocol.version", s.protocol_version());
+  auto [host, port] = SplitAuthority(s.authority());
+  out.String("server.address", host);
+  if (port > 0) out.Int("server.port", port);
+  auto [client, client_port] = SplitAuthority(s.peer());
+  out.String("client.address", client);
+  if (client_port > 0) out.Int("client.port", client_port);
+  out.String("user_agent.original", s.user_agent());
+  out.String("error.type", s.error_type());
+}
+
+// "{method} {route}", or the method alone; "HTTP" for a method that could not be parsed.
+std::string_view SpanName(const ExchangeSnapshot& s, char (&buf)[128]) {
+  const std::string_view method = s.method().empty() ? "HTTP" : s.method();
+  size_t len = method.copy(buf, sizeof(buf));
+  if (!s.route().empty() && len < sizeof(buf)) {
+    buf[len++] = ' ';
+    len += s.route().copy(buf + len, sizeof(buf) - len);
+  }
+  return {buf, len};
+}
+
+bool IsRoot(const TraceContext& t) {
+  return std::all_of(t.parent_span_id.begin(), t.parent_span_id.end(),
+                     [](uint8_t b) { return b == 0; });
+}
+
+// ---- The protobuf wire format of OTLP (opentelemetry/proto: collector, trace, common). ----
+enum WireType { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2 };
+
+size_t VarintSize(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+void PutVarint(uint64_t v, std::string* out) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+void PutTag(int field, WireType type, std::string* out) {
+  PutVarint((static_cast<uint64_t>(field) << 3) | type, out);
+}
+void PutBytes(int field, std::string_view bytes, std::string* out) {
+  PutTag(field, kLengthDelimited, out);
+  PutVarint(bytes.size(), out);
+  out->append(bytes);
+}
+void PutFixed64(int field, uint64_t v, std::string* out) {
+  PutTag(field, kFixed64, out);
+  char b[8];
+  for (int i = 0; i < 8; ++i) b[i] = static_cast<char>(v >> (8 * i));  // little-endian
+  out->append(b, 8);
+}
+std::string_view AsChars(const uint8_t* p, size_t n) { return {reinterpret_cast<const char*>(p), n}; }
+
+// KeyValue entries (key = 1, value = 2: AnyValue{string_value = 1 | int_value = 3}) appended as
+// field `field` of the message being written; sizes computed up front (no nested buffers).
+class ProtoAttributes {
+ public:
+  ProtoAttributes(int field, std::string* out) : field_(field), out_(out) {}
+  void String(std::string_view key, std::string_view value) {
+    if (value.empty()) return;
+    const size_t any = 1 + VarintSize(value.size()) + value.size();
+    Open(key, any);
+    PutBytes(1, value, out_);
+  }
+  void Int(std::string_view key, int64_t value) {
+    const uint64_t v = static_cast<uint64_t>(value);
+    Open(key, 1 + VarintSize(v));
+    PutTag(3, kVarint, out_);
+    PutVarint(v, out_);
+  }
+
+ private:
+  void Open(std::string_view key, size_t any_size) {
+    const size_t kv = 1 + VarintSize(key.size()) + key.size() + 1 + VarintSize(any_size) + any_size;
+    PutTag(field_, kLengthDelimited, out_);
+    PutVarint(kv, out_);
+    PutBytes(1, key, out_);
+    PutTag(2, kLengthDelimited, out_);
+    PutVarint(any_size, out_);
+  }
+  const int field_;
+  std::string* const out_;
+};
+
 }  // namespace
 
 StatusOr<OtlpEndpoint> ParseOtlpEndpoint(std::string_view url) {
@@ -214,13 +332,10 @@ StatusOr<OtlpEndpoint> ParseOtlpEndpoint(std::string_view url) {
   return e;
 }
 
-StatusOr<int> HttpPost(const OtlpEndpoint& endpoint, std::string_view path, std::string_view body,
-                       std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  auto remaining_ms = [&deadline]() -> int {
-    return static_cast<int>(std::max<int64_t>(
-        0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count()));
-  };
+namespace {
+
+// Connects to the endpoint (non-blocking, bounded by `deadline`); the fd, or why not.
+StatusOr<int> Connect(const OtlpEndpoint& endpoint, Clock::time_point deadline) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -235,12 +350,74 @@ StatusOr<int> HttpPost(const OtlpEndpoint& endpoint, std::string_view path, std:
     freeaddrinfo(found);
     return UnavailableError(std::string("OTLP socket: ") + std::strerror(errno));
   }
-  struct Closer {
-    int fd;
-    ~Closer() { close(fd); }
-  } closer{fd};
   const int rc = connect(fd, found->ai_addr, found->ai_addrlen);
+  const int connect_errno = errno;
   freeaddrinfo(found);
+  if (rc != 0 && connect_errno != EINPROGRESS) {
+    close(fd);
+    return UnavailableError("OTLP " + endpoint.authority + ": " + std::strerror(connect_errno));
+  }
+  if (rc != 0) {
+    const int wait_ms = static_cast<int>(std::max<int64_t>(
+        0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count()));
+    pollfd p{fd, POLLOUT, 0};
+    if (poll(&p, 1, wait_ms) <= 0) {
+      close(fd);
+      return DeadlineExceededError("OTLP " + endpoint.authority + ": connect timed out");
+    }
+    int err = 0;
+    socklen_t len = sizeof(err);
+    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err != 0) {
+      close(fd);
+      return UnavailableError("OTLP " + endpoint.authority + ": " + std::strerror(err));
+    }
+  }
+  return fd;
+}
+
+// The value of header `name` (lowercase) in a response head, case-insensitively; empty if none.
+std::string_view HeaderValue(std::string_view head, std::string_view name) {
+  size_t at = head.find("\r\n");
+  while (at != std::string_view::npos && at + 2 < head.size()) {
+    const size_t start = at + 2;
+    const size_t end = head.find("\r\n", start);
+    const std::string_view line = head.substr(start, end - start);
+    const size_t colon = line.find(':');
+    if (colon == name.size()) {
+      bool same = true;
+      for (size_t i = 0; i < colon && same; ++i) {
+        same = static_cast<char>(std::tolower(static_cast<unsigned char>(line[i]))) == name[i];
+      }
+      if (same) {
+        std::string_view v = line.substr(colon + 1);
+        while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+        while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+        return v;
+      }
+    }
+    at = end;
+  }
+  return {};
+}
+
+// What a POST on a possibly reused connection came to.
+struct PostOutcome {
+  StatusOr<int> status = 0;
+  // The connection may carry the next POST (the collector kept it alive).
+  bool reusable = false;
+  // Nothing came back on a reused connection: the collector had closed it while idle, so the
+  // POST may be tried again on a new one.
+  bool stale = false;
+};
+
+PostOutcome PostOn(int fd, const OtlpEndpoint& endpoint, std::string_view path,
+                   std::string_view content_type, std::string_view body, bool keep_alive,
+                   Clock::time_point deadline) {
+  auto remaining_ms = [&deadline]() -> int {
+    return static_cast<int>(std::max<int64_t>(
+        0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count()));
+  };
   auto wait = [&](short events) -> Status {
     pollfd p{fd, events, 0};
     const int n = poll(&p, 1, remaining_ms());
@@ -248,21 +425,14 @@ StatusOr<int> HttpPost(const OtlpEndpoint& endpoint, std::string_view path, std:
     if (n < 0) return UnavailableError(std::string("OTLP poll: ") + std::strerror(errno));
     return OkStatus();
   };
-  if (rc != 0 && errno != EINPROGRESS) {
-    return UnavailableError("OTLP " + endpoint.authority + ": " + std::strerror(errno));
-  }
-  if (rc != 0) {
-    if (Status s = wait(POLLOUT); !s.ok()) return s;
-    int err = 0;
-    socklen_t len = sizeof(err);
-    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-    if (err != 0) return UnavailableError("OTLP " + endpoint.authority + ": " + std::strerror(err));
-  }
-  std::string request =
-      "POST " + endpoint.base_path + std::string(path) +
-      " HTTP/1.1\r\nHost: " + endpoint.authority +
-      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-      "\r\nConnection: close\r\n\r\n";
+  PostOutcome outcome;
+  std::string request;
+  request.reserve(200 + body.size());
+  request.append("POST ").append(endpoint.base_path).append(path);
+  request.append(" HTTP/1.1\r\nHost: ").append(endpoint.authority);
+  request.append("\r\nContent-Type: ").append(content_type);
+  request.append("\r\nContent-Length: ").append(std::to_string(body.size()));
+  request.append(keep_alive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n");
   request.append(body);
   size_t sent = 0;
   while (sent < request.size()) {
@@ -272,33 +442,87 @@ StatusOr<int> HttpPost(const OtlpEndpoint& endpoint, std::string_view path, std:
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (Status s = wait(POLLOUT); !s.ok()) return s;
+      if (Status st = wait(POLLOUT); !st.ok()) {
+        outcome.status = st;
+        return outcome;
+      }
       continue;
     }
-    return UnavailableError("OTLP send: " + std::string(std::strerror(errno)));
+    outcome.stale = sent == 0 && (errno == EPIPE || errno == ECONNRESET);
+    outcome.status = UnavailableError("OTLP send: " + std::string(std::strerror(errno)));
+    return outcome;
   }
-  // Only the status line matters.
-  std::string head;
-  char buf[512];
-  while (head.find("\r\n") == std::string::npos && head.size() < 4096) {
+  // The head, then as much body as it announces (read and dropped: only the status matters).
+  std::string in;
+  char buf[4096];
+  size_t head_end = std::string::npos;
+  size_t need = std::string::npos;  // head + body, once known
+  for (;;) {
+    if (head_end == std::string::npos) {
+      head_end = in.find("\r\n\r\n");
+      if (head_end != std::string::npos) {
+        const std::string_view head(in.data(), head_end + 2);
+        const std::string_view length = HeaderValue(head, "content-length");
+        size_t body_size = 0;
+        const bool has_length =
+            !length.empty() && std::from_chars(length.data(), length.data() + length.size(),
+                                               body_size).ec == std::errc();
+        const bool no_body = head.size() >= 12 && (head.substr(9, 3) == "204" ||
+                                                   head.substr(9, 3) == "304");
+        if (has_length || no_body) {
+          need = head_end + 4 + (no_body ? 0 : body_size);
+          outcome.reusable = keep_alive && body_size <= (1u << 20) &&
+                             HeaderValue(head, "connection") != "close";
+        } else {
+          need = head_end + 4;  // chunked or until close: not kept, body not read
+        }
+      } else if (in.size() > 16384) {
+        outcome.status = UnavailableError("OTLP " + endpoint.authority + ": answer head too long");
+        return outcome;
+      }
+    }
+    if (need != std::string::npos && in.size() >= need) break;
     const ssize_t n = recv(fd, buf, sizeof(buf), 0);
     if (n > 0) {
-      head.append(buf, static_cast<size_t>(n));
+      if (need == std::string::npos || in.size() < need) in.append(buf, static_cast<size_t>(n));
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (Status s = wait(POLLIN); !s.ok()) return s;
+      if (Status st = wait(POLLIN); !st.ok()) {
+        outcome.status = st;
+        return outcome;
+      }
       continue;
     }
-    return UnavailableError("OTLP " + endpoint.authority +
-                            ": the collector closed without an answer");
+    outcome.stale = in.empty();
+    outcome.reusable = false;
+    if (head_end != std::string::npos) break;  // the collector closed after its answer
+    outcome.status =
+        UnavailableError("OTLP " + endpoint.authority + ": the collector closed without an answer");
+    return outcome;
   }
   int status = 0;
-  if (head.size() < 12 || !head.starts_with("HTTP/1.") ||
-      std::from_chars(head.data() + 9, head.data() + 12, status).ec != std::errc()) {
-    return UnavailableError("OTLP " + endpoint.authority + ": not an HTTP answer");
+  if (in.size() < 12 || !in.starts_with("HTTP/1.") ||
+      std::from_chars(in.data() + 9, in.data() + 12, status).ec != std::errc()) {
+    outcome.reusable = false;
+    outcome.status = UnavailableError("OTLP " + endpoint.authority + ": not an HTTP answer");
+    return outcome;
   }
-  return status;
+  outcome.status = status;
+  return outcome;
+}
+
+}  // namespace
+
+StatusOr<int> HttpPost(const OtlpEndpoint& endpoint, std::string_view path,
+                       std::string_view content_type, std::string_view body,
+                       std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  StatusOr<int> fd = Connect(endpoint, deadline);
+  if (!fd.ok()) return fd.status();
+  PostOutcome outcome = PostOn(*fd, endpoint, path, content_type, body, false, deadline);
+  close(*fd);
+  return outcome.status;
 }
 
 std::string SpansJson(std::span<const ExchangeSnapshot> spans, std::string_view service_name) {
@@ -318,9 +542,7 @@ std::string SpansJson(std::span<const ExchangeSnapshot> spans, std::string_view 
     out += "\",\"spanId\":\"";
     AppendHex(s.trace.span_id.data(), 8, &out);
     out += '"';
-    const bool root = std::all_of(s.trace.parent_span_id.begin(), s.trace.parent_span_id.end(),
-                                  [](uint8_t b) { return b == 0; });
-    if (!root) {
+    if (!IsRoot(s.trace)) {
       out += ",\"parentSpanId\":\"";
       AppendHex(s.trace.parent_span_id.data(), 8, &out);
       out += '"';
@@ -329,16 +551,9 @@ std::string SpansJson(std::span<const ExchangeSnapshot> spans, std::string_view 
       out += ",\"traceState\":";
       JsonString(s.tracestate(), &out);
     }
-    // "{method} {route}", or the method alone; "HTTP" for a method that could not be parsed.
     char name[128];
-    const std::string_view method = s.method().empty() ? "HTTP" : s.method();
-    size_t len = method.copy(name, sizeof(name));
-    if (!s.route().empty() && len < sizeof(name)) {
-      name[len++] = ' ';
-      len += s.route().copy(name + len, sizeof(name) - len);
-    }
     out += ",\"name\":";
-    JsonString(std::string_view(name, len), &out);
+    JsonString(SpanName(s, name), &out);
     out += ",\"kind\":2,\"startTimeUnixNano\":\"";
     AppendInt(s.start_unix_ns, &out);
     out += "\",\"endTimeUnixNano\":\"";
@@ -346,31 +561,62 @@ std::string SpansJson(std::span<const ExchangeSnapshot> spans, std::string_view 
     out += "\",";
     {
       Attributes a(&out);
-      a.String("http.request.method", s.method());
-      a.String("url.scheme", s.scheme());
-      const std::string_view target = s.target();
-      const size_t q = target.find('?');
-      a.String("url.path", target.substr(0, q));
-      if (q != std::string_view::npos) a.String("url.query", target.substr(q + 1));
-      a.String("http.route", s.route());
-      if (s.status != 0) a.Int("http.response.status_code", s.status);
-      a.String("network.protocol.name", "http");
-      a.String("network.protocol.version", s.protocol_version());
-      auto [host, port] = SplitAuthority(s.authority());
-      a.String("server.address", host);
-      if (port > 0) a.Int("server.port", port);
-      auto [client, client_port] = SplitAuthority(s.peer());
-      a.String("client.address", client);
-      if (client_port > 0) a.Int("client.port", client_port);
-      a.String("user_agent.original", s.user_agent());
-      a.String("error.type", s.error_type());
-      a.Int("http.request.body.size", static_cast<int64_t>(s.request_body_bytes));
-      a.Int("http.response.body.size", static_cast<int64_t>(s.response_body_bytes));
+      SpanAttributes(s, a);
     }
     // Server spans: an error for a 5xx or a failed exchange; 4xx are the client's (unset).
     out += s.error_type().empty() ? ",\"status\":{}}" : ",\"status\":{\"code\":2}}";
   }
   out += "]}]}]}";
+  return out;
+}
+
+std::string SpansProtobuf(std::span<const ExchangeSnapshot> spans,
+                          std::string_view service_name) {
+  // ExportTraceServiceRequest{resource_spans = 1: ResourceSpans{resource = 1: Resource{
+  // attributes = 1}, scope_spans = 2: ScopeSpans{scope = 1: {name = 1, version = 2}, spans = 2}}}
+  std::string all;  // every span, each as ScopeSpans.spans
+  all.reserve(320 * spans.size());
+  std::string one;
+  for (const ExchangeSnapshot& s : spans) {
+    one.clear();
+    PutBytes(1, AsChars(s.trace.trace_id.data(), 16), &one);
+    PutBytes(2, AsChars(s.trace.span_id.data(), 8), &one);
+    if (!s.tracestate().empty()) PutBytes(3, s.tracestate(), &one);
+    if (!IsRoot(s.trace)) PutBytes(4, AsChars(s.trace.parent_span_id.data(), 8), &one);
+    char name[128];
+    PutBytes(5, SpanName(s, name), &one);
+    PutTag(6, kVarint, &one);
+    PutVarint(2, &one);  // SPAN_KIND_SERVER
+    PutFixed64(7, static_cast<uint64_t>(s.start_unix_ns), &one);
+    PutFixed64(8, static_cast<uint64_t>(s.start_unix_ns) + s.duration_ns, &one);
+    ProtoAttributes attributes(9, &one);
+    SpanAttributes(s, attributes);
+    // Status{code = 3: STATUS_CODE_ERROR (2)} for a 5xx or a failed exchange; else unset.
+    if (!s.error_type().empty()) PutBytes(15, std::string_view("\x18\x02", 2), &one);
+    PutBytes(2, one, &all);
+  }
+  std::string resource;
+  {
+    ProtoAttributes a(1, &resource);
+    a.String("service.name", service_name);
+    a.String("telemetry.sdk.name", "sluice");
+    a.String("telemetry.sdk.language", "cpp");
+  }
+  std::string scope;
+  PutBytes(1, kScopeName, &scope);
+  PutBytes(2, kScopeVersion, &scope);
+  const size_t scope_spans = 1 + VarintSize(scope.size()) + scope.size() + all.size();
+  const size_t resource_spans = 1 + VarintSize(resource.size()) + resource.size() + 1 +
+                                VarintSize(scope_spans) + scope_spans;
+  std::string out;
+  out.reserve(resource_spans + 8);
+  PutTag(1, kLengthDelimited, &out);
+  PutVarint(resource_spans, &out);
+  PutBytes(1, resource, &out);
+  PutTag(2, kLengthDelimited, &out);
+  PutVarint(scope_spans, &out);
+  PutBytes(1, scope, &out);
+  out.append(all);
   return out;
 }
 
@@ -431,12 +677,39 @@ std::string MetricsJson(const MetricsSnapshot& m, int64_t now_unix_ns,
 OtlpSender::OtlpSender(OtlpEndpoint endpoint, OtlpOptions options)
     : endpoint_(std::move(endpoint)), options_(std::move(options)) {}
 
-bool OtlpSender::Send(std::string_view path, std::string_view body, uint64_t items) {
+StatusOr<int> OtlpSender::Post(std::string_view path, std::string_view content_type,
+                               std::string_view body) {
+  const auto deadline = Clock::now() + options_.timeout;
+  for (int fresh = 0; fresh < 2; ++fresh) {
+    const bool reused = fd_ >= 0;
+    if (!reused) {
+      StatusOr<int> fd = Connect(endpoint_, deadline);
+      if (!fd.ok()) return fd.status();
+      fd_ = *fd;
+    }
+    PostOutcome outcome = PostOn(fd_, endpoint_, path, content_type, body, true, deadline);
+    if (!outcome.reusable) {
+      close(fd_);
+      fd_ = -1;
+    }
+    // A kept connection the collector had dropped meanwhile: once more on a new one.
+    if (reused && outcome.stale) continue;
+    return outcome.status;
+  }
+  return UnavailableError("OTLP " + endpoint_.authority + ": the collector closed the connection");
+}
+
+OtlpSender::~OtlpSender() {
+  if (fd_ >= 0) close(fd_);
+}
+
+bool OtlpSender::Send(std::string_view path, std::string_view content_type, std::string_view body,
+                      uint64_t items) {
   auto backoff = options_.backoff;
   // A cancelled sender still makes one attempt (the last export at shutdown), never a retry.
   for (int attempt = 1; attempt <= options_.max_attempts && (attempt == 1 || !cancelled_.load());
        ++attempt) {
-    StatusOr<int> status = HttpPost(endpoint_, path, body, options_.timeout);
+    StatusOr<int> status = Post(path, content_type, body);
     if (status.ok() && *status >= 200 && *status < 300) {
       batches_sent_.fetch_add(1, std::memory_order_relaxed);
       items_sent_.fetch_add(items, std::memory_order_relaxed);
@@ -476,7 +749,13 @@ StatusOr<std::unique_ptr<OtlpSpanExporter>> OtlpSpanExporter::Create(OtlpOptions
 }
 
 void OtlpSpanExporter::Consume(std::span<const ExchangeSnapshot> batch) {
-  sender_.Send("/v1/traces", SpansJson(batch, sender_.options().service_name), batch.size());
+  if (sender_.options().protocol == OtlpProtocol::kJson) {
+    sender_.Send("/v1/traces", "application/json",
+                 SpansJson(batch, sender_.options().service_name), batch.size());
+  } else {
+    sender_.Send("/v1/traces", "application/x-protobuf",
+                 SpansProtobuf(batch, sender_.options().service_name), batch.size());
+  }
 }
 
 StatusOr<std::unique_ptr<OtlpMetricExporter>> OtlpMetricExporter::Create(
@@ -508,7 +787,8 @@ void OtlpMetricExporter::ExportNow() {
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();
-  sender_.Send("/v1/metrics", MetricsJson(snapshot, now, sender_.options().service_name),
+  sender_.Send("/v1/metrics", "application/json",
+               MetricsJson(snapshot, now, sender_.options().service_name),
                snapshot.series.size() + snapshot.active.size());
 }
 

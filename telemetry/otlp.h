@@ -1,5 +1,7 @@
-// OTLP/HTTP export of spans and metrics, in the specification's JSON encoding
-// (POST {endpoint}/v1/traces and /v1/metrics, Content-Type: application/json).
+// OTLP/HTTP export of spans and metrics: POST {endpoint}/v1/traces and /v1/metrics. Spans go in
+// the binary protobuf encoding (Content-Type: application/x-protobuf, the specification's default
+// and the cheapest to produce) or, if asked, the JSON encoding; metrics (a snapshot every
+// interval, whose cost does not matter) in JSON. Both over one kept-alive connection per exporter.
 //
 //   auto spans = OtlpSpanExporter::Create(options);          // a SnapshotConsumer
 //   hooks.Subscribe(std::make_shared<AsyncListener>(std::move(*spans),
@@ -49,8 +51,12 @@ struct OtlpEndpoint {
 // http://HOST[:PORT][/base]. INVALID_ARGUMENT naming what is wrong (https, no host, bad port).
 [[nodiscard]] StatusOr<OtlpEndpoint> ParseOtlpEndpoint(std::string_view url);
 
+// How spans are encoded (OTEL_EXPORTER_OTLP_PROTOCOL's http/protobuf and http/json).
+enum class OtlpProtocol { kProtobuf, kJson };
+
 struct OtlpOptions {
   std::string endpoint;  // http://127.0.0.1:4318
+  OtlpProtocol protocol = OtlpProtocol::kProtobuf;
   std::string service_name = "sluice";
   std::chrono::milliseconds timeout{2000};  // per attempt: connect, send, answer
   int max_attempts = 4;
@@ -66,30 +72,42 @@ struct OtlpCounters {
   uint64_t attempts_failed = 0;  // connection errors and retryable answers
 };
 
-// One POST. Returns the HTTP status, or UNAVAILABLE / DEADLINE_EXCEEDED naming the failure.
+// One POST on a connection of its own. Returns the HTTP status, or UNAVAILABLE /
+// DEADLINE_EXCEEDED naming the failure.
 [[nodiscard]] StatusOr<int> HttpPost(const OtlpEndpoint& endpoint, std::string_view path,
-                                     std::string_view body, std::chrono::milliseconds timeout);
+                                     std::string_view content_type, std::string_view body,
+                                     std::chrono::milliseconds timeout);
 
-// ExportTraceServiceRequest of `spans` (sampled server spans) in OTLP/JSON.
+// ExportTraceServiceRequest of `spans` (sampled server spans) in OTLP/JSON, and in protobuf.
 std::string SpansJson(std::span<const ExchangeSnapshot> spans, std::string_view service_name);
+std::string SpansProtobuf(std::span<const ExchangeSnapshot> spans, std::string_view service_name);
 // ExportMetricsServiceRequest of a snapshot (cumulative temporality) in OTLP/JSON.
 std::string MetricsJson(const MetricsSnapshot& metrics, int64_t now_unix_ns,
                         std::string_view service_name);
 
-// The POST-with-retries both exporters use.
+// The POST-with-retries both exporters use, over a connection it keeps while the collector
+// does (a kept connection found closed is replaced once, within the same attempt). Send is
+// called by one thread at a time (its exporter's).
 class OtlpSender {
  public:
   OtlpSender(OtlpEndpoint endpoint, OtlpOptions options);
+  ~OtlpSender();
+  OtlpSender(const OtlpSender&) = delete;
+  OtlpSender& operator=(const OtlpSender&) = delete;
   // True if delivered. `items` is what the batch holds, for the counters.
-  bool Send(std::string_view path, std::string_view body, uint64_t items);
+  bool Send(std::string_view path, std::string_view content_type, std::string_view body,
+            uint64_t items);
   OtlpCounters counters() const;
   const OtlpOptions& options() const { return options_; }
   // Ends the retry sleeps early (shutdown).
   void Cancel() { cancelled_.store(true); }
 
  private:
+  StatusOr<int> Post(std::string_view path, std::string_view content_type, std::string_view body);
+
   const OtlpEndpoint endpoint_;
   const OtlpOptions options_;
+  int fd_ = -1;  // the kept connection, or none
   std::atomic<bool> cancelled_{false};
   std::atomic<uint64_t> batches_sent_{0}, items_sent_{0}, batches_dropped_{0}, items_dropped_{0},
       attempts_failed_{0};

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <deque>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -20,10 +21,19 @@ namespace {
 using ::testing::HasSubstr;
 
 // A collector on 127.0.0.1 that answers each POST with the next status given (200 when none
-// left), or not at all (0), and keeps what it was sent.
+// left), or not at all (0), and keeps what it was sent (path, Content-Type, body). It keeps a
+// connection open for the next POST unless `close_after_each`, where it closes after each answer
+// without saying so (as a collector that times idle connections out would).
 class Receiver {
  public:
-  explicit Receiver(std::vector<int> statuses = {}) : statuses_(statuses.begin(), statuses.end()) {
+  struct Post {
+    std::string path;
+    std::string content_type;
+    std::string body;
+  };
+
+  explicit Receiver(std::vector<int> statuses = {}, bool close_after_each = false)
+      : statuses_(statuses.begin(), statuses.end()), close_after_each_(close_after_each) {
     fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -41,61 +51,88 @@ class Receiver {
     close(fd_);
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  std::vector<std::pair<std::string, std::string>> posts() {
+  std::vector<Post> posts() {
     std::lock_guard<std::mutex> lock(mu_);
     return posts_;
   }
+  int connections() const { return connections_.load(); }
 
  private:
+  static std::string HeaderOf(const std::string& head, const std::string& name) {
+    const size_t at = head.find("\r\n" + name + ": ");
+    if (at == std::string::npos) return "";
+    const size_t start = at + 4 + name.size();
+    return head.substr(start, head.find("\r\n", start) - start);
+  }
+
   void Run() {
     while (!stop_) {
       pollfd p{fd_, POLLIN, 0};
       if (poll(&p, 1, 20) <= 0) continue;
       const int c = accept(fd_, nullptr, nullptr);
       if (c < 0) continue;
-      std::string data;
-      char buf[4096];
-      size_t need = std::string::npos;
-      while (need == std::string::npos || data.size() < need) {
+      ++connections_;
+      Serve(c);
+      close(c);
+    }
+  }
+
+  // Answers POSTs on `c` until the client closes, asks to close, or close_after_each.
+  void Serve(int c) {
+    std::string data;
+    char buf[4096];
+    while (!stop_) {
+      size_t end = data.find("\r\n\r\n");
+      while (end == std::string::npos) {
         pollfd cp{c, POLLIN, 0};
-        if (poll(&cp, 1, 2000) <= 0) break;
+        if (poll(&cp, 1, 2000) <= 0) return;
         const ssize_t n = read(c, buf, sizeof(buf));
-        if (n <= 0) break;
+        if (n <= 0) return;
         data.append(buf, static_cast<size_t>(n));
-        const size_t end = data.find("\r\n\r\n");
-        if (end != std::string::npos && need == std::string::npos) {
-          const size_t cl = data.find("Content-Length: ");
-          need = end + 4 + std::stoul(data.substr(cl + 16));
-        }
+        end = data.find("\r\n\r\n");
+      }
+      const std::string head = data.substr(0, end + 2);
+      const size_t need = end + 4 + std::stoul(HeaderOf(head, "Content-Length"));
+      while (data.size() < need) {
+        pollfd cp{c, POLLIN, 0};
+        if (poll(&cp, 1, 2000) <= 0) return;
+        const ssize_t n = read(c, buf, sizeof(buf));
+        if (n <= 0) return;
+        data.append(buf, static_cast<size_t>(n));
       }
       int status = 200;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        const size_t sp = data.find(' ');
-        const std::string path = data.substr(sp + 1, data.find(' ', sp + 1) - sp - 1);
-        posts_.emplace_back(path, data.substr(data.find("\r\n\r\n") + 4));
+        const size_t sp = head.find(' ');
+        posts_.push_back({head.substr(sp + 1, head.find(' ', sp + 1) - sp - 1),
+                          HeaderOf(head, "Content-Type"), data.substr(end + 4, need - end - 4)});
         if (!statuses_.empty()) {
           status = statuses_.front();
           statuses_.pop_front();
         }
       }
+      data.erase(0, need);
       if (status == 0) {  // never answer: the client's timeout must end it
         std::this_thread::sleep_for(std::chrono::milliseconds(400));
-      } else {
-        const std::string answer = "HTTP/1.1 " + std::to_string(status) +
-                                   " X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-        (void)!write(c, answer.data(), answer.size());
+        return;
       }
-      close(c);
+      const bool client_closes = HeaderOf(head, "Connection") == "close";
+      const std::string answer = "HTTP/1.1 " + std::to_string(status) + " X\r\nContent-Length: 2\r\n" +
+                                 (client_closes ? "Connection: close\r\n" : "") + "\r\n{}";
+      (void)!write(c, answer.data(), answer.size());
+      if (client_closes || close_after_each_) return;
     }
   }
+
   int fd_;
   uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;
   std::mutex mu_;
   std::deque<int> statuses_;
-  std::vector<std::pair<std::string, std::string>> posts_;
+  const bool close_after_each_;
+  std::atomic<int> connections_{0};
+  std::vector<Post> posts_;
 };
 
 OtlpEndpoint Endpoint(const std::string& url) {
@@ -192,10 +229,10 @@ TEST(Otlp, RetriesRetryableAnswersWithBackoff) {
   Receiver receiver({503, 429, 200});
   OtlpSender sender(Endpoint(receiver.url()), Options(4, std::chrono::milliseconds(10)));
   const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_TRUE(sender.Send("/v1/traces", "{}", 5));
+  EXPECT_TRUE(sender.Send("/v1/traces", "application/json", "{}", 5));
   EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(30));  // 10 + 20
   EXPECT_EQ(receiver.posts().size(), 3u);
-  EXPECT_EQ(receiver.posts()[0].first, "/v1/traces");
+  EXPECT_EQ(receiver.posts()[0].path, "/v1/traces");
   const OtlpCounters c = sender.counters();
   EXPECT_EQ(c.attempts_failed, 2u);
   EXPECT_EQ(c.items_sent, 5u);
@@ -204,7 +241,7 @@ TEST(Otlp, RetriesRetryableAnswersWithBackoff) {
 TEST(Otlp, AFinalRefusalIsNotRetried) {
   Receiver receiver({400});
   OtlpSender sender(Endpoint(receiver.url()), Options(4, std::chrono::milliseconds(1)));
-  EXPECT_FALSE(sender.Send("/v1/traces", "{}", 3));
+  EXPECT_FALSE(sender.Send("/v1/traces", "application/json", "{}", 3));
   EXPECT_EQ(receiver.posts().size(), 1u);
   EXPECT_EQ(sender.counters().items_dropped, 3u);
 }
@@ -212,7 +249,7 @@ TEST(Otlp, AFinalRefusalIsNotRetried) {
 TEST(Otlp, AnUnreachableCollectorCostsDroppedBatchesWithinTheTimeouts) {
   // A port nobody listens on: every attempt is refused.
   OtlpSender sender(Endpoint("http://127.0.0.1:1"), Options(3, std::chrono::milliseconds(5)));
-  EXPECT_FALSE(sender.Send("/v1/traces", "{}", 7));
+  EXPECT_FALSE(sender.Send("/v1/traces", "application/json", "{}", 7));
   EXPECT_EQ(sender.counters().attempts_failed, 3u);
   EXPECT_EQ(sender.counters().batches_dropped, 1u);
 }
@@ -221,22 +258,25 @@ TEST(Otlp, ASilentCollectorTimesOut) {
   Receiver receiver({0});
   const auto t0 = std::chrono::steady_clock::now();
   StatusOr<int> s =
-      HttpPost(Endpoint(receiver.url()), "/v1/traces", "{}", std::chrono::milliseconds(150));
+      HttpPost(Endpoint(receiver.url()), "/v1/traces", "application/json", "{}",
+               std::chrono::milliseconds(150));
   const auto took = std::chrono::steady_clock::now() - t0;
   EXPECT_EQ(s.status().code(), StatusCode::kDeadlineExceeded);
   EXPECT_LT(took, std::chrono::milliseconds(1000));
 }
 
-TEST(Otlp, SpanExporterPostsEachBatch) {
+TEST(Otlp, SpanExporterPostsEachBatchInJsonWhenAsked) {
   Receiver receiver;
   OtlpOptions options;
   options.endpoint = receiver.url();
+  options.protocol = OtlpProtocol::kJson;
   auto exporter = OtlpSpanExporter::Create(options);
   ASSERT_TRUE(exporter.ok());
   const ExchangeSnapshot spans[2] = {Span(), Span()};
   (*exporter)->Consume(spans);
   ASSERT_EQ(receiver.posts().size(), 1u);
-  const std::string body = receiver.posts()[0].second;
+  EXPECT_EQ(receiver.posts()[0].content_type, "application/json");
+  const std::string body = receiver.posts()[0].body;
   size_t span_ids = 0;
   for (size_t at = body.find("\"spanId\""); at != std::string::npos;
        at = body.find("\"spanId\"", at + 1)) {
@@ -244,6 +284,174 @@ TEST(Otlp, SpanExporterPostsEachBatch) {
   }
   EXPECT_EQ(span_ids, 2u);
   EXPECT_EQ((*exporter)->sender().counters().items_sent, 2u);
+}
+
+// A protobuf reader for the test: the fields of one message, by number.
+struct ProtoField {
+  int number;
+  int wire_type = 0;
+  uint64_t varint = 0;       // wire types 0 and 1 (fixed64)
+  std::string_view bytes;    // wire type 2
+};
+
+std::vector<ProtoField> ReadMessage(std::string_view m) {
+  std::vector<ProtoField> out;
+  size_t i = 0;
+  auto varint = [&]() {
+    uint64_t v = 0;
+    for (int shift = 0; i < m.size(); shift += 7) {
+      const uint8_t b = static_cast<uint8_t>(m[i++]);
+      v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if ((b & 0x80) == 0) break;
+    }
+    return v;
+  };
+  while (i < m.size()) {
+    const uint64_t key = varint();
+    ProtoField f{static_cast<int>(key >> 3), static_cast<int>(key & 7), 0, {}};
+    switch (key & 7) {
+      case 0:
+        f.varint = varint();
+        break;
+      case 1:
+        for (int b = 0; b < 8; ++b) f.varint |= uint64_t{static_cast<uint8_t>(m[i + b])} << (8 * b);
+        i += 8;
+        break;
+      case 2: {
+        const uint64_t n = varint();
+        f.bytes = m.substr(i, n);
+        i += n;
+        break;
+      }
+      default:
+        ADD_FAILURE() << "unexpected wire type " << (key & 7);
+        return out;
+    }
+    out.push_back(f);
+  }
+  EXPECT_EQ(i, m.size()) << "a field ran past the message";
+  return out;
+}
+
+std::vector<std::string_view> FieldsNumbered(std::string_view m, int number) {
+  std::vector<std::string_view> out;
+  for (const ProtoField& f : ReadMessage(m)) {
+    if (f.number == number) out.push_back(f.bytes);
+  }
+  return out;
+}
+
+// The attributes (KeyValue = 9 in a span, 1 in a resource) as key -> "s:value" or "i:value".
+std::map<std::string, std::string> AttributesOf(std::string_view m, int number) {
+  std::map<std::string, std::string> out;
+  for (std::string_view kv : FieldsNumbered(m, number)) {
+    std::string key;
+    std::string value;
+    for (const ProtoField& f : ReadMessage(kv)) {
+      if (f.number == 1) key = std::string(f.bytes);
+      if (f.number != 2) continue;
+      for (const ProtoField& v : ReadMessage(f.bytes)) {
+        if (v.number == 1) value = "s:" + std::string(v.bytes);
+        if (v.number == 3) value = "i:" + std::to_string(static_cast<int64_t>(v.varint));
+      }
+    }
+    out[key] = value;
+  }
+  return out;
+}
+
+TEST(Otlp, SpansProtobufCarriesIdsParentTimesStatusAndAttributes) {
+  const ExchangeSnapshot spans[2] = {Span(), Span()};
+  const std::string body = SpansProtobuf(spans, "svc");
+  const auto resource_spans = FieldsNumbered(body, 1);
+  ASSERT_EQ(resource_spans.size(), 1u);
+  const auto resource = FieldsNumbered(resource_spans[0], 1);
+  ASSERT_EQ(resource.size(), 1u);
+  EXPECT_EQ(AttributesOf(resource[0], 1)["service.name"], "s:svc");
+  const auto scope_spans = FieldsNumbered(resource_spans[0], 2);
+  ASSERT_EQ(scope_spans.size(), 1u);
+  const auto scope = FieldsNumbered(scope_spans[0], 1);
+  ASSERT_EQ(scope.size(), 1u);
+  EXPECT_EQ(FieldsNumbered(scope[0], 1), std::vector<std::string_view>{"sluice"});
+  const auto span_messages = FieldsNumbered(scope_spans[0], 2);
+  ASSERT_EQ(span_messages.size(), 2u);
+  for (std::string_view span : span_messages) {
+    std::map<int, ProtoField> f;
+    for (const ProtoField& field : ReadMessage(span)) {
+      if (field.number != 9) f[field.number] = field;
+    }
+    EXPECT_EQ(f[1].bytes, std::string_view("\x4b\xf9\x2f\x35\x77\xb3\x4d\xa6\xa3\xce\x92\x9d\x0e\x0e"
+                                           "\x47\x36", 16));
+    EXPECT_EQ(f[2].bytes, std::string_view("\x01\x02\x03\x04\x05\x06\x07\x08", 8));
+    EXPECT_EQ(f[3].bytes, "rojo=1");
+    EXPECT_EQ(f[4].bytes, std::string_view("\x00\xf0\x67\xaa\x0b\xa9\x02\xb7", 8));
+    EXPECT_EQ(f[5].bytes, "GET /users/{id}");
+    EXPECT_EQ(f[6].varint, 2u);  // SERVER
+    EXPECT_EQ(f[7].varint, 1'000'000'000u);
+    EXPECT_EQ(f[8].varint, 1'000'001'000u);
+    ASSERT_EQ(ReadMessage(f[15].bytes).size(), 1u);
+    EXPECT_EQ(ReadMessage(f[15].bytes)[0].number, 3);
+    EXPECT_EQ(ReadMessage(f[15].bytes)[0].wire_type, 0);  // code is a varint, not bytes
+    EXPECT_EQ(ReadMessage(f[15].bytes)[0].varint, 2u);  // STATUS_CODE_ERROR
+    auto attributes = AttributesOf(span, 9);
+    EXPECT_EQ(attributes["http.request.method"], "s:GET");
+    EXPECT_EQ(attributes["http.route"], "s:/users/{id}");
+    EXPECT_EQ(attributes["http.response.status_code"], "i:503");
+    EXPECT_EQ(attributes["error.type"], "s:503");
+    EXPECT_EQ(attributes["network.protocol.version"], "s:2");
+    EXPECT_EQ(attributes["client.address"], "s:127.0.0.1");
+    EXPECT_EQ(attributes["client.port"], "i:40000");
+  }
+}
+
+TEST(Otlp, SpansJsonAndProtobufListTheSameAttributes) {
+  const ExchangeSnapshot s = Span();
+  const std::string json = SpansJson({&s, 1}, "svc");
+  const std::string body = SpansProtobuf({&s, 1}, "svc");
+  const auto span = FieldsNumbered(FieldsNumbered(FieldsNumbered(body, 1)[0], 2)[0], 2)[0];
+  const auto attributes = AttributesOf(span, 9);
+  size_t json_keys = 0;
+  for (size_t at = json.find("{\"key\":"); at != std::string::npos;
+       at = json.find("{\"key\":", at + 1)) {
+    ++json_keys;
+  }
+  EXPECT_EQ(json_keys, attributes.size() + 3) << json;  // + the resource's three
+  for (const auto& [key, value] : attributes) {
+    EXPECT_THAT(json, HasSubstr("\"key\":\"" + key + "\"")) << key;
+  }
+}
+
+TEST(Otlp, SpanExporterPostsProtobufOverOneKeptConnection) {
+  Receiver receiver;
+  OtlpOptions options;
+  options.endpoint = receiver.url();
+  auto exporter = OtlpSpanExporter::Create(options);
+  ASSERT_TRUE(exporter.ok());
+  const ExchangeSnapshot spans[3] = {Span(), Span(), Span()};
+  for (int i = 0; i < 4; ++i) (*exporter)->Consume(spans);
+  const auto posts = receiver.posts();
+  ASSERT_EQ(posts.size(), 4u);
+  for (const auto& post : posts) {
+    EXPECT_EQ(post.path, "/v1/traces");
+    EXPECT_EQ(post.content_type, "application/x-protobuf");
+    EXPECT_EQ(post.body, SpansProtobuf(spans, options.service_name));
+  }
+  EXPECT_EQ(receiver.connections(), 1);
+  EXPECT_EQ((*exporter)->sender().counters().items_sent, 12u);
+  EXPECT_EQ((*exporter)->sender().counters().attempts_failed, 0u);
+}
+
+TEST(Otlp, AKeptConnectionTheCollectorClosedIsReplacedWithoutLosingTheBatch) {
+  Receiver receiver({}, /*close_after_each=*/true);
+  OtlpSender sender(Endpoint(receiver.url()), Options(1, std::chrono::milliseconds(1)));
+  for (int i = 0; i < 3; ++i) {
+    // Gives the receiver time to have closed the last connection (the stale case, not a race).
+    while (receiver.posts().size() < static_cast<size_t>(i)) std::this_thread::yield();
+    EXPECT_TRUE(sender.Send("/v1/traces", "application/x-protobuf", "abc", 1)) << i;
+  }
+  EXPECT_EQ(receiver.posts().size(), 3u);
+  EXPECT_EQ(receiver.connections(), 3);
+  EXPECT_EQ(sender.counters().attempts_failed, 0u);
 }
 
 TEST(Otlp, MetricExporterSendsOnItsIntervalAndAtTheEnd) {
@@ -269,8 +477,8 @@ TEST(Otlp, MetricExporterSendsOnItsIntervalAndAtTheEnd) {
   }
   const auto posts = receiver.posts();
   ASSERT_GE(posts.size(), 2u);  // at least one periodic export and the last one
-  EXPECT_EQ(posts[0].first, "/v1/metrics");
-  EXPECT_THAT(posts[0].second, HasSubstr("http.server.request.duration"));
+  EXPECT_EQ(posts[0].path, "/v1/metrics");
+  EXPECT_THAT(posts[0].body, HasSubstr("http.server.request.duration"));
 }
 
 }  // namespace

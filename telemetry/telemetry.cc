@@ -47,6 +47,7 @@ StatusOr<std::unique_ptr<Telemetry>> Telemetry::Create(TelemetryOptions options)
   }
   OtlpOptions otlp;
   otlp.endpoint = options.otlp_endpoint;
+  otlp.protocol = options.otlp_protocol;
   otlp.metrics_interval = options.otlp_metrics_interval;
   otlp.timeout = options.otlp_timeout;
   if (tracing && !options.otlp_endpoint.empty()) {

@@ -57,6 +57,8 @@ struct TelemetryOptions {
   double tracing_ratio = 0;
   // http://host:port of an OTLP/HTTP collector: spans (if tracing) and metrics (if metrics).
   std::string otlp_endpoint;
+  // How spans are encoded: protobuf (OTLP's default, the cheapest) or JSON. Metrics go in JSON.
+  OtlpProtocol otlp_protocol = OtlpProtocol::kProtobuf;
   std::chrono::milliseconds otlp_metrics_interval{10000};
   std::chrono::milliseconds otlp_timeout{2000};
   size_t span_queue = 2048;
@@ -84,15 +86,19 @@ class Telemetry {
   Telemetry(const Telemetry&) = delete;
   Telemetry& operator=(const Telemetry&) = delete;
 
+  // The options it was made with.
   const TelemetryOptions& options() const { return options_; }
   // The listener registry; null when nothing listens that way (style off, or middleware without
   // an access log). Users may subscribe their own listeners here.
   Hooks* hooks() { return hooks_.get(); }
   // The instrumentation middleware (style middleware), to go first in the chain; else empty.
   http::Middleware middleware();
+  // The HTTP server metrics (null unless options.metrics).
   const HttpServerMetrics* metrics() const { return metrics_.get(); }
+  // The tracer (null unless tracing).
   const Tracer* tracer() const { return tracer_.get(); }
 
+  // Telemetry's own counters now (dropped spans, export failures...).
   TelemetryCounters counters() const;
   // The Prometheus page: the HTTP metrics, telemetry's own counters, and `extra` (the server's).
   std::string PrometheusPage(const std::vector<MetricFamily>& extra) const;

@@ -6,6 +6,9 @@
 //   ./bazelw run -c opt //telemetry:telemetry_benchmark -- --benchmark_repetitions=5
 #include <benchmark/benchmark.h>
 
+#include <string>
+#include <vector>
+
 #include "benchmarks/allocations.h"
 #include "http/exchange.h"
 #include "http/middleware.h"
@@ -13,6 +16,7 @@
 #include "telemetry/clock.h"
 #include "telemetry/hooks.h"
 #include "telemetry/http_metrics.h"
+#include "telemetry/otlp.h"
 #include "telemetry/telemetry.h"
 #include "telemetry/tracer.h"
 
@@ -159,6 +163,34 @@ void BM_ClockNow(benchmark::State& state) {
   state.SetLabel(Clock::UsesTsc() ? "rdtsc" : "steady_clock");
 }
 BENCHMARK(BM_ClockNow);
+
+// Encoding a batch of spans for OTLP/HTTP (what the exporter's thread does per span), protobuf
+// and JSON; bytes per span as a counter.
+void BM_EncodeSpans(benchmark::State& state, bool protobuf) {
+  ExchangeRecord r;
+  FillStart(r);
+  r.status = 200;
+  r.peer_address = "127.0.0.1:51234";
+  r.trace.sampled = true;
+  r.trace.trace_id = {0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6,
+                      0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36};
+  r.trace.span_id = {1, 2, 3, 4, 5, 6, 7, 8};
+  r.duration_ns = 25'000;
+  std::vector<ExchangeSnapshot> spans(512);
+  for (ExchangeSnapshot& s : spans) s.CopyFrom(r);
+  size_t bytes = 0;
+  AllocationsPerIteration allocations(state, static_cast<int64_t>(spans.size()));
+  for (auto _ : state) {
+    std::string body = protobuf ? SpansProtobuf(spans, "sluice") : SpansJson(spans, "sluice");
+    bytes = body.size();
+    benchmark::DoNotOptimize(body.data());
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(spans.size()));
+  state.counters["bytes/span"] =
+      benchmark::Counter(static_cast<double>(bytes) / static_cast<double>(spans.size()));
+}
+BENCHMARK_CAPTURE(BM_EncodeSpans, protobuf, true);
+BENCHMARK_CAPTURE(BM_EncodeSpans, json, false);
 
 }  // namespace
 }  // namespace sluice::telemetry
