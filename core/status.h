@@ -37,15 +37,20 @@ enum class StatusCode : uint8_t {
 // Returns the canonical name of `code` ("OK", "CANCELLED", ...).
 std::string_view StatusCodeName(StatusCode code);
 
+// The outcome of an operation: OK, or a code and a message for the user.
 class [[nodiscard]] Status {
  public:
   // An OK status. Constructing one never allocates.
   Status() = default;
+  // `code` with `message` (dropped for kOk).
   Status(StatusCode code, std::string_view message)
       : code_(code), message_(code == StatusCode::kOk ? std::string_view() : message) {}
 
+  // The operation succeeded.
   bool ok() const { return code_ == StatusCode::kOk; }
+  // What kind of failure (kOk for none).
   StatusCode code() const { return code_; }
+  // What went wrong, for a person (empty when OK).
   const std::string& message() const { return message_; }
   // "OK" or "CODE: message".
   std::string ToString() const;
@@ -62,24 +67,35 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
+// The OK status.
 inline Status OkStatus() { return Status(); }
+// The operation was cancelled (a peer reset, a shutdown).
 inline Status CancelledError(std::string_view m) { return {StatusCode::kCancelled, m}; }
+// The caller passed something invalid (a flag, a template, bytes that do not parse).
 inline Status InvalidArgumentError(std::string_view m) {
   return {StatusCode::kInvalidArgument, m};
 }
+// The call is not valid in the current state (a second Start, Read after Complete).
 inline Status FailedPreconditionError(std::string_view m) {
   return {StatusCode::kFailedPrecondition, m};
 }
+// A value past the range allowed.
 inline Status OutOfRangeError(std::string_view m) { return {StatusCode::kOutOfRange, m}; }
+// The operation was aborted, usually by a concurrent one.
 inline Status AbortedError(std::string_view m) { return {StatusCode::kAborted, m}; }
+// Something needed is not reachable or has gone (a peer, a collector); retrying may work.
 inline Status UnavailableError(std::string_view m) { return {StatusCode::kUnavailable, m}; }
+// A resource ran out (descriptors, memory, a queue).
 inline Status ResourceExhaustedError(std::string_view m) {
   return {StatusCode::kResourceExhausted, m};
 }
+// A deadline passed before the operation finished.
 inline Status DeadlineExceededError(std::string_view m) {
   return {StatusCode::kDeadlineExceeded, m};
 }
+// What was asked for does not exist.
 inline Status NotFoundError(std::string_view m) { return {StatusCode::kNotFound, m}; }
+// A bug or a broken invariant: not the caller's fault.
 inline Status InternalError(std::string_view m) { return {StatusCode::kInternal, m}; }
 
 // Either a value or a non-OK status.
@@ -92,14 +108,21 @@ class [[nodiscard]] StatusOr {
     if (std::get<Status>(rep_).ok()) rep_ = InternalError("StatusOr built from an OK status");
   }
 
+  // Holds a value.
   bool ok() const { return std::holds_alternative<T>(rep_); }
+  // OK if it holds a value, else the error.
   Status status() const { return ok() ? OkStatus() : std::get<Status>(rep_); }
-  // Requires ok().
+  // The value; requires ok().
   T& value() & { return std::get<T>(rep_); }
+  // The value; requires ok().
   const T& value() const& { return std::get<T>(rep_); }
+  // The value, moved out; requires ok().
   T&& value() && { return std::get<T>(std::move(rep_)); }
+  // The value; requires ok().
   T& operator*() & { return value(); }
+  // The value's members; requires ok().
   T* operator->() { return &value(); }
+  // The value's members; requires ok().
   const T* operator->() const { return &value(); }
 
  private:

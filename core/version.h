@@ -12,10 +12,13 @@
 #include <string>
 #include <string_view>
 
+#include "core/sluice_version.h"
+
 namespace sluice {
 
-// Semantic version of the project (the installed library, the .pc and CMake files say the same).
-inline constexpr char kVersion[] = "0.9.0";
+// Semantic version of the project (bazel/version.bzl; the installed library, the .pc and CMake
+// files say the same).
+inline constexpr char kVersion[] = SLUICE_VERSION;
 
 // "PROGRAM (sluice VERSION)" and a line of the pinned libraries, newline-terminated.
 std::string VersionText(std::string_view program);

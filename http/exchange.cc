@@ -178,6 +178,7 @@ bool Response::SendHeadNow(bool end) {
 }
 
 bool Response::Write(std::span<const uint8_t> data) {
+  CountProgress();
   if (ended_ || peer_gone_) return false;
   body_bytes_ += data.size();
   if (!head_sent_) {
@@ -193,6 +194,7 @@ bool Response::Write(std::span<const uint8_t> data) {
 }
 
 bool Response::Flush() {
+  CountProgress();
   if (ended_ || peer_gone_) return false;
   if (!head_sent_) return SendHeadNow(/*end=*/false);
   return true;
@@ -200,6 +202,7 @@ bool Response::Flush() {
 
 void Response::End() {
   if (ended_) return;
+  CountProgress();
   ended_ = true;
   // The sink's call that ends the exchange is the last use of *this: it may
   // release the exchange (a deferred one is kept alive only until it ends),
@@ -215,6 +218,7 @@ void Response::End() {
 
 void Response::Fail() {
   if (ended_) return;
+  CountProgress();
   ReportError(telemetry::ErrorType::kHandlerFailure, 500);
   deferred_ = false;
   if (!head_sent_) {

@@ -74,8 +74,10 @@ class BodySource {
   virtual void StartBody(BodyDataCallback on_data, BodyEndCallback on_end) = 0;
 };
 
+// A request as the handler sees it, whichever protocol carried it (see the file comment).
 class Request {
  public:
+  // "GET", "POST"... as sent.
   std::string_view method() const { return View(method_); }
   // The path as sent, not percent-decoded ("/users/7").
   std::string_view path() const { return View(path_); }
@@ -92,7 +94,9 @@ class Request {
 
   // The value of the first header named `lowercase_name`, or empty.
   std::string_view Header(std::string_view lowercase_name) const;
+  // How many header fields the request has.
   size_t header_count() const { return headers_.size(); }
+  // The i-th field (name lowercase on HTTP/2, as sent on HTTP/1.1; value), i < header_count().
   std::pair<std::string_view, std::string_view> header(size_t i) const {
     return {View(headers_[i].first), View(headers_[i].second)};
   }
@@ -113,33 +117,46 @@ class Request {
   // calls it, the body is discarded.
   void ReadBody(BodyDataCallback on_data, BodyEndCallback on_end);
 
-  // ---- For protocol implementations --------------------------------------
+  // Body bytes received for this request so far (read by the handler or discarded).
+  uint64_t body_bytes() const { return body_bytes_; }
+  // The handler asked for the body (ReadBody).
+  bool body_requested() const { return body_requested_; }
+
+  // ---- For protocol implementations (handlers do not call these) -----------
   // Clears everything, keeping capacity.
   void Reset();
+  // The method (copied).
   void SetMethod(std::string_view v) { method_ = Store(v); }
+  // The path before '?' (copied).
   void SetPath(std::string_view v) { path_ = Store(v); }
+  // The query after '?' (copied).
   void SetQuery(std::string_view v) { query_ = Store(v); }
+  // Host or :authority (copied).
   void SetAuthority(std::string_view v) { authority_ = Store(v); }
-  void SetScheme(std::string_view v) { scheme_ = v; }                     // a literal
-  void SetProtocolVersion(std::string_view v) { protocol_version_ = v; }  // a literal
+  // "http" or "https": a literal, not copied.
+  void SetScheme(std::string_view v) { scheme_ = v; }
+  // "1.0", "1.1" or "2": a literal, not copied.
+  void SetProtocolVersion(std::string_view v) { protocol_version_ = v; }
   // Owned by the connection, which outlives its exchanges.
   void SetPeerAddress(std::string_view v) { peer_address_ = v; }
+  // One header field (copied).
   void AddHeader(std::string_view name, std::string_view value) {
     headers_.emplace_back(Store(name), Store(value));
   }
+  // Whether a body follows, its declared length, and where ReadBody gets it from.
   void SetBody(bool has_body, std::optional<uint64_t> content_length, BodySource* source) {
     has_body_ = has_body;
     content_length_ = content_length;
     body_source_ = source;
   }
+  // The template of the route that matched (the router's, which outlives the request).
   void SetRoute(std::string_view route_template) { route_ = route_template; }
-  // Body bytes received for this request (read by the handler or discarded), for telemetry.
+  // Counts body bytes received (read by the handler or discarded), for telemetry.
   void AddBodyBytes(uint64_t n) { body_bytes_ += n; }
-  uint64_t body_bytes() const { return body_bytes_; }
+  // A path parameter of the matched route (copied).
   void AddPathParam(std::string_view name, std::string_view value) {
     params_.emplace_back(Store(name), Store(value));
   }
-  bool body_requested() const { return body_requested_; }
 
  private:
   // Offsets into storage_, so the views survive its reallocation.
@@ -195,6 +212,7 @@ class ResponseSink {
     // 400 for a broken chunked body, a 500 for an invalid head); 0: the Response's own.
     uint16_t status_sent = 0;
   };
+  // The exchange's Error so far (see Error).
   virtual Error exchange_error() const { return {}; }
 };
 
@@ -203,27 +221,32 @@ class ResponseSink {
 // ends the Response. The first error recorded wins; Clear() starts the next exchange.
 class ExchangeErrorSlot {
  public:
+  // Records an error unless one is recorded already (any thread).
   void Set(telemetry::ErrorType type, uint32_t code, uint16_t status_sent = 0) {
     const uint64_t packed =
         (uint64_t{static_cast<uint8_t>(type)} << 48) | (uint64_t{status_sent} << 32) | code;
     uint64_t expected = 0;
     packed_.compare_exchange_strong(expected, packed, std::memory_order_relaxed);
   }
+  // The error recorded, or one of type kNone (any thread).
   ResponseSink::Error Get() const {
     const uint64_t v = packed_.load(std::memory_order_relaxed);
     return {static_cast<telemetry::ErrorType>(v >> 48), static_cast<uint32_t>(v),
             static_cast<uint16_t>(v >> 32)};
   }
+  // Forgets the error: the next exchange starts clean.
   void Clear() { packed_.store(0, std::memory_order_relaxed); }
 
  private:
   std::atomic<uint64_t> packed_{0};
 };
 
+// The response a handler fills in, whichever protocol carries it (see the file comment).
 class Response {
  public:
   // Default 200.
   void SetStatus(uint16_t status) { status_ = status; }
+  // The status set so far.
   uint16_t status() const { return status_; }
   // Adds a header (names lowercase by convention; HTTP/2 requires it and the
   // HTTP/2 sink lowercases). Ignored after the head was sent.
@@ -233,6 +256,7 @@ class Response {
   // Content-Length; past `kStreamThreshold` the head goes out and the body
   // streams. Returns false once the peer is gone (stop writing).
   bool Write(std::span<const uint8_t> data);
+  // Write of text.
   bool Write(std::string_view data) {
     return Write({reinterpret_cast<const uint8_t*>(data.data()), data.size()});
   }
@@ -245,14 +269,21 @@ class Response {
   // the head left, the peer gets a 500 in place of whatever was set; after, the response is cut
   // short (ResponseSink::AbortResponse). No-op once ended. See http::RunHandler.
   void Fail();
+  // End() (or Fail()) was called.
   bool ended() const { return ended_; }
+  // The head left (on Flush, past kStreamThreshold, or at the end).
   bool head_sent() const { return head_sent_; }
 
   // Keeps the response open after the handler returns; the handler (or its
   // callbacks) must then call End().
   void DeferEnd() { deferred_ = true; }
+  // DeferEnd() was called.
   bool deferred() const { return deferred_; }
+  // Calls of Write, Flush, End and Fail so far (any thread may read it): how a protocol tells a
+  // deferred response that makes progress from a stuck one (its deferred-response timeout).
+  uint64_t progress() const { return progress_.load(std::memory_order_relaxed); }
 
+  // Bytes a Write may buffer before the head goes out and the body streams.
   static constexpr size_t kStreamThreshold = 16 * 1024;
 
   // Runs `fn` once when the response ends (deferred responses too), on the thread that ends it,
@@ -279,10 +310,13 @@ class Response {
   // A second record for the instrumentation middleware, which must not share the listeners'.
   telemetry::ExchangeRecord& middleware_record() { return middleware_record_; }
 
-  // ---- For protocol implementations --------------------------------------
+  // ---- For protocol implementations (handlers do not call these) -----------
+  // Starts a new exchange on `sink`, keeping capacity.
   void Reset(ResponseSink* sink);
+  // A write failed: the peer is gone.
   bool peer_gone() const { return peer_gone_; }
 
+  // A response with no sink yet (Reset gives it one).
   Response() = default;
   // Stops an exchange that is still reported (it never ended: an aborted connection).
   ~Response();
@@ -301,6 +335,12 @@ class Response {
   std::vector<std::pair<std::string, std::string>> headers_;
   size_t header_count_ = 0;  // headers_ entries in use (the rest keep capacity)
   std::string body_;
+  // Only the Response's thread writes it (one at a time): a load and a store, no locked RMW.
+  void CountProgress() {
+    progress_.store(progress_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+
+  std::atomic<uint64_t> progress_{0};
   bool head_sent_ = false;
   bool ended_ = false;
   bool deferred_ = false;

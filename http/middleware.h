@@ -36,6 +36,7 @@ using Middleware = std::function<void(Request&, Response&, const Next&)>;
 // calling it skips the handler (the middleware answered).
 class Next {
  public:
+  // Runs the rest of the chain, then the handler.
   void operator()() const;
 
  private:

@@ -53,12 +53,14 @@ class Router {
 
   // Clears *match and fills it in.
   void Match(std::string_view method, std::string_view path, RouteMatch* match) const;
+  // The match for `method` and `path`, as a value.
   RouteMatch Match(std::string_view method, std::string_view path) const {
     RouteMatch m;
     Match(method, path, &m);
     return m;
   }
 
+  // No route was added.
   bool empty() const { return routes_.empty(); }
 
   // Replaces every handler h by wrap(h): how a middleware chain goes around each route (before

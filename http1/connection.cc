@@ -254,10 +254,48 @@ void Connection::StartExchange() {
 }
 
 void Connection::HoldIfDeferred(bool deferred) {
-  if (deferred && !response_ended_ && !aborted_) deferred_hold_ = shared_from_this();
+  if (deferred && !response_ended_ && !aborted_) {
+    deferred_hold_ = shared_from_this();
+    WatchDeferred();
+  }
+}
+
+void Connection::WatchDeferred() {
+  if (options_.deferred_response_timeout.count() <= 0 || deferred_timer_ != 0) return;
+  deferred_progress_ = response_.progress();
+  std::weak_ptr<Connection> weak = weak_from_this();
+  deferred_timer_ = loop_->RunAfter(options_.deferred_response_timeout, [weak] {
+    if (auto self = weak.lock()) {
+      self->deferred_timer_ = 0;
+      self->OnDeferredCheck();
+    }
+  });
+}
+
+void Connection::OnDeferredCheck() {
+  if (response_ended_ || deferred_hold_ == nullptr || closed_) return;
+  if (response_.progress() != deferred_progress_) {
+    WatchDeferred();  // it moved: another period
+    return;
+  }
+  counters_->deferred_timeouts.fetch_add(1, std::memory_order_relaxed);
+  if (!head_written_) {
+    exchange_error_.Set(telemetry::ErrorType::kTimeout, 504, 504);
+    WriteErrorResponse(504, "Gateway Timeout");
+  } else {
+    exchange_error_.Set(telemetry::ErrorType::kTimeout, 0);
+  }
+  // The handler's later writes are dropped; its End still releases the exchange.
+  response_superseded_ = true;
+  keep_alive_ = false;
+  CloseAfterFlush();
 }
 
 void Connection::ReleaseDeferredHold() {
+  if (deferred_timer_ != 0) {
+    loop_->CancelTimer(deferred_timer_);
+    deferred_timer_ = 0;
+  }
   if (deferred_hold_ == nullptr) return;
   // Posted: the hold may be the last reference, and this connection's
   // methods are on the stack.

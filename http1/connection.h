@@ -89,6 +89,12 @@ struct ConnectionOptions {
   // the socket is released (with a reset if the peer still had not taken
   // all of the response: ConnectionCounters::linger_timeouts).
   std::chrono::milliseconds linger_timeout{2'000};
+  // A response the handler deferred that makes no progress (no Write, Flush or End) this long is
+  // given up (0: never): the peer gets 504 with Connection: close if nothing was sent yet, else
+  // the connection closes (the body cut short); counted in deferred_timeouts and reported as a
+  // timeout. The Response stays valid until the handler ends it, its later writes dropped.
+  // Checked once per period, so a stuck response is noticed within one to two periods.
+  std::chrono::milliseconds deferred_response_timeout{60'000};
 };
 
 // Counters shared by all connections of a server; relaxed atomics.
@@ -105,6 +111,7 @@ struct ConnectionCounters {
   std::atomic<uint64_t> linger_timeouts{0};    // closing peers that did not close in time
   std::atomic<uint64_t> invalid_responses{0};  // 500: a handler's head could not be written
   std::atomic<uint64_t> handler_failures{0};   // handlers that threw (500, or the response cut)
+  std::atomic<uint64_t> deferred_timeouts{0};  // deferred responses given up (504, or cut)
   // A gauge, not a count: threads posting to a loop from outside on a
   // connection's behalf (a deferred response carried on by another thread).
   // The server waits for none before it destroys its loops, since
@@ -204,6 +211,9 @@ class Connection : public std::enable_shared_from_this<Connection>,
   // deferred and still open.
   void HoldIfDeferred(bool deferred);
   void ReleaseDeferredHold();
+  // The deferred-response timeout: checks the response's progress once per period.
+  void WatchDeferred();
+  void OnDeferredCheck();
 
   // http::ResponseSink
   bool SendHead(uint16_t status, std::span<const std::pair<std::string, std::string>> headers,
@@ -276,6 +286,8 @@ class Connection : public std::enable_shared_from_this<Connection>,
   std::vector<std::function<void()>> room_waiters_;
   EventLoop::TimerId timer_ = 0;
   bool header_timer_ = false;  // timer_ is the header timeout (else idle or linger)
+  EventLoop::TimerId deferred_timer_ = 0;
+  uint64_t deferred_progress_ = 0;  // the response's progress() at the last check
 };
 
 }  // namespace sluice::http1

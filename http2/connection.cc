@@ -122,6 +122,7 @@ class Connection::Stream final : public http::ResponseSink,
     on_end_ = nullptr;
     exchange_error_.Clear();
     unfinished_timer_ = 0;
+    deferred_timer_ = 0;
   }
 
   // The request head was valid: the stream gets its id, output and receive window.
@@ -263,6 +264,9 @@ class Connection::Stream final : public http::ResponseSink,
   http::ExchangeErrorSlot exchange_error_;
   // Loop: the unfinished_request_timeout of a stream answered before its request ended.
   EventLoop::TimerId unfinished_timer_ = 0;
+  // Loop: the deferred-response timeout (WatchDeferred) and the progress at its last check.
+  EventLoop::TimerId deferred_timer_ = 0;
+  uint64_t deferred_progress_ = 0;
   Status body_status_;
   std::string body_buffer_;  // received before the handler asked for it
   http::BodyDataCallback on_data_;
@@ -862,9 +866,20 @@ void Connection::StartRequest(const std::shared_ptr<Stream>& s) {
   if (WorkerPool* workers = dispatcher_->workers()) {
     s->on_worker_ = true;
     ConnectionCounters* const counters = counters_;
-    if (workers->Post([s, handler, counters] {
+    std::weak_ptr<Connection> conn = weak_from_this();
+    EventLoop* const loop = loop_;
+    if (workers->Post([s, handler, counters, conn, loop] {
           if (!http::RunHandler(*handler, s->request_, s->response_)) {
             counters->handler_failures.fetch_add(1, std::memory_order_relaxed);
+          }
+          if (s->response_.deferred() && !s->response_.ended()) {
+            // The response goes on after the handler: watch it from the loop. Only locals and
+            // the stream (held here) are touched: the connection may be gone by now.
+            counters->off_loop_posts.fetch_add(1);
+            loop->Post([conn, s] {
+              if (auto self = conn.lock()) self->WatchDeferred(s);
+            });
+            counters->off_loop_posts.fetch_sub(1);
           }
         })) {
       return;
@@ -877,6 +892,35 @@ void Connection::StartRequest(const std::shared_ptr<Stream>& s) {
   if (!http::RunHandler(*handler, req, res)) {
     counters_->handler_failures.fetch_add(1, std::memory_order_relaxed);
   }
+  if (res.deferred() && !res.ended()) WatchDeferred(s);
+}
+
+void Connection::WatchDeferred(const std::shared_ptr<Stream>& s) {
+  if (options_.deferred_response_timeout.count() <= 0 || s->deferred_timer_ != 0 ||
+      !s->in_map_ || s->response_done_ || closed_) {
+    return;
+  }
+  s->deferred_progress_ = s->response_.progress();
+  std::weak_ptr<Connection> conn = weak_from_this();
+  std::weak_ptr<Stream> weak = s;
+  const uint32_t id = s->id_;
+  s->deferred_timer_ = loop_->RunAfter(options_.deferred_response_timeout, [conn, weak, id] {
+    std::shared_ptr<Connection> self = conn.lock();
+    std::shared_ptr<Stream> stream = weak.lock();
+    if (self == nullptr || stream == nullptr || stream->id_ != id) return;
+    stream->deferred_timer_ = 0;
+    if (self->closed_ || !stream->in_map_ || stream->response_done_) return;
+    if (stream->response_.progress() != stream->deferred_progress_) {
+      self->WatchDeferred(stream);  // it moved: another period
+      return;
+    }
+    self->counters_->deferred_timeouts.fetch_add(1, std::memory_order_relaxed);
+    stream->exchange_error_.Set(telemetry::ErrorType::kTimeout, 0);
+    // The stream closes in the writer: the handler's later writes fail; its End still ends the
+    // exchange.
+    self->ResetStream(id, ErrorCode::kCancel);
+    self->FlushOutput();
+  });
 }
 
 void Connection::AnswerDirectly(const std::shared_ptr<Stream>& s, uint16_t status) {
@@ -1059,7 +1103,11 @@ void Connection::RemoveStream(Stream* s) {
     loop_->CancelTimer(s->unfinished_timer_);
     s->unfinished_timer_ = 0;
   }
-  writer_.CloseStream(*s->out_);
+  if (s->deferred_timer_ != 0) {
+    loop_->CancelTimer(s->deferred_timer_);
+    s->deferred_timer_ = 0;
+  }
+  writer_.CloseStream(*s->out_, /*finished=*/s->response_done_);
   std::shared_ptr<Stream> keep = streams_[s->id_];
   streams_.erase(s->id_);
   // Reused at the end of the pass if nobody else holds it then.

@@ -80,6 +80,11 @@ struct ConnectionOptions {
   // dropped, until the client ends it. A client that has not ended it this long after the
   // response gets RST_STREAM(NO_ERROR) (RFC 9113 §8.1), counted in early_answer_resets.
   std::chrono::milliseconds unfinished_request_timeout{10'000};
+  // A response the handler deferred that makes no progress (no Write, Flush or End) this long is
+  // given up (0: never): RST_STREAM(CANCEL), counted in deferred_timeouts and reported as a
+  // timeout. The Response stays valid until the handler ends it, its later writes dropped.
+  // Checked once per period, so a stuck response is noticed within one to two periods.
+  std::chrono::milliseconds deferred_response_timeout{60'000};
 };
 
 // Counters shared by all HTTP/2 connections of a server; relaxed atomics.
@@ -95,6 +100,7 @@ struct ConnectionCounters {
   std::atomic<uint64_t> early_answer_resets{0};
   std::atomic<uint64_t> body_too_large{0};
   std::atomic<uint64_t> handler_failures{0};  // handlers that threw (500, or RST INTERNAL_ERROR)
+  std::atomic<uint64_t> deferred_timeouts{0};  // deferred responses given up (RST_STREAM CANCEL)
   std::atomic<uint64_t> passes{0};
   // A gauge: threads posting to a loop on a connection's behalf (see
   // http1::ConnectionCounters::off_loop_posts).
@@ -187,6 +193,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void ReleaseUnopenedStream(std::shared_ptr<Stream> stream);
   // Dispatches a stream whose request head was valid.
   void StartRequest(const std::shared_ptr<Stream>& stream);
+  // The deferred-response timeout of a stream whose handler returned without ending its
+  // response: checks the response's progress once per period (loop).
+  void WatchDeferred(const std::shared_ptr<Stream>& stream);
   // Answers a request the connection refuses itself (431, 413).
   void AnswerDirectly(const std::shared_ptr<Stream>& stream, uint16_t status);
   void HandleError(const Http2Error& error);

@@ -20,6 +20,7 @@
 
 #include "benchmarks/allocations.h"
 #include "core/event_loop.h"
+#include "core/memory_transport.h"
 #include "core/memory_pool.h"
 #include "core/pipe.h"
 #include "core/transport.h"
@@ -33,29 +34,6 @@ namespace sluice::http2 {
 namespace {
 
 constexpr std::string_view kBody = "Hello, World!";
-
-// Two pipes and a loop: what the socket transport presents, without the socket.
-class MemoryTransport final : public Transport {
- public:
-  MemoryTransport(EventLoop* loop, MemoryPool* pool)
-      : loop_(loop), in_(PipeOptions{.pool = pool}), out_(PipeOptions{.pool = pool}) {}
-  PipeReader& input() override { return in_.reader(); }
-  PipeWriter& output() override { return out_.writer(); }
-  EventLoop* loop() const override { return loop_; }
-  void Close() override {}
-  bool secure() const override { return false; }
-  std::string_view alpn() const override { return ""; }
-  std::string_view peer_address() const override { return "127.0.0.1:40000"; }
-
-  // The client's side of the pipes.
-  PipeWriter& client_out() { return in_.writer(); }
-  PipeReader& client_in() { return out_.reader(); }
-
- private:
-  EventLoop* const loop_;
-  Pipe in_;
-  Pipe out_;
-};
 
 class PlaintextDispatcher final : public http::RequestDispatcher {
  public:

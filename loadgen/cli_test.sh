@@ -27,6 +27,7 @@ expect() {
 }
 
 expect 0 "Usage: loadgen" --help
+expect 0 "loadgen (sluice " --version
 expect 2 "missing the target URL"
 expect 2 "unknown flag --frobnicate" --frobnicate http://127.0.0.1:1/
 expect 2 "-c: not a non-negative integer" -c many http://127.0.0.1:1/

@@ -150,6 +150,7 @@ Output:
       --json[=FILE]     the full result as JSON (histograms base64-encoded) to stdout or FILE;
                         with JSON on stdout, the human summary goes to stderr
   -h, --help            this text
+      --version         sluice's version and the pinned libraries loadgen was built with
 
 A progress line (elapsed, completed, live RPS, errors) is drawn on stderr when it is a terminal.
 Exit status: 0 run completed, 1 target unreachable or run failed, 2 bad arguments.
@@ -237,6 +238,9 @@ StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string_view>& args)
     if (name == "-h" || name == "--help") {
       if (Status s = no_value(); !s.ok()) return s;
       options.help = true;
+    } else if (name == "--version") {
+      if (Status s = no_value(); !s.ok()) return s;
+      options.version = true;
     } else if (name == "-c" || name == "--connections") {
       LOADGEN_VALUE(v);
       StatusOr<int> n = ParseInt(name, *v, 1, 1'000'000);
@@ -340,7 +344,7 @@ StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string_view>& args)
 #undef LOADGEN_VALUE
   }
 
-  if (options.help) return options;
+  if (options.help || options.version) return options;
   if (positional.empty()) return Bad("missing the target URL");
   if (positional.size() > 1) {
     return Bad("one URL expected, got also \"" + std::string(positional[1]) + "\"");

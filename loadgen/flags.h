@@ -26,6 +26,7 @@ struct CliOptions {
   // The URL as given, for the summary.
   std::string url;
   bool help = false;
+  bool version = false;
   // --json: the JSON result; to `json_file`, or to stdout when it is empty.
   bool json = false;
   std::string json_file;

@@ -132,6 +132,12 @@ TEST(Flags, HelpNeedsNoUrl) {
   EXPECT_THAT(std::string(Usage()), HasSubstr("--pipeline"));
 }
 
+TEST(Flags, VersionNeedsNoUrl) {
+  StatusOr<CliOptions> r = Parse({"--version"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->version);
+}
+
 TEST(Flags, ParsesDurations) {
   EXPECT_EQ(ParseDuration("10s").value(), seconds(10));
   EXPECT_EQ(ParseDuration("10").value(), seconds(10));

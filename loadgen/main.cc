@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/version.h"
 #include "loadgen/agent.h"
 #include "loadgen/controller.h"
 #include "loadgen/engine.h"
@@ -166,6 +167,10 @@ int Main(int argc, char** argv) {
     return 2;
   }
   const CliOptions& options = *parsed;
+  if (options.version) {
+    std::fputs(sluice::VersionText("loadgen").c_str(), stdout);
+    return 0;
+  }
   if (options.help) {
     std::fwrite(Usage().data(), 1, Usage().size(), stdout);
     std::fwrite(DistributedUsage().data(), 1, DistributedUsage().size(), stdout);

@@ -133,6 +133,9 @@ Server::Server(ServerOptions options) : options_(std::move(options)) {
   if (options_.pool == nullptr) owned_pool_ = std::make_unique<MemoryPool>();
   pool_ = options_.pool != nullptr ? options_.pool : owned_pool_.get();
   if (options_.threads < 1) options_.threads = 1;
+  // One setting for both protocols.
+  options_.http1.deferred_response_timeout = options_.deferred_response_timeout;
+  options_.http2.deferred_response_timeout = options_.deferred_response_timeout;
 }
 
 Server::~Server() { Shutdown(); }
@@ -234,6 +237,12 @@ Status Server::Start() {
 }
 
 void Server::OnAccept(LoopState* state, std::shared_ptr<SocketConnection> socket) {
+  if (options_.max_connections > 0 &&
+      open_connections_.load(std::memory_order_relaxed) >= options_.max_connections) {
+    refused_connections_.fetch_add(1, std::memory_order_relaxed);
+    socket->Close();
+    return;
+  }
   if (tls_context_ == nullptr) {
     if (options_.enable_http2 && options_.enable_http1) {
       Sniff(state, MakeSocketTransport(std::move(socket)));
@@ -497,6 +506,7 @@ ServerStats Server::stats() const {
   auto get = [](const std::atomic<uint64_t>& v) { return v.load(std::memory_order_relaxed); };
   s.accepted = get(counters_.connections);
   s.open_connections = open_connections_.load(std::memory_order_relaxed);
+  s.refused_connections = refused_connections_.load(std::memory_order_relaxed);
   s.requests = get(counters_.requests);
   s.bad_requests = get(counters_.bad_requests);
   s.uri_too_long = get(counters_.uri_too_long);
@@ -508,6 +518,7 @@ ServerStats Server::stats() const {
   s.linger_timeouts = get(counters_.linger_timeouts);
   s.invalid_responses = get(counters_.invalid_responses);
   s.handler_failures = get(counters_.handler_failures) + get(h2_counters_.handler_failures);
+  s.deferred_timeouts = get(counters_.deferred_timeouts) + get(h2_counters_.deferred_timeouts);
   s.passes = get(counters_.passes);
   s.flushes = get(counters_.flushes);
   s.requests += get(h2_counters_.requests);
@@ -540,6 +551,9 @@ std::vector<telemetry::MetricFamily> Server::MetricFamilies() const {
   add("sluice_connections_accepted_total", "Connections accepted.", kCounter, one(s.accepted));
   add("sluice_open_connections", "Connections open now.", MetricFamily::Type::kGauge,
       {{{}, static_cast<double>(s.open_connections)}});
+  add("sluice_connections_refused_total",
+      "Connections closed on arrival because max_connections were open.", kCounter,
+      one(s.refused_connections));
   add("sluice_requests_total", "Requests dispatched (both protocols).", kCounter, one(s.requests));
   add("sluice_http1_rejected_total", "HTTP/1.1 requests answered before dispatch, by reason.",
       kCounter,
@@ -552,6 +566,9 @@ std::vector<telemetry::MetricFamily> Server::MetricFamilies() const {
   add("sluice_handler_failures_total",
       "Handlers that threw (both protocols): a 500, or the response cut short.", kCounter,
       one(s.handler_failures));
+  add("sluice_deferred_timeouts_total",
+      "Deferred responses given up for lack of progress (both protocols).", kCounter,
+      one(s.deferred_timeouts));
   add("sluice_idle_timeouts_total", "Connections closed for idleness.", kCounter,
       one(s.idle_timeouts));
   add("sluice_peer_resets_total", "HTTP/1.1 connections the peer reset.", kCounter,

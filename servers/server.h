@@ -46,6 +46,7 @@
 
 namespace sluice {
 
+// TLS for the listener (ServerOptions::tls): certificate files, or a generated self-signed one.
 struct ServerTlsOptions {
   bool enabled = false;
   std::string cert_file;  // PEM chain
@@ -56,6 +57,7 @@ struct ServerTlsOptions {
   std::string self_signed_cert_out;
 };
 
+// Everything a Server is configured with (the sample servers' flags map onto these).
 struct ServerOptions {
   // Address to bind ("127.0.0.1", "0.0.0.0", "::1").
   std::string address = "127.0.0.1";
@@ -80,14 +82,25 @@ struct ServerOptions {
   MemoryPool* pool = nullptr;
   // How long Shutdown waits for in-flight exchanges before closing.
   std::chrono::milliseconds shutdown_grace{10'000};
+  // A deferred response that makes no progress (no Write, Flush or End) this long is given up:
+  // a 504 or the response cut short on HTTP/1.1, RST_STREAM(CANCEL) on HTTP/2 (0: never). Set
+  // here, it applies to both protocols (their ConnectionOptions' deferred_response_timeout).
+  std::chrono::milliseconds deferred_response_timeout{60'000};
+  // Open connections at most (0: no limit). A connection accepted past it is closed at once
+  // (before any byte is read; counted in ServerStats::refused_connections); those open go on.
+  // TLS connections count once their handshake succeeded.
+  int64_t max_connections = 0;
   // Metrics, traces, the access log and their hook style (telemetry/telemetry.h). Default: off.
   telemetry::TelemetryOptions telemetry;
 };
 
+// Counters of a running Server (Server::stats()); requests count both protocols.
 struct ServerStats {
   uint64_t accepted = 0;
   // Connections open now (both protocols, TLS included once its handshake succeeded).
   int64_t open_connections = 0;
+  // Connections closed on arrival because max_connections were open.
+  uint64_t refused_connections = 0;
   uint64_t requests = 0;
   uint64_t bad_requests = 0;
   uint64_t uri_too_long = 0;
@@ -101,6 +114,8 @@ struct ServerStats {
   // Handlers that threw, both protocols: their exchange failed (a 500, or the response cut short),
   // the connection went on.
   uint64_t handler_failures = 0;
+  // Deferred responses given up for lack of progress (deferred_response_timeout), both protocols.
+  uint64_t deferred_timeouts = 0;
   uint64_t passes = 0;
   uint64_t flushes = 0;
   // HTTP/2 connections and streams (requests above count both protocols).
@@ -112,8 +127,11 @@ struct ServerStats {
   uint64_t h2_refused_streams = 0;
 };
 
+// An HTTP/1.1 and HTTP/2 server, cleartext or TLS: routes and middleware, then Start; see the
+// file comment for an example and the thread contract.
 class Server {
  public:
+  // A server with `options`; nothing runs until Start.
   explicit Server(ServerOptions options);
   // Shuts down (immediately, no grace) if still running.
   ~Server();
@@ -123,9 +141,11 @@ class Server {
   // Route registration (before Start). A malformed or duplicate route makes
   // Start fail with the Router's status.
   void Handle(std::string_view method, std::string_view path_template, http::Handler handler);
+  // Handle("GET", ...); a GET route answers HEAD too.
   void Get(std::string_view path_template, http::Handler handler) {
     Handle("GET", path_template, std::move(handler));
   }
+  // Handle("POST", ...).
   void Post(std::string_view path_template, http::Handler handler) {
     Handle("POST", path_template, std::move(handler));
   }
@@ -156,6 +176,7 @@ class Server {
   // Blocks until Shutdown() has completed.
   void Wait();
 
+  // The counters now (thread-safe; any time).
   ServerStats stats() const;
   // The listener registry (after Start; null unless options.telemetry uses listeners): subscribe
   // your own telemetry::Listener here, at any time.
@@ -190,6 +211,7 @@ class Server {
   std::unique_ptr<telemetry::Telemetry> telemetry_;
   std::vector<http::Middleware> middleware_;
   std::atomic<int64_t> open_connections_{0};
+  std::atomic<uint64_t> refused_connections_{0};
   std::unique_ptr<MemoryPool> owned_pool_;
   MemoryPool* pool_;
   http::Router router_;

@@ -41,6 +41,10 @@ std::string ServerUsage(std::string_view program, std::string_view description) 
   --header-timeout-ms=N     a request head must arrive within N ms of its first byte (10000)
   --keep-alive-timeout-ms=N close idle connections after N ms (60000)
   --max-body-bytes=N        largest request body accepted (30000000; more gets 413)
+  --max-connections=N       open connections at most; more are closed on arrival (0: no limit)
+  --deferred-response-timeout-ms=N
+                            give up a deferred response that made no progress this long: 504 or
+                            cut short (HTTP/1.1), RST_STREAM CANCEL (HTTP/2) (60000; 0: never)
   --no-h2                   serve HTTP/1.1 only (no ALPN h2, no h2c prior knowledge)
   --protocols=LIST          http/1.1,h2 (default), http/1.1 (= --no-h2) or h2: HTTP/2 only, h2c
                             from the first byte (no sniffing) or ALPN h2 only over TLS
@@ -56,8 +60,8 @@ std::string ServerUsage(std::string_view program, std::string_view description) 
                             text); needs --telemetry=listener or middleware
   --tracing-ratio=R         server spans for this share (0..1) of new traces; W3C traceparent
                             followed (needs a --telemetry style)
-  --otlp-endpoint=URL       export spans and metrics over OTLP/HTTP JSON to URL
-                            (http://127.0.0.1:4318)
+  --otlp-endpoint=URL       export spans and metrics over OTLP/HTTP to URL (http://127.0.0.1:4318)
+  --otlp-protocol=P         spans in http/protobuf (default) or http/json; metrics in JSON
   --access-log=FILE         one line per request to FILE (written off the loop threads)
   --access-log-format=F     combined (default), common or json
   --help                    this text
@@ -123,6 +127,15 @@ Status ParseServerFlags(int argc, char** argv, ServerOptions* options, bool* hel
     } else if (name == "--otlp-endpoint") {
       if (!need_value() || value.empty()) return bad("needs a URL (http://HOST:PORT)");
       options->telemetry.otlp_endpoint = std::string(value);
+    } else if (name == "--otlp-protocol") {
+      if (!need_value()) return bad("needs http/protobuf or http/json");
+      if (value == "http/protobuf") {
+        options->telemetry.otlp_protocol = telemetry::OtlpProtocol::kProtobuf;
+      } else if (value == "http/json") {
+        options->telemetry.otlp_protocol = telemetry::OtlpProtocol::kJson;
+      } else {
+        return bad("needs http/protobuf or http/json");
+      }
     } else if (name == "--access-log") {
       if (!need_value() || value.empty()) return bad("needs a file");
       options->telemetry.access_log = std::string(value);
@@ -153,6 +166,18 @@ Status ParseServerFlags(int argc, char** argv, ServerOptions* options, bool* hel
       }
       options->enable_http1 = h1;
       options->enable_http2 = h2;
+    } else if (name == "--deferred-response-timeout-ms") {
+      int64_t ms = 0;
+      if (!need_value() || !ParseNumber<int64_t>(value, &ms, 0, 86'400'000)) {
+        return bad("needs milliseconds 0-86400000 (0: never)");
+      }
+      options->deferred_response_timeout = std::chrono::milliseconds(ms);
+    } else if (name == "--max-connections") {
+      int64_t n = 0;
+      if (!need_value() || !ParseNumber<int64_t>(value, &n, 0, 100'000'000)) {
+        return bad("needs a count 0-100000000 (0: no limit)");
+      }
+      options->max_connections = n;
     } else if (name == "--h2-output") {
       if (!need_value() || !http2::ParseOutputStrategy(value, &options->http2.output.strategy)) {
         return bad("needs two_locks, single_lock or queue");
@@ -245,7 +270,7 @@ Status ParseServerFlags(int argc, char** argv, ServerOptions* options, bool* hel
 }
 
 int RunServerMain(int argc, char** argv, std::string_view program, std::string_view description,
-                  const std::function<void(Server&)>& routes) {
+                  const std::function<void(Server&)>& routes, const ServerMainHooks& hooks) {
   ServerOptions options;
   bool help = false;
   bool version = false;
@@ -272,21 +297,32 @@ int RunServerMain(int argc, char** argv, std::string_view program, std::string_v
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  Server server(options);
-  routes(server);
-  if (Status s = server.Start(); !s.ok()) {
-    std::fprintf(stderr, "%.*s: cannot start: %s\n", static_cast<int>(program.size()),
-                 program.data(), s.ToString().c_str());
-    return 1;
+  if (hooks.configure) hooks.configure(options);
+  ServerStats stats;
+  {
+    Server server(options);
+    routes(server);
+    if (Status s = server.Start(); !s.ok()) {
+      std::fprintf(stderr, "%.*s: cannot start: %s\n", static_cast<int>(program.size()),
+                   program.data(), s.ToString().c_str());
+      return 1;
+    }
+    std::printf("%s\n", server.ReadyLine().c_str());
+    std::fflush(stdout);
+    int signal_number = 0;
+    sigwait(&signals, &signal_number);
+    std::fprintf(stderr, "%.*s: %s, shutting down\n", static_cast<int>(program.size()),
+                 program.data(), strsignal(signal_number));
+    server.Shutdown();
+    stats = server.stats();
   }
-  std::printf("%s\n", server.ReadyLine().c_str());
-  std::fflush(stdout);
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
-  std::fprintf(stderr, "%.*s: %s, shutting down\n", static_cast<int>(program.size()),
-               program.data(), strsignal(signal_number));
-  server.Shutdown();
-  return 0;
+  // What was served, for whoever started the server (a test comparing its client's count).
+  std::fprintf(stderr, "%.*s: stopped: requests=%llu connections=%llu handler_failures=%llu\n",
+               static_cast<int>(program.size()), program.data(),
+               static_cast<unsigned long long>(stats.requests),
+               static_cast<unsigned long long>(stats.accepted + stats.h2_connections),
+               static_cast<unsigned long long>(stats.handler_failures));
+  return hooks.after_stop ? hooks.after_stop(stats) : 0;
 }
 
 }  // namespace sluice

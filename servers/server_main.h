@@ -9,10 +9,12 @@
 //
 // Flags: --address, --port (0 = ephemeral), --threads, --handler-threads,
 // --tls, --tls-cert, --tls-key, --tls-self-signed, --tls-cert-out,
-// --header-timeout-ms, --keep-alive-timeout-ms, --max-body-bytes, --no-h2, --protocols,
+// --header-timeout-ms, --keep-alive-timeout-ms, --max-body-bytes, --max-connections,
+// --deferred-response-timeout-ms, --no-h2,
+// --protocols,
 // --h2-output, --h2-max-streams, --h2-stall-timeout-ms, --h2-unfinished-request-timeout-ms,
 // --telemetry, --metrics,
-// --tracing-ratio, --otlp-endpoint, --access-log, --access-log-format, --help,
+// --tracing-ratio, --otlp-endpoint, --otlp-protocol, --access-log, --access-log-format, --help,
 // --version.
 // A bad flag prints a message and the usage to stderr and exits 2. Once
 // listening, the server prints Server::ReadyLine() on stdout.
@@ -37,11 +39,21 @@ namespace sluice {
 // The usage text for `program`.
 std::string ServerUsage(std::string_view program, std::string_view description);
 
+// Extension points of RunServerMain, for servers with needs of their own (test servers).
+struct ServerMainHooks {
+  // After the flags are parsed, before the server is made: last changes to its options.
+  std::function<void(ServerOptions&)> configure;
+  // After the server stopped and was destroyed, with its last counters: the exit code (0 keeps
+  // the normal one).
+  std::function<int(const ServerStats&)> after_stop;
+};
+
 // Parses flags, builds the server with `routes`, starts it, prints the
-// ready line, waits for SIGINT/SIGTERM, shuts down gracefully. Returns the
-// process exit code: 0, 2 for bad flags, 1 if the server cannot start.
+// ready line, waits for SIGINT/SIGTERM, shuts down gracefully, and prints what it served
+// ("PROGRAM: stopped: requests=N ...") on stderr. Returns the process exit code: 0, 2 for bad
+// flags, 1 if the server cannot start (or what hooks.after_stop says).
 int RunServerMain(int argc, char** argv, std::string_view program, std::string_view description,
-                  const std::function<void(Server&)>& routes);
+                  const std::function<void(Server&)>& routes, const ServerMainHooks& hooks = {});
 
 }  // namespace sluice
 

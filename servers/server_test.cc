@@ -1263,4 +1263,79 @@ TEST_P(ServerTest, AHandlerThatThrowsAfterTheHeadCutsTheResponseShort) {
   EXPECT_EQ(server_->stats().handler_failures, 2u);
 }
 
+// Past max_connections a new connection is closed on arrival; those open are served, and
+// once one closes a new one is served again.
+TEST_P(ServerTest, ConnectionsPastTheMaximumAreClosedOnArrival) {
+  options_.max_connections = 2;
+  StartServer();
+  std::vector<std::unique_ptr<HttpTestClient>> open;
+  for (int i = 0; i < 2; ++i) {
+    open.push_back(Connect());
+    ASSERT_NE(open.back(), nullptr);
+    ASSERT_TRUE(open.back()->Send("GET /plaintext HTTP/1.1\r\nHost: x\r\n\r\n"));
+    auto r = open.back()->ReadResponse();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  }
+  ASSERT_TRUE(WaitFor([&] { return server_->stats().open_connections == 2; }));
+  auto refused = Connect();
+  ASSERT_NE(refused, nullptr);
+  (void)refused->Send("GET /plaintext HTTP/1.1\r\nHost: x\r\n\r\n");
+  const CloseOutcome outcome = refused->WaitForClose(kPromptly);
+  EXPECT_TRUE(outcome == CloseOutcome::kReset || outcome == CloseOutcome::kEof)
+      << CloseOutcomeName(outcome);
+  EXPECT_EQ(server_->stats().refused_connections, 1u);
+  // The open ones still work.
+  ASSERT_TRUE(open[0]->Send("GET /plaintext HTTP/1.1\r\nHost: x\r\n\r\n"));
+  auto again = open[0]->ReadResponse();
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->body, "Hello, World!");
+  open[1]->Close();
+  ASSERT_TRUE(WaitFor([&] { return server_->stats().open_connections == 1; }));
+  EXPECT_EQ(Exchange("GET /plaintext HTTP/1.1\r\nHost: x\r\n\r\n").body, "Hello, World!");
+}
+
+// A deferred response that makes no progress is given up after deferred_response_timeout: the
+// client gets a 504 (nothing was sent yet) and the connection closes; the handler's late End is
+// harmless, and a response that keeps writing is left alone.
+TEST_P(ServerTest, AStuckDeferredResponseGetsA504AfterTheTimeout) {
+  options_.deferred_response_timeout = milliseconds(150);
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Send("GET /gate HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_TRUE(gate_.WaitEntered(kPromptly));
+  auto r = client->ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 504) << r->raw;
+  EXPECT_EQ(r->Header("connection"), "close");
+  EXPECT_EQ(client->WaitForClose(kPromptly), CloseOutcome::kEof);
+  EXPECT_EQ(server_->stats().deferred_timeouts, 1u);
+  gate_.Release("too late");  // dropped, and it ends the exchange
+  EXPECT_TRUE(WaitFor([&] { return server_->stats().open_connections == 0; }));
+  EXPECT_EQ(Exchange("GET /plaintext HTTP/1.1\r\nHost: x\r\n\r\n").body, "Hello, World!");
+}
+
+TEST_P(ServerTest, ADeferredResponseThatKeepsWritingIsNotTimedOut) {
+  options_.deferred_response_timeout = milliseconds(100);
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Send("GET /gate HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_TRUE(gate_.WaitEntered(kPromptly));
+  http::Response* res = gate_.response();
+  ASSERT_NE(res, nullptr);
+  // Writes for five timeout periods (each write is progress), then ends.
+  for (int i = 0; i < 25; ++i) {
+    ASSERT_TRUE(res->Write(std::string(1000, 'w')));
+    ASSERT_TRUE(res->Flush());
+    std::this_thread::sleep_for(milliseconds(20));  // the slow producer being modelled
+  }
+  gate_.Release("done");
+  auto r = client->ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body.size(), 25 * 1000 + 4);
+  EXPECT_EQ(server_->stats().deferred_timeouts, 0u);
+}
+
 }  // namespace sluice

@@ -31,19 +31,123 @@ def free_port():
         return s.getsockname()[1]
 
 
+def read_message(data):
+    """The fields of one protobuf message: (number, wire type, value) with value an int (varint,
+    fixed64) or bytes (length-delimited)."""
+    fields, i = [], 0
+
+    def varint():
+        nonlocal i
+        v, shift = 0, 0
+        while True:
+            b = data[i]
+            i += 1
+            v |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                return v
+    while i < len(data):
+        key = varint()
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            fields.append((number, wire, varint()))
+        elif wire == 1:
+            fields.append((number, wire, int.from_bytes(data[i:i + 8], "little")))
+            i += 8
+        elif wire == 2:
+            n = varint()
+            fields.append((number, wire, data[i:i + n]))
+            i += n
+        else:
+            raise ValueError("unexpected wire type %d" % wire)
+    return fields
+
+
+def attributes_from_protobuf(fields, number):
+    out = []
+    for n, _, kv in fields:
+        if n != number:
+            continue
+        key, value = None, None
+        for kn, _, kvalue in read_message(kv):
+            if kn == 1:
+                key = kvalue.decode()
+            elif kn == 2:
+                for vn, _, v in read_message(kvalue):
+                    if vn == 1:
+                        value = {"stringValue": v.decode()}
+                    elif vn == 3:
+                        value = {"intValue": str(v - (1 << 64) if v >= 1 << 63 else v)}
+        out.append({"key": key, "value": value})
+    return out
+
+
+def traces_from_protobuf(body):
+    """An ExportTraceServiceRequest in protobuf, in the shape of its OTLP/JSON encoding (hex ids,
+    int64 as strings), so the checks read both encodings alike."""
+    resource_spans = []
+    for n, _, rs in read_message(body):
+        if n != 1:
+            continue
+        scope_spans = []
+        for rn, _, rv in read_message(rs):
+            if rn != 2:
+                continue
+            spans = []
+            for sn, _, span in read_message(rv):
+                if sn != 2:
+                    continue
+                fields = read_message(span)
+                sp = {"attributes": attributes_from_protobuf(fields, 9)}
+                for fn, _, fv in fields:
+                    if fn == 1:
+                        sp["traceId"] = fv.hex()
+                    elif fn == 2:
+                        sp["spanId"] = fv.hex()
+                    elif fn == 3:
+                        sp["traceState"] = fv.decode()
+                    elif fn == 4:
+                        sp["parentSpanId"] = fv.hex()
+                    elif fn == 5:
+                        sp["name"] = fv.decode()
+                    elif fn == 6:
+                        sp["kind"] = fv
+                    elif fn == 7:
+                        sp["startTimeUnixNano"] = str(fv)
+                    elif fn == 8:
+                        sp["endTimeUnixNano"] = str(fv)
+                    elif fn == 15:
+                        sp["status"] = {"code": v for c, _, v in read_message(fv) if c == 3}
+                spans.append(sp)
+            scope_spans.append({"spans": spans})
+        resource_spans.append({"scopeSpans": scope_spans})
+    return {"resourceSpans": resource_spans}
+
+
 class Receiver:
-    """An OTLP/HTTP collector: keeps every JSON body POSTed to /v1/traces and /v1/metrics."""
+    """An OTLP/HTTP collector: keeps every body POSTed to /v1/traces and /v1/metrics (protobuf
+    decoded into the JSON encoding's shape) with its content type. Keeps connections alive, as
+    a collector does."""
 
     def __init__(self):
         self.posts = []
+        self.content_types = []
         self.lock = threading.Lock()
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
             def do_POST(self):
                 body = self.rfile.read(int(self.headers["content-length"]))
+                content_type = self.headers.get("content-type", "")
+                if content_type == "application/x-protobuf":
+                    decoded = traces_from_protobuf(body)
+                else:
+                    decoded = json.loads(body)
                 with receiver.lock:
-                    receiver.posts.append((self.path, json.loads(body)))
+                    receiver.posts.append((self.path, decoded))
+                    receiver.content_types.append((self.path, content_type))
                 self.send_response(200)
                 self.send_header("content-length", "0")
                 self.end_headers()
@@ -241,6 +345,21 @@ class TelemetryEndToEnd(unittest.TestCase):
         self.assertNotEqual(root["traceId"], child["traceId"])
         self.assertEqual({a["key"]: list(a["value"].values())[0]
                           for a in root["attributes"]}["network.protocol.version"], "2")
+
+    def test_spans_go_in_protobuf_by_default_and_in_json_when_asked(self):
+        for flags, content_type in (((), "application/x-protobuf"),
+                                    (("--otlp-protocol=http/json",), "application/json")):
+            receiver = Receiver()
+            self.addCleanup(receiver.close)
+            s = self.start("--telemetry=listener", "--tracing-ratio=1",
+                           f"--otlp-endpoint={receiver.url}", *flags)
+            self.assertEqual(s.curl("/plaintext", "-H", f"traceparent: {TRACEPARENT}"), 200)
+            spans = wait_for(lambda: receiver.spans(), what="a span")
+            self.assertEqual(spans[0]["traceId"], "4bf92f3577b34da6a3ce929d0e0e4736")
+            self.assertEqual(spans[0]["parentSpanId"], "00f067aa0ba902b7")
+            with receiver.lock:
+                types = {t for path, t in receiver.content_types if path == "/v1/traces"}
+            self.assertEqual(types, {content_type})
 
     def test_malformed_traceparents_start_new_roots_and_are_counted(self):
         s = self.start("--telemetry=listener", "--tracing-ratio=1", "--metrics",

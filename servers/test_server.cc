@@ -10,6 +10,9 @@
 //                          failed handler)
 //   GET  /throw-after-head throws after the head and 100 bytes of body went out (the response
 //                          cut short: no final chunk, or RST_STREAM INTERNAL_ERROR)
+//   GET  /late/{ms}        defers its response and ends it ms (<= 10000) later from another
+//                          thread, without writing before (a stuck handler, for the
+//                          deferred-response timeout)
 //   GET  /stats            "requests=N h2_streams=N h2_stream_errors=N
 //                           h2_connection_errors=N h2_peer_resets=N handler_failures=N
 //                           h2_output=STRATEGY h2_frame_lock_acquisitions=N
@@ -21,6 +24,9 @@
 //   --delay-listen-ms=N          sleep N ms before starting to listen (a slow startup)
 //   --delay-first-response-ms=N  the first request answered waits N ms (a slow first request)
 //   --abort-after-requests=N     abort() when the N-th request arrives (a crash mid-run)
+//   --diagnostic-pool=1          buffers from a diagnostic pool (poisoned when returned, checked
+//                                for writes after return); at exit, exit code 3 if a block is
+//                                still rented or was misused (a leak or a use after free)
 #include <algorithm>
 #include <atomic>
 #include <charconv>
@@ -83,6 +89,7 @@ struct TestFlags {
   int64_t delay_listen_ms = 0;
   int64_t delay_first_response_ms = 0;
   int64_t abort_after_requests = 0;
+  int64_t diagnostic_pool = 0;
 };
 
 // Takes the test-only flags out of argv (in place). False, with a message, for a bad value.
@@ -95,7 +102,8 @@ bool TakeTestFlags(int* argc, char** argv, TestFlags* flags) {
     for (auto [name, field] :
          {std::pair{"--delay-listen-ms=", &flags->delay_listen_ms},
           std::pair{"--delay-first-response-ms=", &flags->delay_first_response_ms},
-          std::pair{"--abort-after-requests=", &flags->abort_after_requests}}) {
+          std::pair{"--abort-after-requests=", &flags->abort_after_requests},
+          std::pair{"--diagnostic-pool=", &flags->diagnostic_pool}}) {
       if (arg.starts_with(name)) {
         target = field;
         value = arg.substr(std::string_view(name).size());
@@ -119,6 +127,8 @@ bool TakeTestFlags(int* argc, char** argv, TestFlags* flags) {
 
 TestFlags test_flags;
 std::atomic<int64_t> requests_seen{0};
+// GET /plaintext answered (a soak counts its well-behaved clients' requests against it).
+std::atomic<uint64_t> plaintext_requests{0};
 
 // Applies --delay-first-response-ms and --abort-after-requests before `handler`.
 sluice::http::Handler Instrumented(sluice::http::Handler handler) {
@@ -146,15 +156,30 @@ int main(int argc, char** argv) {
   if (test_flags.delay_listen_ms > 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(test_flags.delay_listen_ms));
   }
+  // --diagnostic-pool: every connection's buffers come from a pool that catches leaks and writes
+  // after return; checked once the server is gone.
+  static sluice::MemoryPool diagnostic_pool(
+      sluice::MemoryPoolOptions{.diagnostic = true});
+  sluice::ServerMainHooks hooks;
+  if (test_flags.diagnostic_pool != 0) {
+    hooks.configure = [](sluice::ServerOptions& options) { options.pool = &diagnostic_pool; };
+    hooks.after_stop = [](const sluice::ServerStats&) {
+      sluice::Status clean = diagnostic_pool.CheckClean();
+      if (clean.ok()) return 0;
+      std::fprintf(stderr, "test_server: diagnostic pool: %s\n", clean.ToString().c_str());
+      return 3;
+    };
+  }
   return sluice::RunServerMain(
       argc, argv, "test_server",
       "Routes for end-to-end tests: /plaintext, /bytes/{n}, POST /echo, /headers, /throw,\n"
-      "/throw-after-head, /stats.\n"
-      "Test-only flags: --delay-listen-ms=N, --delay-first-response-ms=N, "
+      "/throw-after-head, /late/{ms}, /stats.\n"
+      "Test-only flags: --delay-listen-ms=N, --delay-first-response-ms=N, --diagnostic-pool=1, "
       "--abort-after-requests=N.",
       [](sluice::Server& server) {
         server.Get("/plaintext",
                    Instrumented([](sluice::http::Request&, sluice::http::Response& res) {
+                     plaintext_requests.fetch_add(1, std::memory_order_relaxed);
                      res.SetHeader("content-type", "text/plain");
                      res.Write("Hello, World!");
                    }));
@@ -170,6 +195,22 @@ int main(int argc, char** argv) {
           (void)res.Flush();
           throw std::runtime_error("test_server: /throw-after-head");
         });
+        server.Get("/late/{ms}", [](sluice::http::Request& req, sluice::http::Response& res) {
+          const std::string_view text = req.PathParam("ms");
+          int64_t ms = 0;
+          auto r = std::from_chars(text.data(), text.data() + text.size(), ms);
+          if (r.ec != std::errc() || ms < 0 || ms > 10'000) {
+            res.SetStatus(400);
+            res.Write("bad delay\n");
+            return;
+          }
+          res.DeferEnd();
+          std::thread([&res, ms] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+            res.Write("late\n");
+            res.End();
+          }).detach();
+        });
         server.Get("/stats", [&server](sluice::http::Request&, sluice::http::Response& res) {
           const sluice::ServerStats s = server.stats();
           const sluice::http2::OutputCounters out = server.http2_counters().output.Snapshot();
@@ -179,12 +220,15 @@ int main(int argc, char** argv) {
                     " h2_stream_errors=" + std::to_string(s.h2_stream_errors) +
                     " h2_connection_errors=" + std::to_string(s.h2_connection_errors) +
                     " h2_peer_resets=" + std::to_string(s.h2_peer_resets) +
-                    " handler_failures=" + std::to_string(s.handler_failures) + " h2_output=" +
+                    " handler_failures=" + std::to_string(s.handler_failures) +
+                    " plaintext_requests=" + std::to_string(plaintext_requests.load()) +
+                    " open_connections=" + std::to_string(s.open_connections) + " h2_output=" +
                     std::string(sluice::http2::OutputStrategyName(
                         server.options().http2.output.strategy)) +
                     " h2_frame_lock_acquisitions=" + std::to_string(out.frame_lock.acquisitions) +
                     " h2_pipe_lock_acquisitions=" + std::to_string(out.pipe_lock.acquisitions) +
                     " h2_queue_drains=" + std::to_string(out.queue_drains) + "\n");
         });
-      });
+      },
+      hooks);
 }

@@ -1628,6 +1628,30 @@ class HandlerFailureTest(ConformanceTestCase):
         self.assertEqual(self.server.stats()["handler_failures"], before + 1)
 
 
+# A deferred response that makes no progress for --deferred-response-timeout-ms is given up with
+# RST_STREAM(CANCEL); the handler's late end is harmless and the connection goes on.
+class DeferredTimeoutTest(ConformanceTestCase):
+    server_flags = ("--deferred-response-timeout-ms=200",)
+
+    def test_a_stuck_deferred_response_is_cancelled(self):
+        peer = self.connect()
+        started = time.monotonic()
+        peer.get(1, "/late/1500")
+        frame, _ = peer.until(lambda f: isinstance(f, (hf.RstStreamFrame, hf.GoAwayFrame)) and
+                              f.stream_id in (0, 1), "RST_STREAM(1, CANCEL)")
+        self.assertIsInstance(frame, hf.RstStreamFrame, describe(frame))
+        self.assertEqual(error_name(frame.error_code), "CANCEL", describe(frame))
+        self.assertGreaterEqual(time.monotonic() - started, 0.15)
+        self.assert_get_served(peer, 3)
+
+    def test_a_response_that_ends_in_time_is_not_cancelled(self):
+        peer = self.connect()
+        peer.get(1, "/late/50")
+        r = peer.collect([1])[1]
+        self.assertIsNone(r.reset, "reset with %s" % error_name(r.reset or 0))
+        self.assertEqual((r.status(), bytes(r.body)), (200, b"late\n"))
+
+
 # The output strategy asked for is the one serving (--h2-output), as its counters show.
 class OutputStrategyTest(ConformanceTestCase):
 

@@ -1,0 +1,244 @@
+// Fuzzes a whole HTTP/1.1 server connection in process (over core/memory_transport.h): the input
+// is a program for a client that pipelines valid requests (GET, HEAD, POST with a Content-Length
+// or a chunked body, Expect: 100-continue, HTTP/1.0, Connection: close), raw bytes and broken
+// chunks, delivered in pieces split where the program says. The server routes to handlers that
+// answer inline, read and echo the body, stream a large answer, or throw.
+//
+// Byte 0, bit 0: whether the client reads what the server sends (a client that never reads makes
+// the server's output back up). Then each op is one byte, its low nibble the kind and its high
+// nibble a parameter, plus the bytes it takes.
+//
+// Checked, besides "no crash, no sanitizer report, no leak": what the server writes starts as an
+// HTTP/1.1 status line, and once the client is done the connection closes and every pool block
+// comes back.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "core/event_loop.h"
+#include "core/memory_pool.h"
+#include "core/memory_transport.h"
+#include "http/dispatcher.h"
+#include "http/router.h"
+#include "http1/connection.h"
+
+namespace sluice::http1 {
+namespace {
+
+void Check(bool ok, const char* what) {
+  if (ok) return;
+  std::fprintf(stderr, "connection_fuzz: invariant violated: %s\n", what);
+  std::abort();
+}
+
+class Dispatcher final : public http::RequestDispatcher {
+ public:
+  Dispatcher() {
+    Add("GET", "/plaintext", [](http::Request&, http::Response& res) {
+      res.SetHeader("content-type", "text/plain");
+      res.Write("Hello, World!");
+    });
+    Add("POST", "/echo", [](http::Request& req, http::Response& res) {
+      res.DeferEnd();
+      req.ReadBody([&res](std::span<const uint8_t> data) { res.Write(data); },
+                   [&res](Status) { res.End(); });
+    });
+    Add("GET", "/big", [](http::Request&, http::Response& res) {
+      const std::string piece(16 * 1024, 'b');
+      for (int i = 0; i < 8; ++i) {
+        if (!res.Write(piece)) break;
+      }
+    });
+    Add("GET", "/throw", [](http::Request& req, http::Response& res) {
+      // ?late: past the stream threshold, so the head leaves before the throw.
+      res.Write(std::string(req.query() == "late" ? 20000 : 10, 't'));
+      throw std::runtime_error("connection_fuzz");
+    });
+  }
+  const http::Handler* Route(http::Request& req, http::Response& res) override {
+    router_.Match(req.method(), req.path(), &match_);
+    if (match_.kind != http::RouteMatch::Kind::kFound) {
+      res.SetStatus(404);
+      return nullptr;
+    }
+    req.SetRoute(match_.route_template);
+    return match_.handler;
+  }
+  WorkerPool* workers() override { return nullptr; }
+
+ private:
+  void Add(std::string_view method, std::string_view path, http::Handler h) {
+    Check(router_.Add(method, path, std::move(h)).ok(), "route");
+  }
+  http::Router router_;
+  http::RouteMatch match_;
+};
+
+class Program {
+ public:
+  Program(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+  bool done() const { return at_ >= size_; }
+  uint8_t Byte() { return at_ < size_ ? data_[at_++] : 0; }
+  std::string_view Bytes(size_t n) {
+    n = std::min(n, size_ - std::min(at_, size_));
+    std::string_view out(reinterpret_cast<const char*>(data_ + at_), n);
+    at_ += n;
+    return out;
+  }
+
+ private:
+  const uint8_t* const data_;
+  const size_t size_;
+  size_t at_ = 0;
+};
+
+class Client {
+ public:
+  explicit Client(bool reads) : reads_(reads) {
+    auto loop = EventLoop::Create();
+    Check(loop.ok(), "event loop");
+    loop_ = std::move(*loop);
+    auto transport = std::make_unique<MemoryTransport>(loop_.get(), &pool_);
+    transport_ = transport.get();
+    conn_ = std::make_shared<Connection>(std::move(transport), ConnectionOptions{}, &dispatcher_,
+                                         &counters_);
+  }
+
+  void Run(Program& p) {
+    loop_->Post([this, &p] {
+      conn_->Start();
+      Execute(p);
+      Deliver();
+      Drain();
+      transport_->client_out().Complete();  // the client is done
+      Drain();
+      conn_->Abort();
+      Drain();
+      StopAfterPostedTasks(2);
+    });
+    loop_->Run();
+    conn_.reset();
+    Status clean = pool_.CheckClean();
+    if (!clean.ok()) std::fprintf(stderr, "%s\n", clean.ToString().c_str());
+    Check(clean.ok(), "pool blocks outstanding after the connection ended");
+  }
+
+  // What the connection posted while it ended (the release of a deferred exchange's hold on
+  // it, its last reference) runs in a later pass: stop only after `rounds` more passes.
+  void StopAfterPostedTasks(int rounds) {
+    if (rounds == 0) {
+      loop_->Stop();
+      return;
+    }
+    loop_->Post([this, rounds] { StopAfterPostedTasks(rounds - 1); });
+  }
+
+ private:
+  void Execute(Program& p) {
+    while (!p.done()) {
+      const uint8_t op = p.Byte();
+      const uint8_t arg = op >> 4;
+      switch (op & 0x0f) {
+        case 0: {  // a request without a body
+          static constexpr std::array<std::string_view, 6> kTargets = {
+              "GET /plaintext", "HEAD /plaintext", "GET /big", "GET /throw", "GET /throw?late",
+              "GET /nowhere"};
+          pending_ += kTargets[arg % kTargets.size()];
+          pending_ += (arg & 8) != 0 ? " HTTP/1.0\r\n" : " HTTP/1.1\r\nHost: fuzz\r\n";
+          if ((arg & 4) != 0) pending_ += "Connection: close\r\n";
+          pending_ += "\r\n";
+          break;
+        }
+        case 1: {  // POST /echo with a Content-Length body (maybe an Expect: 100-continue)
+          const std::string_view body = p.Bytes(p.Byte() % 64);
+          pending_ += "POST /echo HTTP/1.1\r\nHost: fuzz\r\nContent-Length: ";
+          pending_ += std::to_string(body.size() + (arg & 3));  // sometimes more than sent
+          pending_ += (arg & 4) != 0 ? "\r\nExpect: 100-continue\r\n\r\n" : "\r\n\r\n";
+          pending_ += body;
+          break;
+        }
+        case 2:  // POST /echo, chunked: the head; chunks follow as ops
+          pending_ += "POST /echo HTTP/1.1\r\nHost: fuzz\r\nTransfer-Encoding: chunked\r\n\r\n";
+          break;
+        case 3: {  // a chunk (arg 0: the last one; arg 15: a broken size line)
+          if (arg == 0) {
+            pending_ += "0\r\n\r\n";
+          } else if (arg == 15) {
+            pending_ += p.Bytes(p.Byte() % 16);
+            pending_ += "\r\n";
+          } else {
+            const std::string_view data = p.Bytes(arg * 4);
+            char size[16];
+            std::snprintf(size, sizeof(size), "%zx\r\n", data.size());
+            pending_ += size;
+            pending_ += data;
+            pending_ += "\r\n";
+          }
+          break;
+        }
+        case 4:  // raw bytes: a mutated request, junk, a header line
+          pending_ += p.Bytes(p.Byte());
+          break;
+        case 5:  // deliver what is buffered: the connection gets its input in pieces
+          Deliver();
+          break;
+        case 6:  // let the server write
+          Drain();
+          break;
+        default:
+          break;
+      }
+      if (pending_.size() > (64u << 10)) Deliver();
+    }
+  }
+
+  void Deliver() {
+    if (pending_.empty()) return;
+    PipeWriter& w = transport_->client_out();
+    if (w.Write(pending_).ok()) {
+      FlushResult r;
+      (void)w.Flush(&r, [](FlushResult) {});  // runs the connection's pass now
+    }
+    pending_.clear();
+    if (reads_) Drain();
+  }
+
+  void Drain() {
+    PipeReader& in = transport_->client_in();
+    ReadResult read;
+    if (!in.Read(&read, nullptr)) return;
+    if (!started_ && read.buffer.size() >= 9) {
+      std::string head = read.buffer.ToString().substr(0, 9);
+      Check(head == "HTTP/1.1 " || head == "HTTP/1.0 ", "the output is not an HTTP response");
+      started_ = true;
+    }
+    (void)in.AdvanceTo(read.buffer.size());
+  }
+
+  const bool reads_;
+  MemoryPool pool_{MemoryPoolOptions{.block_size = 4096, .diagnostic = true}};
+  Dispatcher dispatcher_;
+  ConnectionCounters counters_;
+  std::unique_ptr<EventLoop> loop_;
+  MemoryTransport* transport_ = nullptr;
+  std::shared_ptr<Connection> conn_;
+  std::string pending_;
+  bool started_ = false;
+};
+
+}  // namespace
+}  // namespace sluice::http1
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  sluice::http1::Program program(data + 1, size - 1);
+  sluice::http1::Client client((data[0] & 1) == 0);
+  client.Run(program);
+  return 0;
+}
