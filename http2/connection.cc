@@ -381,6 +381,9 @@ bool Connection::ProcessPass(const ReadResult& read) {
     RecycleRetiredStreams();
   }
   if (closing_) consumed = buffer.size();  // lingering: drop what the peer sends
+  // The peer ended its side inside a frame (or the preface): those bytes can never complete,
+  // and reading them again would find the same; they are dropped like the rest of its input.
+  if (read.is_completed) consumed = buffer.size();
   if (closed_) return false;
   (void)transport_->input().AdvanceTo(consumed, need_more ? buffer.size() : consumed);
   if (read.is_completed && consumed == buffer.size()) {

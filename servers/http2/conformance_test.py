@@ -362,6 +362,21 @@ class ConformanceTestCase(unittest.TestCase):
             self.assert_server_serves()
         return goaway
 
+    def assert_closed_within(self, peer, seconds, goaway_code):
+        """The server closes within `seconds`; a GOAWAY before that must carry goaway_code."""
+        deadline = time.monotonic() + seconds
+        try:
+            while True:
+                frame = peer.next_frame(max(0.0, deadline - time.monotonic()))
+                if isinstance(frame, hf.GoAwayFrame):
+                    self.assertEqual(error_name(frame.error_code), error_name(goaway_code),
+                                     describe(frame))
+        except h2h.ConnectionClosed:
+            pass
+        except TimeoutError:
+            self.fail("the connection is still open after %.1f s" % seconds)
+        self.assert_server_serves()
+
     def assert_stream_error(self, peer, stream_id, code):
         """RST_STREAM(stream_id, code), and no GOAWAY before it."""
         frame, _ = peer.until(
@@ -500,21 +515,7 @@ class Http2OnlyTlsListenerTest(ConformanceTestCase):
 
 
 class TimeoutTestCase(ConformanceTestCase):
-
-    def assert_closed_within(self, peer, seconds, goaway_code):
-        """The server closes within `seconds`; a GOAWAY before that must carry goaway_code."""
-        deadline = time.monotonic() + seconds
-        try:
-            while True:
-                frame = peer.next_frame(max(0.0, deadline - time.monotonic()))
-                if isinstance(frame, hf.GoAwayFrame):
-                    self.assertEqual(error_name(frame.error_code), error_name(goaway_code),
-                                     describe(frame))
-        except h2h.ConnectionClosed:
-            pass
-        except TimeoutError:
-            self.fail("the connection is still open after %.1f s" % seconds)
-        self.assert_server_serves()
+    """The timeout suites (each with its own server flags)."""
 
 
 # §3.4: a client that does not complete its preface in time (--header-timeout-ms is also the
@@ -531,6 +532,38 @@ class PrefaceTimeoutTest(TimeoutTestCase):
         peer = self.connect(send_preface=False, handshake=False)
         peer.send(h2h.PREFACE[:10])
         self.assert_closed_within(peer, 2.0, h2h.SETTINGS_TIMEOUT)
+
+
+# The client ends its side (FIN) in the middle of something: what it sent can never complete.
+# The server drops the piece, answers the streams it has, and closes; it must not keep reading
+# the same bytes (a loop that did would spin and starve every connection it serves).
+class EndOfInputTest(ConformanceTestCase):
+
+    def end_input(self, peer):
+        peer.sock.shutdown(socket.SHUT_WR)
+
+    def test_input_ending_inside_the_preface_is_closed(self):
+        peer = self.connect(send_preface=False, handshake=False)
+        peer.send(h2h.PREFACE[:10])
+        self.end_input(peer)
+        self.assert_closed_within(peer, 2.0, h2h.NO_ERROR)
+
+    def test_input_ending_inside_a_frame_is_closed(self):
+        peer = self.connect()
+        # A DATA frame header announcing 100 bytes, then 5 of them.
+        peer.send(struct.pack(">I", 100)[1:] + bytes([0x0, 0x0]) + struct.pack(">I", 1) + b"12345")
+        self.end_input(peer)
+        self.assert_closed_within(peer, 2.0, h2h.NO_ERROR)
+
+    def test_input_ending_inside_a_frame_header_after_a_request_still_gets_the_answer(self):
+        peer = self.connect()
+        peer.get(1, "/plaintext")
+        peer.send(b"\x00\x00")  # two bytes of the next frame header
+        self.end_input(peer)
+        r = peer.collect([1])[1]
+        self.assertIsNone(r.reset)
+        self.assertEqual(r.status(), 200)
+        self.assert_closed_within(peer, 2.0, h2h.NO_ERROR)
 
 
 # A connection that sends nothing: --keep-alive-timeout-ms (also the HTTP/2 idle timeout).
