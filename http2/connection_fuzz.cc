@@ -12,11 +12,13 @@
 // Checked, besides "no crash, no sanitizer report, no leak": every frame the server writes decodes
 // (well formed, within our frame size), and once the client is done the connection closes and
 // every pool block comes back.
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -214,6 +216,7 @@ class Client {
           break;
         case 5: {  // SETTINGS: one setting, any id and value
           const Setting s{static_cast<uint16_t>(p.Byte() % 8), p.U32()};
+          NoteSetting(s.id, s.value);
           AppendSettings({&s, 1}, &pending_);
           break;
         }
@@ -228,6 +231,13 @@ class Client {
           const uint8_t flags = p.Byte();
           const uint32_t stream = (arg & 1) != 0 ? RecentStream(arg >> 1) : p.U32() & 0x7fffffff;
           const std::string_view payload = p.Bytes(p.Byte());
+          if (type == static_cast<uint8_t>(FrameType::kSettings) && stream == 0) {
+            for (size_t i = 0; i + 6 <= payload.size(); i += 6) {
+              const auto* b = reinterpret_cast<const uint8_t*>(payload.data() + i);
+              NoteSetting(static_cast<uint16_t>(b[0] << 8 | b[1]),
+                          static_cast<uint32_t>(b[2]) << 24 | b[3] << 16 | b[4] << 8 | b[5]);
+            }
+          }
           uint8_t header[kFrameHeaderSize];
           WriteFrameHeader(header, static_cast<uint32_t>(payload.size()),
                            static_cast<FrameType>(type), flags, stream);
@@ -235,7 +245,8 @@ class Client {
           pending_.append(payload);
           break;
         }
-        case 8:  // raw junk
+        case 8:  // raw junk (which the server may read as frames, SETTINGS among them)
+          junk_sent_ = true;
           pending_.append(p.Bytes(p.Byte() % 32));
           break;
         case 9: {  // trailers on a recent stream
@@ -285,6 +296,13 @@ class Client {
     if (reads_) Drain();
   }
 
+  void NoteSetting(uint16_t id, uint32_t value) {
+    if (id == static_cast<uint16_t>(SettingId::kMaxFrameSize) && value >= kMinMaxFrameSize &&
+        value <= kMaxMaxFrameSize) {
+      max_frame_size_ = std::max(max_frame_size_, value);
+    }
+  }
+
   // Reads and checks what the server wrote: every frame decodes.
   void Drain() {
     PipeReader& in = transport_->client_in();
@@ -297,10 +315,26 @@ class Client {
       Frame frame;
       size_t consumed = 0;
       const DecodeStatus s =
-          DecodeFrame(AsBytes(std::string_view(received_).substr(at)), kMinMaxFrameSize, &frame,
+          DecodeFrame(AsBytes(std::string_view(received_).substr(at)), kMaxMaxFrameSize, &frame,
                       &consumed);
       if (s.result == DecodeResult::kNeedMore) break;
+      if (s.result != DecodeResult::kFrame) {
+        uint8_t header[kFrameHeaderSize];
+        std::memcpy(header, received_.data() + at, kFrameHeaderSize);
+        const FrameHeader h = ReadFrameHeader(header);
+        std::fprintf(stderr, "frame type %u flags 0x%x stream %u length %u: %s\n", h.type,
+                     h.flags, h.stream_id, h.length,
+                     s.result == DecodeResult::kError ? s.error.debug().c_str() : "?");
+      }
       Check(s.result == DecodeResult::kFrame, "the server wrote a frame that does not decode");
+      // Within the largest SETTINGS_MAX_FRAME_SIZE the client announced (unless junk it sent
+      // may have announced another).
+      if (!junk_sent_ && consumed - kFrameHeaderSize > max_frame_size_) {
+        std::fprintf(stderr, "frame type %u of %zu bytes, the client allows %u\n",
+                     static_cast<unsigned>(frame.header.type), consumed - kFrameHeaderSize,
+                     max_frame_size_);
+        Check(false, "the server wrote a frame larger than the client allows");
+      }
       at += consumed;
     }
     received_.erase(0, at);
@@ -317,6 +351,8 @@ class Client {
   std::string pending_;
   std::string received_;
   uint32_t next_stream_ = 1;
+  uint32_t max_frame_size_ = kMinMaxFrameSize;  // the largest valid one the client announced
+  bool junk_sent_ = false;
 };
 
 }  // namespace
