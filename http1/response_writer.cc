@@ -177,7 +177,7 @@ Status WriteResponseHead(const ResponseHead& head, PipeWriter* out) {
   const std::string_view reason =
       head.reason.empty() ? ReasonPhrase(head.status_code) : head.reason;
   if (!IsValidText(reason)) return InvalidArgumentError("invalid character in reason phrase");
-  const std::string_view date = head.date.empty() ? DateCache::ForThisThread().Now() : head.date;
+  const std::string_view date = head.date.empty() ? http::DateCache::ForThisThread().Now() : head.date;
   if (!IsValidText(date)) return InvalidArgumentError("invalid character in Date");
   if (Status s = CheckFields(head.headers); !s.ok()) return s;
 

@@ -30,7 +30,7 @@
 
 #include "core/pipe.h"
 #include "core/status.h"
-#include "http1/date_cache.h"
+#include "http/date_cache.h"
 #include "http1/field.h"
 
 namespace sluice::http1 {

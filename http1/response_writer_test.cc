@@ -8,7 +8,7 @@
 
 #include "core/pipe.h"
 #include "core/testing.h"
-#include "http1/date_cache.h"
+#include "http/date_cache.h"
 
 namespace sluice::http1 {
 namespace {

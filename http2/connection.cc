@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string_view>
 
-#include "http1/date_cache.h"
+#include "http/date_cache.h"
 
 namespace sluice::http2 {
 namespace {
@@ -169,7 +169,7 @@ class Connection::Stream final : public http::ResponseSink,
       auto r = std::to_chars(length_text, length_text + sizeof(length_text), *content_length);
       fields[n++] = {"content-length", std::string_view(length_text, r.ptr - length_text)};
     }
-    fields[n++] = {"date", http1::DateCache::ForThisThread().Now()};
+    fields[n++] = {"date", http::DateCache::ForThisThread().Now()};
     if (head_request_) body = {};
     const bool ok = conn_->writer_.SendHead(*out_, std::span<const HeaderField>(fields, n), body, end);
     if (end) EndExchange();
@@ -875,9 +875,11 @@ void Connection::StartRequest(const std::shared_ptr<Stream>& s) {
           if (!http::RunHandler(*handler, s->request_, s->response_)) {
             counters->handler_failures.fetch_add(1, std::memory_order_relaxed);
           }
-          if (s->response_.deferred() && !s->response_.ended()) {
+          if (s->response_.deferred()) {
             // The response goes on after the handler: watch it from the loop. Only locals and
-            // the stream (held here) are touched: the connection may be gone by now.
+            // the stream (held here) are touched: the connection may be gone by now. Whether
+            // it has ended already is not asked here (another thread may be ending it): the
+            // loop knows from its own state (WatchDeferred).
             counters->off_loop_posts.fetch_add(1);
             loop->Post([conn, s] {
               if (auto self = conn.lock()) self->WatchDeferred(s);
@@ -895,7 +897,8 @@ void Connection::StartRequest(const std::shared_ptr<Stream>& s) {
   if (!http::RunHandler(*handler, req, res)) {
     counters_->handler_failures.fetch_add(1, std::memory_order_relaxed);
   }
-  if (res.deferred() && !res.ended()) WatchDeferred(s);
+  // Not res.ended(): the thread the handler handed the response to may be ending it now.
+  if (res.deferred()) WatchDeferred(s);
 }
 
 void Connection::WatchDeferred(const std::shared_ptr<Stream>& s) {

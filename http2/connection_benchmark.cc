@@ -105,7 +105,14 @@ class Rig {
   }
 
   ~Rig() {
-    loop_->Post([this] { conn_->Abort(); });
+    // As a socket's end would: the peer's side completes (which runs and drops the
+    // connection's pending read, and with it the reference that read holds), then the abort,
+    // then what the connection posted while it ended.
+    loop_->Post([this] {
+      transport_->client_out().Complete();
+      conn_->Abort();
+    });
+    RunLoopOnce();
     RunLoopOnce();
   }
 

@@ -288,15 +288,6 @@ TEST(Engine, WarmupIsNotRecorded) {
   EXPECT_GT(server.handled(), 500u);
 }
 
-TEST(Engine, ClosedLoopCorrectedEqualsUncorrected) {
-  CountingServer server;
-  LoadSpec spec = SpecFor(server.port());
-  spec.connections = 2;
-  spec.requests = 300;
-  const RunResult r = RunOrDie(spec);
-  EXPECT_TRUE(r.latency == r.corrected_latency);
-}
-
 // A raw HTTP/1.1 server on its own loop, for misbehaviour a real server does not offer: it
 // answers every request head with a fixed response, closes the connection (gracefully, after
 // the responses already written) instead of answering every `close_every`-th request, or never

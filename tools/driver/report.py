@@ -393,8 +393,14 @@ def summary_markdown(comparison: Dict[str, Any]) -> str:
         return f"{m['delta_pct']:+.1f}%{ci} p={m['p_value']:.2f} {verdict}"
 
     ref = first["side"]["name"]
+    builds = []
+    for s in sides:
+        text = source_text(s["side"], 60)
+        if text != "external command" and text not in builds:
+            builds.append(text)
     lines = [
         f"Machine: {machine_line(first['environment'])}.",
+        "Build: " + ("; ".join(builds) if builds else "external commands only") + ".",
         "",
         f"| side | RPS (median, range) | CPU µs/req | user | kernel | syscalls/req | p99 ms | "
         f"CPU/req vs {ref} | RPS vs {ref} |",

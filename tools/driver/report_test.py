@@ -65,6 +65,7 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(code, 0, err)
         self.assertIn("Machine: Test CPU, 2 cores", out)
         self.assertIn("one system call (getppid) costs 0.110 µs", out)
+        self.assertRegex(out, r"\nBuild: [0-9a-f]{10}")
         rows = [line for line in out.splitlines() if line.startswith("| two_locks") or
                 line.startswith("| single_lock")]
         self.assertEqual(len(rows), 2, out)

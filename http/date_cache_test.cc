@@ -1,4 +1,4 @@
-#include "http1/date_cache.h"
+#include "http/date_cache.h"
 
 #include <gtest/gtest.h>
 #include <time.h>
@@ -7,7 +7,7 @@
 #include <string_view>
 #include <thread>
 
-namespace sluice::http1 {
+namespace sluice::http {
 namespace {
 
 std::string Format(int64_t t) {
@@ -62,4 +62,4 @@ TEST(DateCache, ForThisThreadIsPerThread) {
 }
 
 }  // namespace
-}  // namespace sluice::http1
+}  // namespace sluice::http

@@ -10,15 +10,15 @@
 //
 // Thread-safety: thread-compatible. Each thread uses its own cache (ForThisThread(), or one
 // owned by an event loop); a returned view stays valid until that cache formats another second.
-#ifndef SLUICE_HTTP1_DATE_CACHE_H_
-#define SLUICE_HTTP1_DATE_CACHE_H_
+#ifndef SLUICE_HTTP_DATE_CACHE_H_
+#define SLUICE_HTTP_DATE_CACHE_H_
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
-namespace sluice::http1 {
+namespace sluice::http {
 
 // Length of an IMF-fixdate.
 inline constexpr size_t kImfFixdateLength = 29;
@@ -53,6 +53,6 @@ class DateCache {
   uint64_t formats_ = 0;
 };
 
-}  // namespace sluice::http1
+}  // namespace sluice::http
 
-#endif  // SLUICE_HTTP1_DATE_CACHE_H_
+#endif  // SLUICE_HTTP_DATE_CACHE_H_

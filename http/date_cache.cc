@@ -1,8 +1,8 @@
-#include "http1/date_cache.h"
+#include "http/date_cache.h"
 
 #include <time.h>
 
-namespace sluice::http1 {
+namespace sluice::http {
 
 namespace {
 
@@ -75,4 +75,4 @@ DateCache& DateCache::ForThisThread() {
   return cache;
 }
 
-}  // namespace sluice::http1
+}  // namespace sluice::http
