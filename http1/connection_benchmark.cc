@@ -18,8 +18,7 @@
 #include "core/event_loop.h"
 #include "core/memory_pool.h"
 #include "core/memory_transport.h"
-#include "http/dispatcher.h"
-#include "http/router.h"
+#include "http/router_dispatcher.h"
 #include "http1/connection.h"
 
 namespace sluice::http1 {
@@ -29,29 +28,15 @@ constexpr std::string_view kRequest =
     "GET /plaintext HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: wrk\r\nAccept: */*\r\n\r\n";
 constexpr std::string_view kBody = "Hello, World!";
 
-class PlaintextDispatcher final : public http::RequestDispatcher {
+class PlaintextDispatcher final : public http::RouterDispatcher {
  public:
   PlaintextDispatcher() {
-    Status added = router_.Add("GET", "/plaintext", [](http::Request&, http::Response& res) {
+    Status added = Add("GET", "/plaintext", [](http::Request&, http::Response& res) {
       res.SetHeader("content-type", "text/plain");
       res.Write(kBody);
     });
     if (!added.ok()) throw std::runtime_error(std::string(added.message()));
   }
-  const http::Handler* Route(http::Request& req, http::Response& res) override {
-    router_.Match(req.method(), req.path(), &match_);
-    if (match_.kind != http::RouteMatch::Kind::kFound) {
-      res.SetStatus(404);
-      return nullptr;
-    }
-    req.SetRoute(match_.route_template);
-    return match_.handler;
-  }
-  WorkerPool* workers() override { return nullptr; }
-
- private:
-  http::Router router_;
-  http::RouteMatch match_;
 };
 
 // One connection and its client, on the calling thread (which runs as the connection's loop).

@@ -24,8 +24,7 @@
 #include "core/event_loop.h"
 #include "core/memory_pool.h"
 #include "core/memory_transport.h"
-#include "http/dispatcher.h"
-#include "http/router.h"
+#include "http/router_dispatcher.h"
 #include "http1/connection.h"
 
 namespace sluice::http1 {
@@ -37,47 +36,35 @@ void Check(bool ok, const char* what) {
   std::abort();
 }
 
-class Dispatcher final : public http::RequestDispatcher {
+class Dispatcher final : public http::RouterDispatcher {
  public:
   Dispatcher() {
-    Add("GET", "/plaintext", [](http::Request&, http::Response& res) {
+    AddRoute("GET", "/plaintext", [](http::Request&, http::Response& res) {
       res.SetHeader("content-type", "text/plain");
       res.Write("Hello, World!");
     });
-    Add("POST", "/echo", [](http::Request& req, http::Response& res) {
+    AddRoute("POST", "/echo", [](http::Request& req, http::Response& res) {
       res.DeferEnd();
       req.ReadBody([&res](std::span<const uint8_t> data) { res.Write(data); },
                    [&res](Status) { res.End(); });
     });
-    Add("GET", "/big", [](http::Request&, http::Response& res) {
+    AddRoute("GET", "/big", [](http::Request&, http::Response& res) {
       const std::string piece(16 * 1024, 'b');
       for (int i = 0; i < 8; ++i) {
         if (!res.Write(piece)) break;
       }
     });
-    Add("GET", "/throw", [](http::Request& req, http::Response& res) {
+    AddRoute("GET", "/throw", [](http::Request& req, http::Response& res) {
       // ?late: past the stream threshold, so the head leaves before the throw.
       res.Write(std::string(req.query() == "late" ? 20000 : 10, 't'));
       throw std::runtime_error("connection_fuzz");
     });
   }
-  const http::Handler* Route(http::Request& req, http::Response& res) override {
-    router_.Match(req.method(), req.path(), &match_);
-    if (match_.kind != http::RouteMatch::Kind::kFound) {
-      res.SetStatus(404);
-      return nullptr;
-    }
-    req.SetRoute(match_.route_template);
-    return match_.handler;
-  }
-  WorkerPool* workers() override { return nullptr; }
 
  private:
-  void Add(std::string_view method, std::string_view path, http::Handler h) {
-    Check(router_.Add(method, path, std::move(h)).ok(), "route");
+  void AddRoute(std::string_view method, std::string_view path, http::Handler h) {
+    Check(Add(method, path, std::move(h)).ok(), "route");
   }
-  http::Router router_;
-  http::RouteMatch match_;
 };
 
 class Program {

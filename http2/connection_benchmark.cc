@@ -24,8 +24,7 @@
 #include "core/memory_pool.h"
 #include "core/pipe.h"
 #include "core/transport.h"
-#include "http/dispatcher.h"
-#include "http/router.h"
+#include "http/router_dispatcher.h"
 #include "http2/connection.h"
 #include "http2/frame.h"
 #include "http2/hpack.h"
@@ -35,29 +34,15 @@ namespace {
 
 constexpr std::string_view kBody = "Hello, World!";
 
-class PlaintextDispatcher final : public http::RequestDispatcher {
+class PlaintextDispatcher final : public http::RouterDispatcher {
  public:
   PlaintextDispatcher() {
-    Status added = router_.Add("GET", "/plaintext", [](http::Request&, http::Response& res) {
+    Status added = Add("GET", "/plaintext", [](http::Request&, http::Response& res) {
       res.SetHeader("content-type", "text/plain");
       res.Write(kBody);
     });
     if (!added.ok()) throw std::runtime_error(std::string(added.message()));
   }
-  const http::Handler* Route(http::Request& req, http::Response& res) override {
-    router_.Match(req.method(), req.path(), &match_);
-    if (match_.kind != http::RouteMatch::Kind::kFound) {
-      res.SetStatus(404);
-      return nullptr;
-    }
-    req.SetRoute(match_.route_template);
-    return match_.handler;
-  }
-  WorkerPool* workers() override { return nullptr; }
-
- private:
-  http::Router router_;
-  http::RouteMatch match_;
 };
 
 // One connection and its client, on the calling thread (which runs as the connection's loop).

@@ -226,58 +226,92 @@ size_t VarintSize(uint64_t v) {
   }
   return n;
 }
-void PutVarint(uint64_t v, std::string* out) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>(v | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
-void PutTag(int field, WireType type, std::string* out) {
-  PutVarint((static_cast<uint64_t>(field) << 3) | type, out);
-}
-void PutBytes(int field, std::string_view bytes, std::string* out) {
-  PutTag(field, kLengthDelimited, out);
-  PutVarint(bytes.size(), out);
-  out->append(bytes);
-}
-void PutFixed64(int field, uint64_t v, std::string* out) {
-  PutTag(field, kFixed64, out);
-  char b[8];
-  for (int i = 0; i < 8; ++i) b[i] = static_cast<char>(v >> (8 * i));  // little-endian
-  out->append(b, 8);
-}
 std::string_view AsChars(const uint8_t* p, size_t n) { return {reinterpret_cast<const char*>(p), n}; }
 
-// KeyValue entries (key = 1, value = 2: AnyValue{string_value = 1 | int_value = 3}) appended as
+// Writes the wire format through a raw pointer into a std::string (no per-byte bookkeeping):
+// Need(n) makes room for n more bytes, then the Put calls write at most what was asked for.
+// Finish() (or the destructor) cuts the string to what was written.
+class ProtoOut {
+ public:
+  explicit ProtoOut(std::string* s) : s_(s), p_(s->data() + s->size()), limit_(p_) {}
+  ProtoOut(const ProtoOut&) = delete;
+  ProtoOut& operator=(const ProtoOut&) = delete;
+  ~ProtoOut() { Finish(); }
+
+  void Need(size_t n) {
+    if (static_cast<size_t>(limit_ - p_) < n) Grow(n);
+  }
+  // The most a tag, a length and `n` bytes of value take.
+  static constexpr size_t Field(size_t n) { return 2 + 10 + n; }
+
+  void Varint(uint64_t v) {
+    while (v >= 0x80) {
+      *p_++ = static_cast<char>(v | 0x80);
+      v >>= 7;
+    }
+    *p_++ = static_cast<char>(v);
+  }
+  void Tag(int field, WireType type) { Varint((static_cast<uint64_t>(field) << 3) | type); }
+  void Raw(std::string_view bytes) {
+    std::memcpy(p_, bytes.data(), bytes.size());
+    p_ += bytes.size();
+  }
+  void Bytes(int field, std::string_view bytes) {
+    Tag(field, kLengthDelimited);
+    Varint(bytes.size());
+    Raw(bytes);
+  }
+  void Fixed64(int field, uint64_t v) {
+    Tag(field, kFixed64);
+    for (int i = 0; i < 8; ++i) *p_++ = static_cast<char>(v >> (8 * i));  // little-endian
+  }
+  size_t size() const { return static_cast<size_t>(p_ - s_->data()); }
+  void Finish() { s_->resize(size()); limit_ = p_; }
+
+ private:
+  void Grow(size_t n) {
+    const size_t used = size();
+    s_->resize(std::max(used + n, s_->size() * 2));
+    p_ = s_->data() + used;
+    limit_ = s_->data() + s_->size();
+  }
+  std::string* const s_;
+  char* p_;
+  char* limit_;
+};
+
+// KeyValue entries (key = 1, value = 2: AnyValue{string_value = 1 | int_value = 3}) written as
 // field `field` of the message being written; sizes computed up front (no nested buffers).
 class ProtoAttributes {
  public:
-  ProtoAttributes(int field, std::string* out) : field_(field), out_(out) {}
+  ProtoAttributes(int field, ProtoOut* out) : field_(field), out_(out) {}
   void String(std::string_view key, std::string_view value) {
     if (value.empty()) return;
     const size_t any = 1 + VarintSize(value.size()) + value.size();
     Open(key, any);
-    PutBytes(1, value, out_);
+    out_->Need(ProtoOut::Field(value.size()));
+    out_->Bytes(1, value);
   }
   void Int(std::string_view key, int64_t value) {
     const uint64_t v = static_cast<uint64_t>(value);
     Open(key, 1 + VarintSize(v));
-    PutTag(3, kVarint, out_);
-    PutVarint(v, out_);
+    out_->Need(ProtoOut::Field(0));
+    out_->Tag(3, kVarint);
+    out_->Varint(v);
   }
 
  private:
   void Open(std::string_view key, size_t any_size) {
     const size_t kv = 1 + VarintSize(key.size()) + key.size() + 1 + VarintSize(any_size) + any_size;
-    PutTag(field_, kLengthDelimited, out_);
-    PutVarint(kv, out_);
-    PutBytes(1, key, out_);
-    PutTag(2, kLengthDelimited, out_);
-    PutVarint(any_size, out_);
+    out_->Need(3 * ProtoOut::Field(0) + key.size());
+    out_->Tag(field_, kLengthDelimited);
+    out_->Varint(kv);
+    out_->Bytes(1, key);
+    out_->Tag(2, kLengthDelimited);
+    out_->Varint(any_size);
   }
   const int field_;
-  std::string* const out_;
+  ProtoOut* const out_;
 };
 
 }  // namespace
@@ -570,54 +604,86 @@ std::string SpansJson(std::span<const ExchangeSnapshot> spans, std::string_view 
   return out;
 }
 
-std::string SpansProtobuf(std::span<const ExchangeSnapshot> spans,
-                          std::string_view service_name) {
+std::string_view EncodeSpansProtobuf(std::span<const ExchangeSnapshot> spans,
+                                     std::string_view service_name, SpanEncoding* scratch) {
   // ExportTraceServiceRequest{resource_spans = 1: ResourceSpans{resource = 1: Resource{
   // attributes = 1}, scope_spans = 2: ScopeSpans{scope = 1: {name = 1, version = 2}, spans = 2}}}
-  std::string all;  // every span, each as ScopeSpans.spans
-  all.reserve(320 * spans.size());
-  std::string one;
-  for (const ExchangeSnapshot& s : spans) {
-    one.clear();
-    PutBytes(1, AsChars(s.trace.trace_id.data(), 16), &one);
-    PutBytes(2, AsChars(s.trace.span_id.data(), 8), &one);
-    if (!s.tracestate().empty()) PutBytes(3, s.tracestate(), &one);
-    if (!IsRoot(s.trace)) PutBytes(4, AsChars(s.trace.parent_span_id.data(), 8), &one);
-    char name[128];
-    PutBytes(5, SpanName(s, name), &one);
-    PutTag(6, kVarint, &one);
-    PutVarint(2, &one);  // SPAN_KIND_SERVER
-    PutFixed64(7, static_cast<uint64_t>(s.start_unix_ns), &one);
-    PutFixed64(8, static_cast<uint64_t>(s.start_unix_ns) + s.duration_ns, &one);
-    ProtoAttributes attributes(9, &one);
-    SpanAttributes(s, attributes);
-    // Status{code = 3: STATUS_CODE_ERROR (2)} for a 5xx or a failed exchange; else unset.
-    if (!s.error_type().empty()) PutBytes(15, std::string_view("\x18\x02", 2), &one);
-    PutBytes(2, one, &all);
-  }
+  // The spans go after a gap big enough for what precedes them, which is written last, ending
+  // where they start: the message is one contiguous view without a copy of the spans.
   std::string resource;
   {
-    ProtoAttributes a(1, &resource);
+    ProtoOut r(&resource);
+    ProtoAttributes a(1, &r);
     a.String("service.name", service_name);
     a.String("telemetry.sdk.name", "sluice");
     a.String("telemetry.sdk.language", "cpp");
   }
   std::string scope;
-  PutBytes(1, kScopeName, &scope);
-  PutBytes(2, kScopeVersion, &scope);
-  const size_t scope_spans = 1 + VarintSize(scope.size()) + scope.size() + all.size();
+  {
+    ProtoOut sc(&scope);
+    sc.Need(2 * ProtoOut::Field(0) + kScopeName.size() + kScopeVersion.size());
+    sc.Bytes(1, kScopeName);
+    sc.Bytes(2, kScopeVersion);
+  }
+  const size_t gap = 4 * ProtoOut::Field(0) + resource.size() + scope.size();
+  std::string& buffer = scratch->buffer;
+  std::string& one = scratch->span;
+  buffer.assign(gap, '\0');
+  {
+    ProtoOut all(&buffer);
+    for (const ExchangeSnapshot& s : spans) {
+      one.clear();
+      {
+        ProtoOut o(&one);
+        char name[128];
+        const std::string_view span_name = SpanName(s, name);
+        // Room for the fixed fields and typical attributes at once (one growth per span at most).
+        o.Need(ProtoOut::Field(16) + ProtoOut::Field(8) + ProtoOut::Field(s.tracestate().size()) +
+               ProtoOut::Field(8) + ProtoOut::Field(span_name.size()) + 3 * ProtoOut::Field(8) +
+               1024);
+        o.Bytes(1, AsChars(s.trace.trace_id.data(), 16));
+        o.Bytes(2, AsChars(s.trace.span_id.data(), 8));
+        if (!s.tracestate().empty()) o.Bytes(3, s.tracestate());
+        if (!IsRoot(s.trace)) o.Bytes(4, AsChars(s.trace.parent_span_id.data(), 8));
+        o.Bytes(5, span_name);
+        o.Tag(6, kVarint);
+        o.Varint(2);  // SPAN_KIND_SERVER
+        o.Fixed64(7, static_cast<uint64_t>(s.start_unix_ns));
+        o.Fixed64(8, static_cast<uint64_t>(s.start_unix_ns) + s.duration_ns);
+        ProtoAttributes attributes(9, &o);
+        SpanAttributes(s, attributes);
+        // Status{code = 3: STATUS_CODE_ERROR (2)} for a 5xx or a failed exchange; else unset.
+        o.Need(ProtoOut::Field(2));
+        if (!s.error_type().empty()) o.Bytes(15, std::string_view("\x18\x02", 2));
+      }
+      all.Need(ProtoOut::Field(one.size()));
+      all.Bytes(2, one);
+    }
+  }
+  const size_t spans_bytes = buffer.size() - gap;
+  const size_t scope_spans = 1 + VarintSize(scope.size()) + scope.size() + spans_bytes;
   const size_t resource_spans = 1 + VarintSize(resource.size()) + resource.size() + 1 +
                                 VarintSize(scope_spans) + scope_spans;
-  std::string out;
-  out.reserve(resource_spans + 8);
-  PutTag(1, kLengthDelimited, &out);
-  PutVarint(resource_spans, &out);
-  PutBytes(1, resource, &out);
-  PutTag(2, kLengthDelimited, &out);
-  PutVarint(scope_spans, &out);
-  PutBytes(1, scope, &out);
-  out.append(all);
-  return out;
+  std::string head;
+  {
+    ProtoOut h(&head);
+    h.Need(gap);
+    h.Tag(1, kLengthDelimited);
+    h.Varint(resource_spans);
+    h.Bytes(1, resource);
+    h.Tag(2, kLengthDelimited);
+    h.Varint(scope_spans);
+    h.Bytes(1, scope);
+  }
+  const size_t start = gap - head.size();
+  std::memcpy(buffer.data() + start, head.data(), head.size());
+  return std::string_view(buffer).substr(start);
+}
+
+std::string SpansProtobuf(std::span<const ExchangeSnapshot> spans,
+                          std::string_view service_name) {
+  SpanEncoding scratch;
+  return std::string(EncodeSpansProtobuf(spans, service_name, &scratch));
 }
 
 std::string MetricsJson(const MetricsSnapshot& m, int64_t now_unix_ns,
@@ -754,7 +820,8 @@ void OtlpSpanExporter::Consume(std::span<const ExchangeSnapshot> batch) {
                  SpansJson(batch, sender_.options().service_name), batch.size());
   } else {
     sender_.Send("/v1/traces", "application/x-protobuf",
-                 SpansProtobuf(batch, sender_.options().service_name), batch.size());
+                 EncodeSpansProtobuf(batch, sender_.options().service_name, &encoding_),
+                 batch.size());
   }
 }
 

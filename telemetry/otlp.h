@@ -81,6 +81,16 @@ struct OtlpCounters {
 // ExportTraceServiceRequest of `spans` (sampled server spans) in OTLP/JSON, and in protobuf.
 std::string SpansJson(std::span<const ExchangeSnapshot> spans, std::string_view service_name);
 std::string SpansProtobuf(std::span<const ExchangeSnapshot> spans, std::string_view service_name);
+
+// The buffers EncodeSpansProtobuf reuses from one batch to the next (no allocation, no page
+// faults once they have grown to the batch size).
+struct SpanEncoding {
+  std::string buffer;
+  std::string span;
+};
+// The same message as SpansProtobuf, in `scratch` (the view is valid until its next use).
+std::string_view EncodeSpansProtobuf(std::span<const ExchangeSnapshot> spans,
+                                     std::string_view service_name, SpanEncoding* scratch);
 // ExportMetricsServiceRequest of a snapshot (cumulative temporality) in OTLP/JSON.
 std::string MetricsJson(const MetricsSnapshot& metrics, int64_t now_unix_ns,
                         std::string_view service_name);
@@ -123,6 +133,7 @@ class OtlpSpanExporter : public SnapshotConsumer {
   OtlpSpanExporter(OtlpEndpoint endpoint, OtlpOptions options)
       : sender_(std::move(endpoint), std::move(options)) {}
   OtlpSender sender_;
+  SpanEncoding encoding_;  // Consume's thread only
 };
 
 class OtlpMetricExporter {
