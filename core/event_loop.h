@@ -182,7 +182,7 @@ class EventLoop {
   std::vector<Task> tasks_ ABSL_GUARDED_BY(tasks_mu_);
 
   // Loop-thread state.
-  Clock::time_point now_;
+  Clock::time_point now_ = Clock::now();  // the last pass's wake-up (creation before the first)
   std::vector<Task> running_tasks_;
   std::vector<epoll_event> events_;
   // Index of the event being dispatched and how many were fetched, so that

@@ -72,18 +72,33 @@ bool Connection::OwnsExchange() const {
   return loop_->IsInLoopThread() || t_running_handler == this;
 }
 
+void Connection::ReadReady::operator()(ReadResult r) const {
+  std::shared_ptr<Connection> keep = std::move(self->read_keepalive_);
+  self->read_pending_ = false;
+  self->ProcessPass(r);
+  self->Pump();
+}
+
+void Connection::FlushDone::operator()(FlushResult r) const {
+  std::shared_ptr<Connection> keep = std::move(self->flush_keepalive_);
+  self->output_blocked_ = false;
+  if (r.is_completed) {
+    self->CloseNow();
+    return;
+  }
+  self->WakeRoomWaiters();
+  self->Kick();
+}
+
 void Connection::Pump() {
   bool progress = true;
   while (!closed_ && !output_blocked_ && !read_pending_) {
     if (peer_done_ && !progress) return;
     ReadResult read;
-    std::shared_ptr<Connection> self = shared_from_this();
-    if (!transport_->input().Read(&read, [self](ReadResult r) {
-          self->read_pending_ = false;
-          self->ProcessPass(r);
-          self->Pump();
-        })) {
+    if (!transport_->input().Read(&read, ReadReady{this})) {
       read_pending_ = true;
+      // The pipe calls back on this loop, never before Read returned.
+      read_keepalive_ = shared_from_this();
       return;
     }
     progress = ProcessPass(read);
@@ -115,9 +130,11 @@ bool Connection::ProcessPass(const ReadResult& read) {
         examined_all = true;
         break;
       }
-      if (!header_timer_) ArmTimer(options_.header_timeout, /*header_timer=*/true);
       ParseOutcome r = parser_.Parse(buffer, offset, &head_);
       if (r.incomplete()) {
+        // A head has begun: it must be complete within the header timeout (armed once, at its
+        // first incomplete pass; a head that arrives whole never arms it).
+        if (!header_timer_) ArmTimer(options_.header_timeout, /*header_timer=*/true);
         examined_all = true;
         break;
       }
@@ -130,7 +147,7 @@ bool Connection::ProcessPass(const ReadResult& read) {
         continue;
       }
       offset += r.consumed;
-      CancelTimer();
+      DisarmTimer();
       StartExchange();
       continue;
     }
@@ -498,6 +515,12 @@ void Connection::CompleteInput() {
   if (input_completed_) return;
   transport_->input().Complete();
   input_completed_ = true;
+  // Completing the reader dropped a pending read's callback without calling it: release what
+  // it stood for, in a task (this may be the last reference, and callers go on using this).
+  if (read_keepalive_ != nullptr) {
+    read_pending_ = false;
+    loop_->Post([keep = std::move(read_keepalive_)] {});
+  }
   MarkClosedWhenDone();
 }
 
@@ -538,19 +561,11 @@ void Connection::FlushOutput() {
   if (out.unflushed_bytes() == 0) return;
   counters_->flushes.fetch_add(1, std::memory_order_relaxed);
   FlushResult result;
-  std::shared_ptr<Connection> self = shared_from_this();
   // The transport releases a waiting flush from its loop-thread AdvanceTo
   // (or Complete), so the callback runs on the loop thread.
-  if (!out.Flush(&result, [self](FlushResult r) {
-        self->output_blocked_ = false;
-        if (r.is_completed) {
-          self->CloseNow();
-          return;
-        }
-        self->WakeRoomWaiters();
-        self->Kick();
-      })) {
+  if (!out.Flush(&result, FlushDone{this})) {
     output_blocked_ = true;
+    flush_keepalive_ = shared_from_this();
     return;
   }
   if (result.is_completed) CloseNow();
@@ -573,21 +588,48 @@ void Connection::Kick() {
 }
 
 void Connection::ArmTimer(std::chrono::milliseconds after, bool header_timer) {
-  CancelTimer();
   header_timer_ = header_timer;
+  timer_armed_ = true;
+  timer_deadline_ = loop_->Now() + after;
+  if (timer_ != 0) {
+    if (timer_fires_at_ <= timer_deadline_) return;  // it fires first, then re-checks
+    loop_->CancelTimer(timer_);
+    timer_ = 0;
+  }
+  ScheduleTimer(after);
+}
+
+void Connection::ScheduleTimer(EventLoop::Clock::duration delay) {
+  timer_fires_at_ = loop_->Now() + delay;
   std::weak_ptr<Connection> weak = weak_from_this();
-  timer_ = loop_->RunAfter(after, [weak, header_timer] {
+  timer_ = loop_->RunAfter(delay, [weak] {
     if (auto self = weak.lock()) {
       self->timer_ = 0;
-      self->OnTimer(header_timer);
+      self->OnTimerFired();
     }
   });
 }
 
+void Connection::OnTimerFired() {
+  if (!timer_armed_ || closed_) return;  // disarmed since: the next ArmTimer schedules again
+  const EventLoop::Clock::time_point now = loop_->Now();
+  if (now < timer_deadline_) {
+    ScheduleTimer(timer_deadline_ - now);  // re-armed meanwhile: wait for the rest
+    return;
+  }
+  timer_armed_ = false;
+  OnTimer(header_timer_);
+}
+
+void Connection::DisarmTimer() {
+  timer_armed_ = false;
+  header_timer_ = false;
+}
+
 void Connection::CancelTimer() {
+  DisarmTimer();
   if (timer_ != 0) loop_->CancelTimer(timer_);
   timer_ = 0;
-  header_timer_ = false;
 }
 
 void Connection::OnTimer(bool header_timer) {

@@ -156,6 +156,18 @@ class Connection : public std::enable_shared_from_this<Connection>,
     kDiscarding,  // response ended without reading it: drop it
   };
 
+  // The pipe callbacks. They refer to the connection without owning it (so std::function keeps
+  // them inline: no allocation per read or flush); while one is pending, read_keepalive_ /
+  // flush_keepalive_ own the connection instead, as a captured shared_ptr would.
+  struct ReadReady {
+    Connection* self;
+    void operator()(ReadResult r) const;
+  };
+  struct FlushDone {
+    Connection* self;
+    void operator()(FlushResult r) const;
+  };
+
   // Reads and processes until a read or flush must wait.
   void Pump();
   // One pass over the buffered input, ending in one flush. Returns whether
@@ -194,7 +206,15 @@ class Connection : public std::enable_shared_from_this<Connection>,
   void PostKick();
   // Stops reading input: ours is done (the peer's EOF, or lingering ended).
   void CompleteInput();
+  // The head and keep-alive timeouts share one loop timer that is checked when it fires
+  // rather than re-armed for every request: ArmTimer records the deadline and schedules the
+  // timer only if none is pending that fires no later; DisarmTimer forgets the deadline (a
+  // pending timer then finds nothing to do). CancelTimer also cancels the loop timer (before
+  // the linger timer takes it over, and at the close).
   void ArmTimer(std::chrono::milliseconds after, bool header_timer);
+  void ScheduleTimer(EventLoop::Clock::duration delay);
+  void OnTimerFired();
+  void DisarmTimer();
   void CancelTimer();
   void OnTimer(bool header_timer);
 
@@ -285,7 +305,12 @@ class Connection : public std::enable_shared_from_this<Connection>,
   // Threads waiting in SendFromOtherThread for the output to drain.
   std::vector<std::function<void()>> room_waiters_;
   EventLoop::TimerId timer_ = 0;
-  bool header_timer_ = false;  // timer_ is the header timeout (else idle or linger)
+  bool header_timer_ = false;  // the deadline is the header timeout's (else keep-alive's)
+  bool timer_armed_ = false;   // a head or keep-alive deadline is in force
+  EventLoop::Clock::time_point timer_deadline_;  // when it expires
+  EventLoop::Clock::time_point timer_fires_at_;  // when the pending timer_ fires
+  std::shared_ptr<Connection> read_keepalive_;   // while a read is pending
+  std::shared_ptr<Connection> flush_keepalive_;  // while a flush is pending
   EventLoop::TimerId deferred_timer_ = 0;
   uint64_t deferred_progress_ = 0;  // the response's progress() at the last check
 };
