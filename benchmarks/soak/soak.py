@@ -304,6 +304,9 @@ def main(argv):
     args = p.parse_args(argv)
     if args.duration < 10:
         p.error("--duration must be at least 10 seconds")
+    for flag, path in (("--server", args.server), ("--loadgen", args.loadgen)):
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            p.error(f"{flag}: {path} is not an executable file")
     # Under Bazel the logs are the test's outputs (test.outputs/).
     out = args.out or os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR") or tempfile.mkdtemp(
         prefix="soak-")
