@@ -7,7 +7,8 @@
 //   ReadResult r; t->client_in().Read(&r, nullptr);
 //
 // Thread-safety: as Transport; the client side follows the Pipe contract (one thread at a time
-// per side). Close() records that the connection aborted (closed()).
+// per side). Close() records that the connection aborted (closed()), Release() that it
+// closed without a reset (released()).
 #ifndef SLUICE_CORE_MEMORY_TRANSPORT_H_
 #define SLUICE_CORE_MEMORY_TRANSPORT_H_
 
@@ -36,6 +37,9 @@ class MemoryTransport final : public Transport {
   PipeWriter& output() override { return out_.writer(); }
   EventLoop* loop() const override { return loop_; }
   void Close() override { closed_.store(true); }
+  void Release() override { released_.store(true); }
+  // What the peer's side has not read yet.
+  size_t unsent_bytes() const override { return out_.unconsumed_bytes(); }
   bool secure() const override { return false; }
   std::string_view alpn() const override { return ""; }
   std::string_view peer_address() const override { return peer_; }
@@ -45,6 +49,8 @@ class MemoryTransport final : public Transport {
   PipeReader& client_in() { return out_.reader(); }
   // The connection called Close() (an abort).
   bool closed() const { return closed_.load(); }
+  // The connection called Release() (a close without a reset).
+  bool released() const { return released_.load(); }
 
  private:
   EventLoop* const loop_;
@@ -52,6 +58,7 @@ class MemoryTransport final : public Transport {
   Pipe in_;
   Pipe out_;
   std::atomic<bool> closed_{false};
+  std::atomic<bool> released_{false};
 };
 
 }  // namespace sluice

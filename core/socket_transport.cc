@@ -308,6 +308,17 @@ void SocketConnection::Close() {
   });
 }
 
+void SocketConnection::Release() {
+  loop_->Post([self = shared_from_this()] {
+    if (self->closed_) return;
+    if (!self->output_ended_) {
+      self->release_when_output_ends_ = true;  // EndOutput finishes it
+      return;
+    }
+    self->Terminate(OkStatus(), /*reset=*/false);
+  });
+}
+
 SocketConnectionStats SocketConnection::stats() const {
   SocketConnectionStats s;
   s.bytes_read = bytes_read_.load(std::memory_order_relaxed);
@@ -517,6 +528,10 @@ void SocketConnection::EndOutput(Status status) {
     return;
   }
   shutdown(fd_, SHUT_WR);
+  if (release_when_output_ends_) {
+    Terminate(OkStatus(), /*reset=*/false);
+    return;
+  }
   // The application may have completed input() without a read noticing;
   // an empty flush tells.
   if (!input_ended_ && !input_paused_) {

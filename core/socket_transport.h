@@ -23,6 +23,9 @@
 //   errno text), output() flushes report is_completed, and the socket closes.
 // - Close(): abort; unsent output is dropped, the peer gets a reset, both
 //   pipes complete with ABORTED.
+// - Release() (after the application completed both pipes): once the output
+//   has been handed to the kernel, the socket closes without a reset; the
+//   kernel still delivers what it holds.
 //
 // An echo server, on one loop thread (the callbacks hold `conn`, which
 // keeps the pipes alive while they are used):
@@ -190,6 +193,16 @@ class SocketConnection : public std::enable_shared_from_this<SocketConnection>, 
   // after this call. Thread-safe; idempotent.
   void Close();
 
+  // For an application that completed output() and input(): closes without a reset once the
+  // output has been handed to the kernel (at once if it already was), so the kernel still
+  // delivers what it holds before the FIN; a peer that neither reads nor closes is the
+  // application's to abort with Close(). On the loop thread soon after this call. Thread-safe.
+  void Release();
+
+  // Output published by the application and not yet handed to the kernel (0 once the output
+  // ended). Loop thread.
+  size_t unsent_bytes() const { return output_ended_ ? 0 : output_.unconsumed_bytes(); }
+
   EventLoop* loop() const { return loop_; }
   // Fixed once the connection is handed to the application.
   const SocketAddress& local_address() const { return local_address_; }
@@ -250,6 +263,7 @@ class SocketConnection : public std::enable_shared_from_this<SocketConnection>, 
   bool input_ended_ = false;     // input writer completed
   bool output_waiting_ = false;  // an output read callback is registered
   bool output_ended_ = false;    // output reader completed
+  bool release_when_output_ends_ = false;  // Release() came first
   bool closed_ = false;
 
   std::atomic<uint64_t> bytes_read_{0};

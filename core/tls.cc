@@ -714,6 +714,22 @@ void TlsConnection::Close() {
   });
 }
 
+void TlsConnection::Release() {
+  loop()->Post([self = shared_from_this()] {
+    if (self->terminated_) return;
+    if (!self->output_ended_) {
+      self->release_when_output_ends_ = true;  // EndOutput finishes it
+      return;
+    }
+    self->Terminate(OkStatus(), /*reset=*/false);
+  });
+}
+
+size_t TlsConnection::unsent_bytes() const {
+  const size_t plaintext = output_ended_ ? 0 : output_.unconsumed_bytes();
+  return plaintext + socket_->output().unflushed_bytes() + socket_->unsent_bytes();
+}
+
 TlsConnectionStats TlsConnection::stats() const {
   TlsConnectionStats s;
   s.handshake_time = std::chrono::nanoseconds(handshake_ns_.load(std::memory_order_relaxed));
@@ -1084,6 +1100,10 @@ void TlsConnection::EndOutput(Status status) {
   ERR_clear_error();
   (void)FlushCiphertext();
   socket_->output().Complete();
+  if (release_when_output_ends_) {
+    Terminate(OkStatus(), /*reset=*/false);
+    return;
+  }
   // The application may have completed input() without a flush noticing; an
   // empty flush tells.
   if (!input_ended_ && !input_flush_pending_) (void)FlushPlaintextInput();

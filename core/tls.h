@@ -297,6 +297,15 @@ class TlsConnection : public std::enable_shared_from_this<TlsConnection> {
   // Thread-safe; idempotent.
   void Close();
 
+  // For an application that completed output() and input(): once close_notify and everything
+  // before it have been handed to the socket, the socket closes without a reset (see
+  // SocketConnection::Release). On the loop thread soon after this call. Thread-safe.
+  void Release();
+
+  // Plaintext published by the application and not yet encrypted, plus ciphertext not yet
+  // handed to the kernel. Loop thread.
+  size_t unsent_bytes() const;
+
   EventLoop* loop() const { return socket_->loop(); }
   const SocketAddress& local_address() const { return socket_->local_address(); }
   const SocketAddress& peer_address() const { return socket_->peer_address(); }
@@ -406,6 +415,7 @@ class TlsConnection : public std::enable_shared_from_this<TlsConnection> {
   bool input_ended_ = false;        // input_'s writer completed
   bool output_ended_ = false;       // output_'s reader completed
   bool socket_released_ = false;    // both socket pipe sides completed by us
+  bool release_when_output_ends_ = false;  // Release() came first
   bool terminated_ = false;
   bool finished_ = false;
   Status end_status_;

@@ -14,6 +14,8 @@ class SocketTransport final : public Transport {
   PipeWriter& output() override { return connection_->output(); }
   EventLoop* loop() const override { return connection_->loop(); }
   void Close() override { connection_->Close(); }
+  void Release() override { connection_->Release(); }
+  size_t unsent_bytes() const override { return connection_->unsent_bytes(); }
   bool secure() const override { return false; }
   std::string_view alpn() const override { return {}; }
   std::string_view peer_address() const override { return peer_; }
@@ -31,6 +33,8 @@ class TlsTransport final : public Transport {
   PipeWriter& output() override { return connection_->output(); }
   EventLoop* loop() const override { return connection_->loop(); }
   void Close() override { connection_->Close(); }
+  void Release() override { connection_->Release(); }
+  size_t unsent_bytes() const override { return connection_->unsent_bytes(); }
   bool secure() const override { return true; }
   std::string_view alpn() const override { return connection_->alpn(); }
   std::string_view peer_address() const override { return peer_; }
@@ -41,6 +45,19 @@ class TlsTransport final : public Transport {
 };
 
 }  // namespace
+
+SendWatch::State SendWatch::Check(const Transport& transport, EventLoop::Clock::time_point now,
+                                  EventLoop::Clock::duration send_timeout) {
+  const size_t unsent = transport.unsent_bytes();
+  if (unsent == 0) {
+    last_unsent_ = 0;
+    return State::kSent;
+  }
+  // Unsent output that is new, or smaller than at the last check, has moved.
+  if (last_unsent_ == 0 || unsent < last_unsent_) moved_at_ = now;
+  last_unsent_ = unsent;
+  return now - moved_at_ < send_timeout ? State::kSending : State::kStalled;
+}
 
 std::unique_ptr<Transport> MakeTlsTransport(std::shared_ptr<TlsConnection> connection) {
   return std::make_unique<TlsTransport>(std::move(connection));

@@ -1,5 +1,6 @@
 #include "http1/connection.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -82,6 +83,7 @@ void Connection::ReadReady::operator()(ReadResult r) const {
 void Connection::FlushDone::operator()(FlushResult r) const {
   std::shared_ptr<Connection> keep = std::move(self->flush_keepalive_);
   self->output_blocked_ = false;
+  self->send_watch_.Reset();  // the peer took output: progress
   if (r.is_completed) {
     self->CloseNow();
     return;
@@ -183,6 +185,7 @@ void Connection::StartExchange() {
   request_.Reset();
   response_.Reset(this);
   exchange_error_.Clear();
+  send_watch_.Reset();
   request_.SetMethod(head_.method_text);
   request_.SetPath(head_.path);
   request_.SetQuery(head_.query);
@@ -492,6 +495,10 @@ void Connection::CloseAfterFlush() {
   output_completed_ = true;
   // Keep reading (and dropping) what the peer still sends for a while, so
   // the response is not destroyed by a reset; then stop reading.
+  ArmLingerTimer();
+}
+
+void Connection::ArmLingerTimer() {
   std::weak_ptr<Connection> weak = weak_from_this();
   timer_ = loop_->RunAfter(options_.linger_timeout, [weak] {
     if (auto self = weak.lock()) {
@@ -503,12 +510,25 @@ void Connection::CloseAfterFlush() {
 
 void Connection::OnLingerTimeout() {
   if (closed_) return;
+  switch (send_watch_.Check(*transport_, loop_->Now(), options_.send_timeout)) {
+    case SendWatch::State::kSending:
+      // A slow reader still taking the response: linger on, dropping what it sends.
+      ArmLingerTimer();
+      return;
+    case SendWatch::State::kStalled:
+      counters_->send_timeouts.fetch_add(1, std::memory_order_relaxed);
+      CompleteInput();
+      transport_->Close();
+      return;
+    case SendWatch::State::kSent:
+      break;
+  }
   counters_->linger_timeouts.fetch_add(1, std::memory_order_relaxed);
   CompleteInput();
-  // The transport would notice our input's completion only at the peer's
-  // next byte: a peer that neither sends nor closes would hold the socket
-  // forever. Release it now.
-  transport_->Close();
+  // The transport would notice our input's completion only at the peer's next byte: a peer that
+  // neither sends nor closes would hold the socket forever. Release it now; everything was
+  // handed to the kernel, which still delivers it.
+  transport_->Release();
 }
 
 void Connection::CompleteInput() {
@@ -528,6 +548,10 @@ void Connection::MarkClosedWhenDone() {
   if (closed_ || !output_completed_ || !input_completed_) return;
   closed_ = true;
   CancelTimer();
+  if (send_timer_ != 0) {
+    loop_->CancelTimer(send_timer_);
+    send_timer_ = 0;
+  }
   WakeRoomWaiters();
   NotifyClosedIfDone();
 }
@@ -566,9 +590,36 @@ void Connection::FlushOutput() {
   if (!out.Flush(&result, FlushDone{this})) {
     output_blocked_ = true;
     flush_keepalive_ = shared_from_this();
+    if (send_timer_ == 0) WatchBlockedOutput();
     return;
   }
   if (result.is_completed) CloseNow();
+}
+
+void Connection::WatchBlockedOutput() {
+  // A quarter of the send timeout per check: a stall is cut within 1 to 1.25 send timeouts.
+  std::weak_ptr<Connection> weak = weak_from_this();
+  send_timer_ = loop_->RunAfter(std::max(options_.send_timeout / 4, std::chrono::milliseconds(1)),
+                                [weak] {
+                                  if (auto self = weak.lock()) {
+                                    self->send_timer_ = 0;
+                                    self->OnBlockedOutputCheck();
+                                  }
+                                });
+}
+
+void Connection::OnBlockedOutputCheck() {
+  if (closed_ || !output_blocked_) return;  // it moved on: the next block watches again
+  if (send_watch_.Check(*transport_, loop_->Now(), options_.send_timeout) !=
+      SendWatch::State::kStalled) {
+    WatchBlockedOutput();
+    return;
+  }
+  // The peer stopped reading mid-response: nothing else would end this connection (a handler
+  // on a worker waits for room indefinitely).
+  counters_->send_timeouts.fetch_add(1, std::memory_order_relaxed);
+  if (state_ == State::kExchange) exchange_error_.Set(telemetry::ErrorType::kTimeout, 0);
+  CloseNow();
 }
 
 void Connection::Kick() {
@@ -640,6 +691,13 @@ void Connection::OnTimer(bool header_timer) {
                 telemetry::ErrorType::kTimeout, /*head_parsed=*/false);
     FlushOutput();
   } else {
+    // Idle counts from when the last response was handed to the kernel: a reader still taking
+    // it gets another period while it makes progress (a stalled one is cut by the linger).
+    if (send_watch_.Check(*transport_, loop_->Now(), options_.send_timeout) ==
+        SendWatch::State::kSending) {
+      ArmTimer(options_.keep_alive_timeout, /*header_timer=*/false);
+      return;
+    }
     counters_->idle_timeouts.fetch_add(1, std::memory_order_relaxed);
     CloseAfterFlush();
   }
@@ -785,7 +843,7 @@ bool Connection::AfterWrite(bool end, bool ok) {
     bool alive = true;
     if (!end || out.unflushed_bytes() >= kWorkerCoalesceLimit) {
       counters_->flushes.fetch_add(1, std::memory_order_relaxed);
-      alive = !out.FlushAndWait().is_completed;
+      alive = FlushFromWorker();
     }
     if (end) response_ended_ = true;  // the worker's completion task kicks the loop
     return ok && alive;
@@ -799,6 +857,40 @@ bool Connection::AfterWrite(bool end, bool ok) {
   // the next exchange start under it.
   if (!in_pass_) PostKick();
   return ok;
+}
+
+bool Connection::FlushFromWorker() {
+  // The wait's state is shared with the flush callback: a worker that gives up returns while
+  // the callback is still registered (it runs when the transport closes).
+  struct Wait {
+    Mutex mu;
+    CondVar cv;
+    bool done = false;
+    bool completed = false;
+  };
+  auto wait = std::make_shared<Wait>();
+  FlushResult result;
+  if (transport_->output().Flush(&result, [wait](FlushResult r) {
+        MutexLock lock(&wait->mu);
+        wait->done = true;
+        wait->completed = r.is_completed;
+        wait->cv.SignalAll();
+      })) {
+    return !result.is_completed;
+  }
+  {
+    MutexLock lock(&wait->mu);
+    const auto deadline = std::chrono::steady_clock::now() + options_.send_timeout;
+    while (!wait->done && wait->cv.WaitWithDeadline(&wait->mu, deadline)) {
+    }
+    if (wait->done) return !wait->completed;
+  }
+  // The peer took nothing for send_timeout: it stopped reading. The worker must not wait for it
+  // forever (a few such peers would hold every worker).
+  counters_->send_timeouts.fetch_add(1, std::memory_order_relaxed);
+  exchange_error_.Set(telemetry::ErrorType::kTimeout, 0);
+  transport_->Close();
+  return false;
 }
 
 void Connection::StartBody(http::BodyDataCallback on_data, http::BodyEndCallback on_end) {

@@ -29,13 +29,18 @@
 // or malformed field) is answered with 500 and the connection closes. Slow
 // clients are cut by two timers: the head of a request must arrive within
 // `header_timeout` of its first byte (408), and an idle keep-alive
-// connection closes after `keep_alive_timeout`.
+// connection closes after `keep_alive_timeout`, counted from when its last
+// response was handed to the kernel (a slow reader still taking a large
+// response is not idle).
 //
 // Closing is lingering: after the last response the output completes (the
 // peer gets FIN after everything sent) and the connection reads and drops
 // what the peer still sends, so that unread bytes do not turn the close into
 // a reset that destroys the response; when the peer closes too, or after
-// `linger_timeout`, the socket is released.
+// `linger_timeout` once the response has been handed to the kernel, the
+// socket is released without a reset (the kernel still delivers what it
+// holds). A peer that stops reading while output is unsent is cut (a reset)
+// once that output has not moved for `send_timeout`.
 //
 //   auto conn = std::make_shared<sluice::http1::Connection>(
 //       std::move(transport), options, &dispatcher, &counters);
@@ -89,6 +94,10 @@ struct ConnectionOptions {
   // the socket is released (with a reset if the peer still had not taken
   // all of the response: ConnectionCounters::linger_timeouts).
   std::chrono::milliseconds linger_timeout{2'000};
+  // A closing or idle connection whose unsent output (the end of a response a slow reader is
+  // still taking) has not moved this long is aborted with a reset: ConnectionCounters::
+  // send_timeouts. While it moves, neither the keep-alive nor the linger timeout cuts it.
+  std::chrono::milliseconds send_timeout{60'000};
   // A response the handler deferred that makes no progress (no Write, Flush or End) this long is
   // given up (0: never): the peer gets 504 with Connection: close if nothing was sent yet, else
   // the connection closes (the body cut short); counted in deferred_timeouts and reported as a
@@ -109,6 +118,7 @@ struct ConnectionCounters {
   std::atomic<uint64_t> idle_timeouts{0};
   std::atomic<uint64_t> peer_resets{0};
   std::atomic<uint64_t> linger_timeouts{0};    // closing peers that did not close in time
+  std::atomic<uint64_t> send_timeouts{0};      // peers that stopped taking unsent output
   std::atomic<uint64_t> invalid_responses{0};  // 500: a handler's head could not be written
   std::atomic<uint64_t> handler_failures{0};   // handlers that threw (500, or the response cut)
   std::atomic<uint64_t> deferred_timeouts{0};  // deferred responses given up (504, or cut)
@@ -193,7 +203,15 @@ class Connection : public std::enable_shared_from_this<Connection>,
                    bool head_parsed);
   // Ends the connection after the output drains (lingering close).
   void CloseAfterFlush();
+  void ArmLingerTimer();
   void OnLingerTimeout();
+  // While a flush waits (the peer is not taking the output), checks now and then that the
+  // unsent output still moves; past send_timeout without it the connection is aborted.
+  void WatchBlockedOutput();
+  void OnBlockedOutputCheck();
+  // A handler's worker waits for its streamed output to be taken (its backpressure), at most
+  // send_timeout without progress; then it aborts the connection. False if the output is gone.
+  bool FlushFromWorker();
   void CloseNow();
   // Closes once both of our pipe sides are done.
   void MarkClosedWhenDone();
@@ -313,6 +331,8 @@ class Connection : public std::enable_shared_from_this<Connection>,
   std::shared_ptr<Connection> flush_keepalive_;  // while a flush is pending
   EventLoop::TimerId deferred_timer_ = 0;
   uint64_t deferred_progress_ = 0;  // the response's progress() at the last check
+  SendWatch send_watch_;  // unsent output while blocked, idle or lingering
+  EventLoop::TimerId send_timer_ = 0;  // WatchBlockedOutput's
 };
 
 }  // namespace sluice::http1

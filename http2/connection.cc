@@ -1243,6 +1243,13 @@ void Connection::ScheduleIdleCheck(EventLoop::Clock::duration delay) {
       self->ScheduleIdleCheck(self->options_.idle_timeout - idle_for);
       return;
     }
+    // Idle counts from when the last response was handed to the kernel: a reader still taking
+    // it gets another period while it makes progress (a stalled one is cut by the linger).
+    if (self->send_watch_.Check(*self->transport_, self->loop_->Now(),
+                                self->options_.send_timeout) == SendWatch::State::kSending) {
+      self->ScheduleIdleCheck(self->options_.idle_timeout);
+      return;
+    }
     self->BeginShutdown();
   });
 }
@@ -1289,14 +1296,38 @@ void Connection::CloseAfterFlush() {
   streams_.clear();
   // What is written goes out, then the transport half-closes.
   writer_.Complete();
+  ArmLingerTimer();
+  if (input_done_) FinishClosed();
+}
+
+void Connection::ArmLingerTimer() {
   std::weak_ptr<Connection> weak = weak_from_this();
   linger_timer_ = loop_->RunAfter(options_.linger_timeout, [weak] {
     if (auto self = weak.lock()) {
       self->linger_timer_ = 0;
-      self->CloseNow();
+      self->OnLingerTimeout();
     }
   });
-  if (input_done_) FinishClosed();
+}
+
+void Connection::OnLingerTimeout() {
+  if (closed_) return;
+  switch (send_watch_.Check(*transport_, loop_->Now(), options_.send_timeout)) {
+    case SendWatch::State::kSending:
+      // A slow reader still taking our last responses: linger on, dropping what it sends.
+      ArmLingerTimer();
+      return;
+    case SendWatch::State::kStalled:
+      counters_->send_timeouts.fetch_add(1, std::memory_order_relaxed);
+      CloseNow();
+      return;
+    case SendWatch::State::kSent:
+      break;
+  }
+  // Everything was handed to the kernel, which still delivers it: no reset.
+  FinishClosed();
+  CompleteInput();
+  transport_->Release();
 }
 
 void Connection::CompleteInput() {

@@ -73,8 +73,12 @@ struct ConnectionOptions {
   // A connection without streams closes (GOAWAY NO_ERROR) after this.
   std::chrono::milliseconds idle_timeout{60'000};
   // After our last bytes, how long to keep reading (and dropping) before
-  // releasing the socket.
+  // releasing the socket (without a reset, once all of our output was handed to the kernel).
   std::chrono::milliseconds linger_timeout{2'000};
+  // A closing or idle connection whose unsent output (responses a slow reader is still taking)
+  // has not moved this long is aborted with a reset (ConnectionCounters::send_timeouts). While it
+  // moves, neither the idle nor the linger timeout cuts it.
+  std::chrono::milliseconds send_timeout{60'000};
   // A stream answered before its request ended stays half-closed (local): the rest of its
   // request is still read, checked (framing, content-length, flow control, abuse limits) and
   // dropped, until the client ends it. A client that has not ended it this long after the
@@ -101,6 +105,7 @@ struct ConnectionCounters {
   std::atomic<uint64_t> body_too_large{0};
   std::atomic<uint64_t> handler_failures{0};  // handlers that threw (500, or RST INTERNAL_ERROR)
   std::atomic<uint64_t> deferred_timeouts{0};  // deferred responses given up (RST_STREAM CANCEL)
+  std::atomic<uint64_t> send_timeouts{0};      // peers that stopped taking unsent output
   std::atomic<uint64_t> passes{0};
   // A gauge: threads posting to a loop on a connection's behalf (see
   // http1::ConnectionCounters::off_loop_posts).
@@ -229,6 +234,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void ScheduleIdleCheck(EventLoop::Clock::duration delay);
   void CancelIdleTimer();
   void CloseAfterFlush();
+  void ArmLingerTimer();
+  // Lingering ended: the transport is released once everything was handed to the kernel, and
+  // aborted if a reader stopped taking it; while it moves, lingering goes on.
+  void OnLingerTimeout();
   // Aborts the transport (a reset) and finishes.
   void CloseNow();
   // Marks the connection closed, ends its streams and notifies; the
@@ -287,6 +296,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool idle_ = false;
   EventLoop::Clock::time_point idle_since_;
   EventLoop::TimerId linger_timer_ = 0;
+  SendWatch send_watch_;  // unsent output while idle or lingering
   EventLoop::TimerId stall_timer_ = 0;
   // Exchanges whose response has not ended, with kClosedBit (connection.cc)
   // set once closed.

@@ -136,6 +136,8 @@ Server::Server(ServerOptions options) : options_(std::move(options)) {
   // One setting for both protocols.
   options_.http1.deferred_response_timeout = options_.deferred_response_timeout;
   options_.http2.deferred_response_timeout = options_.deferred_response_timeout;
+  options_.http1.send_timeout = options_.send_timeout;
+  options_.http2.send_timeout = options_.send_timeout;
 }
 
 Server::~Server() { Shutdown(); }
@@ -519,6 +521,7 @@ ServerStats Server::stats() const {
   s.invalid_responses = get(counters_.invalid_responses);
   s.handler_failures = get(counters_.handler_failures) + get(h2_counters_.handler_failures);
   s.deferred_timeouts = get(counters_.deferred_timeouts) + get(h2_counters_.deferred_timeouts);
+  s.send_timeouts = get(counters_.send_timeouts) + get(h2_counters_.send_timeouts);
   s.passes = get(counters_.passes);
   s.flushes = get(counters_.flushes);
   s.requests += get(h2_counters_.requests);
@@ -569,6 +572,9 @@ std::vector<telemetry::MetricFamily> Server::MetricFamilies() const {
   add("sluice_deferred_timeouts_total",
       "Deferred responses given up for lack of progress (both protocols).", kCounter,
       one(s.deferred_timeouts));
+  add("sluice_send_timeouts_total",
+      "Connections aborted: the peer stopped taking unsent output (both protocols).", kCounter,
+      one(s.send_timeouts));
   add("sluice_idle_timeouts_total", "Connections closed for idleness.", kCounter,
       one(s.idle_timeouts));
   add("sluice_peer_resets_total", "HTTP/1.1 connections the peer reset.", kCounter,

@@ -86,6 +86,10 @@ struct ServerOptions {
   // a 504 or the response cut short on HTTP/1.1, RST_STREAM(CANCEL) on HTTP/2 (0: never). Set
   // here, it applies to both protocols (their ConnectionOptions' deferred_response_timeout).
   std::chrono::milliseconds deferred_response_timeout{60'000};
+  // A closing or idle connection whose unsent output (the end of a response a slow reader is
+  // still taking) has not moved this long is aborted with a reset (ServerStats::send_timeouts);
+  // while it moves, neither the keep-alive/idle nor the linger timeout cuts it. Both protocols.
+  std::chrono::milliseconds send_timeout{60'000};
   // Open connections at most (0: no limit). A connection accepted past it is closed at once
   // (before any byte is read; counted in ServerStats::refused_connections); those open go on.
   // TLS connections count once their handshake succeeded.
@@ -116,6 +120,9 @@ struct ServerStats {
   uint64_t handler_failures = 0;
   // Deferred responses given up for lack of progress (deferred_response_timeout), both protocols.
   uint64_t deferred_timeouts = 0;
+  // Connections aborted because the peer stopped taking unsent output (send_timeout), both
+  // protocols.
+  uint64_t send_timeouts = 0;
   uint64_t passes = 0;
   uint64_t flushes = 0;
   // HTTP/2 connections and streams (requests above count both protocols).

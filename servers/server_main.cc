@@ -41,6 +41,8 @@ std::string ServerUsage(std::string_view program, std::string_view description) 
   --header-timeout-ms=N     a request head must arrive within N ms of its first byte (10000)
   --keep-alive-timeout-ms=N close idle connections after N ms (60000)
   --max-body-bytes=N        largest request body accepted (30000000; more gets 413)
+  --send-timeout-ms=N       abort a closing or idle connection whose unsent output (a slow reader's
+                            response) has not moved for N ms (60000)
   --max-connections=N       open connections at most; more are closed on arrival (0: no limit)
   --deferred-response-timeout-ms=N
                             give up a deferred response that made no progress this long: 504 or
@@ -172,6 +174,12 @@ Status ParseServerFlags(int argc, char** argv, ServerOptions* options, bool* hel
         return bad("needs milliseconds 0-86400000 (0: never)");
       }
       options->deferred_response_timeout = std::chrono::milliseconds(ms);
+    } else if (name == "--send-timeout-ms") {
+      int64_t ms = 0;
+      if (!need_value() || !ParseNumber<int64_t>(value, &ms, 1, 86'400'000)) {
+        return bad("needs milliseconds 1-86400000");
+      }
+      options->send_timeout = std::chrono::milliseconds(ms);
     } else if (name == "--max-connections") {
       int64_t n = 0;
       if (!need_value() || !ParseNumber<int64_t>(value, &n, 0, 100'000'000)) {

@@ -10,7 +10,7 @@
 // Flags: --address, --port (0 = ephemeral), --threads, --handler-threads,
 // --tls, --tls-cert, --tls-key, --tls-self-signed, --tls-cert-out,
 // --header-timeout-ms, --keep-alive-timeout-ms, --max-body-bytes, --max-connections,
-// --deferred-response-timeout-ms, --no-h2,
+// --deferred-response-timeout-ms, --send-timeout-ms, --no-h2,
 // --protocols,
 // --h2-output, --h2-max-streams, --h2-stall-timeout-ms, --h2-unfinished-request-timeout-ms,
 // --telemetry, --metrics,

@@ -1079,6 +1079,56 @@ TEST_P(ServerTest, ReleasesAClosingConnectionWhosePeerNeverCloses) {
   EXPECT_LT(steady_clock::now() - start, milliseconds(1000));
 }
 
+// A response far larger than the socket buffers, to a reader that pauses past the keep-alive
+// and linger timeouts before taking it: idleness counts from when the response was handed to
+// the kernel, and the close that follows is a FIN after the last byte, never a reset that
+// destroys the tail (the reader got a reset before).
+TEST_P(ServerTest, AReaderThatPausesGetsAllOfAResponseThatOutlastsTheTimeouts) {
+  options_.http1.keep_alive_timeout = milliseconds(100);
+  options_.http1.linger_timeout = milliseconds(100);
+  StartServer();
+  constexpr uint64_t kBytes = 8u << 20;
+  const std::string piece = TestPattern(64 * 1024, 7);  // what /stream repeats
+  for (const bool close : {false, true}) {
+    SCOPED_TRACE(close ? "Connection: close" : "keep-alive");
+    auto client = Connect(
+        HttpTestClient::Options{.timeout = milliseconds(20'000), .receive_buffer = 8192});
+    ASSERT_NE(client, nullptr);
+    ASSERT_TRUE(client->Send(Get("/stream?bytes=" + std::to_string(kBytes),
+                                 close ? "Connection: close\r\n" : "")));
+    poll(nullptr, 0, 600);  // the reader busy elsewhere: the scenario, not a sync
+    auto r = client->ReadResponse();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->status, 200);
+    ASSERT_EQ(r->body.size(), kBytes);
+    for (uint64_t at = 0; at < kBytes; at += piece.size()) {
+      ASSERT_EQ(std::string_view(r->body).substr(at, piece.size()), piece) << "at " << at;
+    }
+    EXPECT_EQ(client->WaitForClose(kPromptly), CloseOutcome::kEof);
+  }
+  EXPECT_EQ(server_->stats().send_timeouts, 0u);
+}
+
+// A reader that stops taking a response for good is cut (a reset) once the output has not moved
+// for send_timeout, whether the response is still being written (a handler on a worker waits
+// for room) or was handed over whole; the other connections go on.
+TEST_P(ServerTest, AReaderThatStopsReadingIsCutAfterTheSendTimeout) {
+  options_.send_timeout = milliseconds(300);
+  options_.http1.keep_alive_timeout = milliseconds(100);
+  options_.http1.linger_timeout = milliseconds(100);
+  StartServer();
+  auto client =
+      Connect(HttpTestClient::Options{.timeout = milliseconds(20'000), .receive_buffer = 8192});
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Send(Get("/stream?bytes=" + std::to_string(8u << 20))));
+  const auto start = steady_clock::now();
+  ASSERT_TRUE(WaitFor([&] { return server_->stats().send_timeouts == 1; }));
+  EXPECT_GE(steady_clock::now() - start, milliseconds(300));
+  EXPECT_EQ(client->WaitForClose(kPromptly, nullptr, /*allow_data=*/true), CloseOutcome::kReset);
+  EXPECT_TRUE(WaitFor([&] { return server_->stats().open_connections == 0; }));
+  EXPECT_EQ(Exchange(Get("/plaintext")).body, "Hello, World!");
+}
+
 TEST_P(ServerTest, StreamsADeferredResponseFromAnotherThreadWithBackpressure) {
   StartServer();
   auto client = Connect(HttpTestClient::Options{.receive_buffer = 64 * 1024});
