@@ -94,6 +94,13 @@ struct MemoryPool::Shared {
   std::deque<uint8_t*> quarantine ABSL_GUARDED_BY(mu);
   std::unordered_set<const uint8_t*> unpooled_live ABSL_GUARDED_BY(mu);
   std::vector<std::string> problems ABSL_GUARDED_BY(mu);
+  // Diagnostic mode: bytes rented now (pooled and unpooled) and their high-water mark.
+  uint64_t live_bytes ABSL_GUARDED_BY(mu) = 0;
+  uint64_t peak_bytes ABSL_GUARDED_BY(mu) = 0;
+  void AddLive(uint64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    live_bytes += n;
+    peak_bytes = std::max(peak_bytes, live_bytes);
+  }
 
   std::atomic<uint64_t> stats_rented{0};
   std::atomic<uint64_t> stats_returned{0};
@@ -174,6 +181,7 @@ MemoryBlock MemoryPool::Rent(size_t min_size) {
     if (s.options.diagnostic) {
       MutexLock lock(&s.mu);
       s.unpooled_live.insert(data);
+      s.AddLive(min_size);
     }
     return MemoryBlock(data, min_size, /*pooled=*/false);
   }
@@ -197,6 +205,7 @@ MemoryBlock MemoryPool::Rent(size_t min_size) {
       s.free_blocks.pop_back();
     }
     s.rented[block] = true;
+    s.AddLive(block_size);
     SLUICE_UNPOISON(block, block_size);
     return MemoryBlock(block, block_size, /*pooled=*/true);
   }
@@ -221,6 +230,7 @@ void MemoryPool::Return(MemoryBlock block) {
         s.RecordProblem("unpooled block returned twice or not rented from this pool");
         return;
       }
+      s.live_bytes -= block.size();
     }
     delete[] block.data();
     s.stats_unpooled_returned.fetch_add(1, std::memory_order_release);
@@ -243,6 +253,7 @@ void MemoryPool::Return(MemoryBlock block) {
       return;
     }
     it->second = false;
+    s.live_bytes -= block.size();
     std::memset(block.data(), kPoison, block.size());
     SLUICE_POISON(block.data(), block.size());
     s.quarantine.push_back(block.data());
@@ -274,7 +285,19 @@ MemoryPoolStats MemoryPool::stats() const {
   out.double_returns = s.stats_double_returns.load(std::memory_order_relaxed);
   out.foreign_returns = s.stats_foreign_returns.load(std::memory_order_relaxed);
   out.writes_after_return = s.stats_writes_after_return.load(std::memory_order_relaxed);
+  if (s.options.diagnostic) {
+    Shared& locked = *shared_;
+    MutexLock lock(&locked.mu);
+    out.live_bytes = locked.live_bytes;
+    out.peak_bytes = locked.peak_bytes;
+  }
   return out;
+}
+
+void MemoryPool::ResetPeak() {
+  Shared& s = *shared_;
+  MutexLock lock(&s.mu);
+  s.peak_bytes = s.live_bytes;
 }
 
 uint64_t MemoryPool::outstanding() const {

@@ -72,6 +72,10 @@ struct MemoryPoolStats {
   uint64_t double_returns = 0;
   uint64_t foreign_returns = 0;
   uint64_t writes_after_return = 0;
+  // Bytes rented now (pooled blocks and unpooled allocations) and the most rented at once since
+  // creation or the last ResetPeak(): what a workload held at its worst.
+  uint64_t live_bytes = 0;
+  uint64_t peak_bytes = 0;
 };
 
 class MemoryPool {
@@ -97,6 +101,9 @@ class MemoryPool {
 
   // Pooled plus unpooled blocks currently rented.
   uint64_t outstanding() const;
+  // Diagnostic mode: starts the high-water mark (MemoryPoolStats::peak_bytes) again from what is
+  // rented now.
+  void ResetPeak();
 
   // Diagnostic mode: scans quarantined blocks for writes after return, then
   // returns OK if nothing is outstanding and no misuse was recorded, or a

@@ -48,6 +48,26 @@ TEST(MemoryPool, RecyclesReturnedBlocks) {
   EXPECT_EQ(pool.stats().slabs, 1u);
 }
 
+TEST(MemoryPool, DiagnosticModeTracksTheHighWaterMarkOfRentedBytes) {
+  MemoryPool pool({.block_size = 1024, .diagnostic = true});
+  MemoryBlock a = pool.Rent();
+  MemoryBlock b = pool.Rent();
+  MemoryBlock big = pool.Rent(5000);
+  EXPECT_EQ(pool.stats().live_bytes, 1024u + 1024u + 5000u);
+  pool.Return(big);
+  pool.Return(b);
+  EXPECT_EQ(pool.stats().live_bytes, 1024u);
+  EXPECT_EQ(pool.stats().peak_bytes, 7048u);
+  pool.ResetPeak();
+  EXPECT_EQ(pool.stats().peak_bytes, 1024u);
+  MemoryBlock c = pool.Rent();
+  EXPECT_EQ(pool.stats().peak_bytes, 2048u);
+  pool.Return(a);
+  pool.Return(c);
+  EXPECT_EQ(pool.stats().live_bytes, 0u);
+  EXPECT_TRUE(pool.CheckClean().ok());
+}
+
 TEST(MemoryPool, DiagnosticModeReportsLeaks) {
   MemoryPool pool(Diagnostic());
   MemoryBlock leaked = pool.Rent();

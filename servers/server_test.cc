@@ -701,8 +701,11 @@ TEST_P(ServerTest, RejectsTooManyHeaderBytesWith431) {
   for (int i = 0; headers.size() < 40 * 1024; ++i) {
     headers += "X-Filler-" + std::to_string(i) + ": " + std::string(1000, 'v') + "\r\n";
   }
+  pool_.ResetPeak();
   ExpectRejected(Get("/plaintext", headers), 431);
   EXPECT_EQ(server_->stats().headers_too_large, 1u);
+  // A head over the 32 KiB limit is refused from what one pass holds, never buffered whole.
+  EXPECT_LE(pool_.stats().peak_bytes, 128u * 1024);
 }
 
 TEST_P(ServerTest, RejectsTooManyHeadersWith431) {
@@ -757,6 +760,7 @@ TEST_P(ServerTest, ServesOtherConnectionsWhileRejectingBadInput) {
 TEST_P(ServerTest, CutsASlowlorisAtTheHeaderTimeoutWith408) {
   options_.http1.header_timeout = milliseconds(1500);
   StartServer();
+  pool_.ResetPeak();
   auto client = Connect();
   ASSERT_NE(client, nullptr);
   // One byte every 300 ms: the whole head would take ~20 s.
@@ -781,6 +785,29 @@ TEST_P(ServerTest, CutsASlowlorisAtTheHeaderTimeoutWith408) {
   EXPECT_LE(elapsed, milliseconds(4000));
   EXPECT_LT(sent, head.size() / 2);
   EXPECT_EQ(server_->stats().header_timeouts, 1u);
+  // What a slowloris costs while it trickles: a block per pipe.
+  EXPECT_LE(pool_.stats().peak_bytes, 16u * 1024);
+}
+
+// Many keep-alive connections sitting idle after a request each hold a bounded, small amount of
+// buffer memory: at most the tail block of each of their two pipes.
+TEST_P(ServerTest, ManyIdleConnectionsHoldAtMostTwoBlocksEach) {
+  StartServer();
+  constexpr int kConnections = 200;
+  std::vector<std::unique_ptr<HttpTestClient>> clients;
+  for (int i = 0; i < kConnections; ++i) {
+    clients.push_back(Connect());
+    ASSERT_NE(clients.back(), nullptr);
+    ASSERT_TRUE(clients.back()->Send(Get("/plaintext")));
+    auto r = clients.back()->ReadResponse();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  }
+  EXPECT_LE(pool_.stats().live_bytes, kConnections * 2u * pool_.block_size());
+  // Idle, not dropped.
+  ASSERT_TRUE(clients.front()->Send(Get("/plaintext")));
+  auto r = clients.front()->ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->body, "Hello, World!");
 }
 
 TEST_P(ServerTest, ClosesAnIdleKeepAliveConnectionAfterTheTimeout) {

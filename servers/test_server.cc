@@ -17,7 +17,9 @@
 //                           h2_connection_errors=N h2_peer_resets=N handler_failures=N
 //                           h2_output=STRATEGY h2_frame_lock_acquisitions=N
 //                           h2_pipe_lock_acquisitions=N h2_queue_drains=N": which output
-//                           strategy is in force, and its counters
+//                           strategy is in force, and its counters; with --diagnostic-pool=1
+//                           also pool_live_bytes=N pool_peak_bytes=N (?reset-pool-peak
+//                           restarts the high-water mark)
 //
 // Test-only flags, for the benchmark driver's own tests (taken out before the shared flags
 // are parsed):
@@ -211,8 +213,17 @@ int main(int argc, char** argv) {
             res.End();
           }).detach();
         });
-        server.Get("/stats", [&server](sluice::http::Request&, sluice::http::Response& res) {
+        server.Get("/stats", [&server](sluice::http::Request& req, sluice::http::Response& res) {
           const sluice::ServerStats s = server.stats();
+          // With --diagnostic-pool: the bytes the connections hold now and at their worst
+          // (?reset-pool-peak starts the high-water mark again after this answer).
+          std::string pool;
+          if (sluice::MemoryPool* p = server.options().pool; p != nullptr && p->diagnostic()) {
+            const sluice::MemoryPoolStats ps = p->stats();
+            pool = " pool_live_bytes=" + std::to_string(ps.live_bytes) +
+                   " pool_peak_bytes=" + std::to_string(ps.peak_bytes);
+            if (req.query() == "reset-pool-peak") p->ResetPeak();
+          }
           const sluice::http2::OutputCounters out = server.http2_counters().output.Snapshot();
           res.SetHeader("content-type", "text/plain");
           res.Write("requests=" + std::to_string(s.requests) +
@@ -227,7 +238,7 @@ int main(int argc, char** argv) {
                         server.options().http2.output.strategy)) +
                     " h2_frame_lock_acquisitions=" + std::to_string(out.frame_lock.acquisitions) +
                     " h2_pipe_lock_acquisitions=" + std::to_string(out.pipe_lock.acquisitions) +
-                    " h2_queue_drains=" + std::to_string(out.queue_drains) + "\n");
+                    " h2_queue_drains=" + std::to_string(out.queue_drains) + pool + "\n");
         });
       },
       hooks);

@@ -316,10 +316,16 @@ class ConformanceTestCase(unittest.TestCase):
     """One server per class; each test checks it is alive, each error check that it serves."""
 
     server_flags = ()
+    # Bytes: when set, the server's buffers come from the diagnostic pool, and each test asserts
+    # that its connections never held more than this at once (the pool's high-water mark, the
+    # server-side cost of the abuse the test commits).
+    pool_peak_bound = None
 
     @classmethod
     def setUpClass(cls):
-        cls.server = ServerUnderTest(SERVER_BINARY, *cls.server_flags, *EXTRA_FLAGS).__enter__()
+        pool = ("--diagnostic-pool=1",) if cls.pool_peak_bound else ()
+        cls.server = ServerUnderTest(SERVER_BINARY, *cls.server_flags, *pool,
+                                     *EXTRA_FLAGS).__enter__()
 
     @classmethod
     def tearDownClass(cls):
@@ -327,6 +333,16 @@ class ConformanceTestCase(unittest.TestCase):
 
     def setUp(self):
         self.assertTrue(self.server.alive(), "the server exited in an earlier test")
+        if self.pool_peak_bound:
+            self.server.stats("reset-pool-peak")
+            self.addCleanup(self.assert_pool_peak_within_bound)
+
+    def assert_pool_peak_within_bound(self):
+        # A cleanup registered before the test's peers: it runs after they closed.
+        peak = self.server.stats()["pool_peak_bytes"]
+        self.assertLessEqual(peak, self.pool_peak_bound,
+                             "the server's buffers peaked at %d bytes (bound %d)"
+                             % (peak, self.pool_peak_bound))
 
     def connect(self, settings=None, handshake=True, send_preface=True):
         peer = Peer(self.server, settings=settings, handshake=handshake,
@@ -1418,6 +1434,7 @@ class HpackTest(ConformanceTestCase):
 
 # §5.1.2 concurrency, §6.5.2 MAX_HEADER_LIST_SIZE, §6.8 GOAWAY.
 class LimitsTest(ConformanceTestCase):
+    pool_peak_bound = 256 * 1024
 
     def test_streams_over_max_concurrent_streams_are_refused(self):
         peer = self.connect(settings={INITIAL_WINDOW_SIZE: 0})  # responses wait: streams stay open
@@ -1457,6 +1474,7 @@ class LimitsTest(ConformanceTestCase):
 
 # Flood and abuse limits (http2/abuse_guard.h): GOAWAY ENHANCE_YOUR_CALM, then a bounded close.
 class AbuseTest(ConformanceTestCase):
+    pool_peak_bound = 256 * 1024
 
     def test_rapid_reset_is_enhance_your_calm(self):
         # Responses wait for our window of 0, so every reset cancels a live stream.
@@ -1710,9 +1728,29 @@ class OutputStrategyTest(ConformanceTestCase):
             self.assertEqual(stats["h2_queue_drains"], 0, text)
 
 
+# Many connections that are open and idle (after one request each) cost the server a bounded,
+# small amount of buffer memory: an idle connection keeps at most the tail block of each of its
+# two pipes (4 KiB each), whatever it did before.
+class IdleConnectionsTest(ConformanceTestCase):
+    CONNECTIONS = 200
+    IDLE_BOUND = CONNECTIONS * 2 * 4096 + 64 * 1024  # bytes held while they all sit idle
+    pool_peak_bound = IDLE_BOUND + 256 * 1024
+
+    def test_many_idle_connections_hold_no_buffers(self):
+        peers = [self.connect() for _ in range(self.CONNECTIONS)]
+        for peer in peers:
+            self.assert_get_served(peer, 1)
+        live = self.server.stats()["pool_live_bytes"]
+        self.assertLessEqual(live, self.IDLE_BOUND,
+                             "%d idle connections hold %d bytes of buffers"
+                             % (self.CONNECTIONS, live))
+        self.assert_get_served(peers[0], 3)  # idle, not dropped
+
+
 # A peer that never opens its window (zero-window stall), against --h2-stall-timeout-ms.
 class WindowStallTest(ConformanceTestCase):
     server_flags = ("--h2-stall-timeout-ms=300",)
+    pool_peak_bound = 256 * 1024
 
     def test_zero_window_stall_is_enhance_your_calm(self):
         peer = self.connect(settings={hf.SettingsFrame.INITIAL_WINDOW_SIZE: 0})

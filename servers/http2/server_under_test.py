@@ -110,16 +110,18 @@ class ServerUnderTest(h2_harness.Server):
         return [line for line in self.stderr_text().splitlines()
                 if any(marker in line for marker in SANITIZER_MARKERS)]
 
-    def stats_text(self):
+    def stats_text(self, query=""):
         """GET /stats over a fresh HTTP/2 connection: its "name=value ..." line."""
         client = h2_harness.H2Client(self)
         try:
-            sid = client.request("/stats")
+            sid = client.request("/stats" + ("?" + query if query else ""))
             [r] = client.wait([sid])
         finally:
             client.close()
         return r["body"].decode()
 
-    def stats(self):
-        """GET /stats, the numeric values as a dict of ints."""
-        return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)(?:\s|$)", self.stats_text())}
+    def stats(self, query=""):
+        """GET /stats, the numeric values as a dict of ints. query "reset-pool-peak" (with
+        --diagnostic-pool=1) restarts the pool's high-water mark after the answer."""
+        return {k: int(v)
+                for k, v in re.findall(r"(\w+)=(\d+)(?:\s|$)", self.stats_text(query))}
