@@ -163,30 +163,30 @@ class Session {
     return OkStatus();
   }
 
-  // Follows the streams until every agent's run ended, calling the hooks; UNAVAILABLE naming the
-  // first agent that failed (after stopping the others).
+  // Follows the streams until every agent's run ended or was lost, calling the hooks. A lost
+  // agent is recorded (Lose) and the others go on; UNAVAILABLE when every agent was lost.
   Status Follow(const ControllerHooks& hooks) {
     bool stop_sent = false;
     steady_clock::time_point next_tick = steady_clock::now() + options_.progress_interval;
     while (true) {
-      std::string failure;
       bool all_done = true;
       Progress combined;
       double live_rate = 0;
       {
         MutexLock lock(&mu_);
         if (steady_clock::now() < next_tick) cv_.WaitWithDeadline(&mu_, next_tick);
-        for (size_t i = 0; i < streams_.size() && failure.empty(); ++i) {
+        for (size_t i = 0; i < streams_.size(); ++i) {
           const Stream& stream = streams_[i];
-          const std::string& address = agents_[i]->address;
+          if (!agents_[i]->lost.empty()) continue;
           if (stream.final_seen && stream.latest.state() == v1::RUN_STATE_FAILED) {
-            failure = "agent " + address + ": the run failed: " + stream.latest.error();
+            Lose(i, "the run failed: " + stream.latest.error());
           } else if (stream.done && !stream.status.ok()) {
-            failure = "agent " + address + " failed mid-run: " + Describe(stream.status);
+            Lose(i, "failed mid-run: " + Describe(stream.status));
           } else if (stream.done && !stream.final_seen) {
-            failure = "agent " + address + " ended its progress stream before the run ended";
+            Lose(i, "ended its progress stream before the run ended");
           }
           all_done = all_done && stream.done;
+          if (!agents_[i]->lost.empty()) continue;  // its counts are not in the result
           const v1::RunProgress& latest = stream.latest;
           combined.elapsed = std::max(combined.elapsed, nanoseconds(latest.elapsed_ns()));
           combined.requests_completed += latest.completed();
@@ -197,11 +197,10 @@ class Session {
           }
         }
       }
-      if (!failure.empty()) {
-        StopAll();
-        return UnavailableError(failure);
+      if (all_done) {
+        if (lost_count_ == agents_.size()) return UnavailableError(LostSummary());
+        return OkStatus();
       }
-      if (all_done) return OkStatus();
       if (steady_clock::now() >= next_tick) {
         next_tick += options_.progress_interval;
         if (hooks.on_progress) hooks.on_progress(combined, live_rate);
@@ -213,11 +212,14 @@ class Session {
     }
   }
 
-  // GetResult from every agent, merged.
+  // GetResult from every agent not lost, merged; an agent whose result cannot be had is lost
+  // too. UNAVAILABLE when none is left.
   StatusOr<ControllerResult> Collect() {
     ControllerResult out;
+    std::vector<bool> merged(agents_.size(), false);
     for (size_t i = 0; i < agents_.size(); ++i) {
       Agent& agent = *agents_[i];
+      if (!agent.lost.empty()) continue;
       v1::GetResultRequest request;
       request.set_run_id(agent.run_id);
       v1::RunResultProto response;
@@ -225,14 +227,17 @@ class Session {
       Prepare(&context, options_.call_timeout);
       const grpc::Status status = agent.stub->GetResult(&context, request, &response);
       if (!status.ok()) {
-        return UnavailableError("agent " + agent.address +
-                                ": cannot fetch the result: " + Describe(status));
+        MutexLock lock(&mu_);
+        Lose(i, "its result could not be fetched: " + Describe(status));
+        continue;
       }
       StatusOr<RunResult> result = RunResultFromProto(response);
       if (!result.ok()) {
-        return UnavailableError("agent " + agent.address +
-                                " sent an unreadable result: " + result.status().message());
+        MutexLock lock(&mu_);
+        Lose(i, "sent an unreadable result: " + result.status().message());
+        continue;
       }
+      merged[i] = true;
       out.merged.Merge(*result);
       AgentReport report;
       report.agent = agent.address;
@@ -242,16 +247,26 @@ class Session {
       report.stop_reason = response.stop_reason();
       out.agents.push_back(std::move(report));
     }
-    // Rate samples: the agents started together, so their k-th one-second windows coincide
-    // (within the clock offset between them); add them up over the windows all agents have.
     MutexLock lock(&mu_);
+    if (lost_count_ == agents_.size()) return UnavailableError(LostSummary());
+    for (size_t i = 0; i < agents_.size(); ++i) {
+      if (agents_[i]->lost.empty()) continue;
+      out.lost.push_back(LostAgent{.agent = agents_[i]->address,
+                                   .reason = agents_[i]->lost,
+                                   .requests_reported = streams_[i].latest.completed()});
+    }
+    // Rate samples: the agents started together, so their k-th one-second windows coincide
+    // (within the clock offset between them); add them up over the windows all merged agents
+    // have.
     size_t windows = SIZE_MAX;
-    for (const Stream& stream : streams_) {
-      windows = std::min(windows, stream.sampler.samples().size());
+    for (size_t i = 0; i < streams_.size(); ++i) {
+      if (merged[i]) windows = std::min(windows, streams_[i].sampler.samples().size());
     }
     for (size_t w = 0; w < windows; ++w) {
       double sum = 0;
-      for (const Stream& stream : streams_) sum += stream.sampler.samples()[w];
+      for (size_t i = 0; i < streams_.size(); ++i) {
+        if (merged[i]) sum += streams_[i].sampler.samples()[w];
+      }
       out.rate_samples.push_back(sum);
     }
     return out;
@@ -266,6 +281,7 @@ class Session {
     system_clock::time_point start_at;
     std::unique_ptr<grpc::ClientContext> watch_context;
     std::thread watcher;
+    std::string lost;  // why it was lost (empty: not lost); under mu_
   };
 
   // What a watcher thread has seen of its agent's stream.
@@ -304,6 +320,19 @@ class Session {
     cv_.SignalAll();
   }
 
+  // Records that agent `i` was lost (once): the others go on without it.
+  void Lose(size_t i, std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!agents_[i]->lost.empty()) return;
+    agents_[i]->lost = std::move(reason);
+    ++lost_count_;
+  }
+
+  std::string LostSummary() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::string out = "every agent was lost";
+    for (const auto& agent : agents_) out += "; agent " + agent->address + " " + agent->lost;
+    return out;
+  }
+
   // Best effort: StopRun to every agent that started a run.
   void StopAll() {
     for (auto& agent : agents_) {
@@ -324,6 +353,7 @@ class Session {
   Mutex mu_;
   CondVar cv_;
   std::vector<Stream> streams_ ABSL_GUARDED_BY(mu_);
+  size_t lost_count_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace
@@ -396,7 +426,8 @@ Distributed runs (a gRPC control plane; plaintext, authenticated by a shared tok
                         are split over them, they start together about 1 s later, and their
                         results (histograms included) merge exactly into one summary
       --token T         the agents' token (or LOADGEN_TOKEN in the environment)
-An agent that fails mid-run fails the run (exit 1).
+An agent lost mid-run (killed, unreachable, failed) does not stop the others: the summary merges
+the agents that finished, names the lost ones and why, and the exit status is 1.
 )";
 }
 

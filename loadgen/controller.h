@@ -95,9 +95,21 @@ struct AgentReport {
   std::string stop_reason;
 };
 
+// An agent whose run was lost mid-way (its process died, its host went away, its stream broke, or
+// its result could not be fetched): its data is not in the merged result.
+struct LostAgent {
+  std::string agent;
+  std::string reason;
+  // Requests it had reported complete in its last progress message (not in the merged result).
+  uint64_t requests_reported = 0;
+};
+
 struct ControllerResult {
-  // All agents' results merged exactly.
+  // The results of every agent not lost, merged exactly.
   RunResult merged;
+  // Agents lost mid-run, in the order of ControllerOptions::agents; non-empty means the merged
+  // result is partial (the CLI then exits 1).
+  std::vector<LostAgent> lost;
   // Requests-per-second samples of the whole run (per-agent one-second windows added up), for
   // FormatSummary.
   std::vector<double> rate_samples;
@@ -106,8 +118,9 @@ struct ControllerResult {
 };
 
 // Runs options.run on options.agents (see the file comment) and returns the merged result.
-// INVALID_ARGUMENT from SplitSpec; UNAVAILABLE naming the agent when one fails (the others are
-// stopped first).
+// INVALID_ARGUMENT from SplitSpec; UNAVAILABLE naming the agent when one cannot start its run
+// (the others are stopped first) or when every agent was lost. An agent lost mid-run does not
+// end the others' runs: the result merges the agents that finished and names the lost ones.
 [[nodiscard]] StatusOr<ControllerResult> RunOnAgents(const ControllerOptions& options,
                                                      const ControllerHooks& hooks);
 

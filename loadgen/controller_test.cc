@@ -261,7 +261,9 @@ TEST_F(ControllerTest, StopHookStopsEveryAgentAndMergesThePartialResults) {
   EXPECT_EQ(result->merged.latency.count(), result->merged.requests_completed);
 }
 
-TEST_F(ControllerTest, AnAgentFailingMidRunFailsTheRunNamingIt) {
+// An agent lost mid-run costs only its own data: the other agent's run goes on to its end, the
+// result merges what it did and names the lost agent and why.
+TEST_F(ControllerTest, AnAgentLostMidRunLeavesAPartialResultNamingIt) {
   TestAgent a;
   TestAgent b;
   ControllerHooks hooks;
@@ -274,13 +276,44 @@ TEST_F(ControllerTest, AnAgentFailingMidRunFailsTheRunNamingIt) {
   };
   const steady_clock::time_point began = steady_clock::now();
   StatusOr<ControllerResult> result =
+      RunOnAgents(Options({"-c", "2", "-d", "2s"}, {&a, &b}), hooks);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_TRUE(killed);
+  EXPECT_GE(steady_clock::now() - began, seconds(2));  // a ran to its end
+  EXPECT_LT(steady_clock::now() - began, seconds(10));
+  ASSERT_EQ(result->lost.size(), 1u);
+  EXPECT_EQ(result->lost[0].agent, b.address());
+  EXPECT_THAT(result->lost[0].reason, HasSubstr("failed mid-run"));
+  EXPECT_THAT(result->lost[0].reason, HasSubstr("shutting down"));
+  ASSERT_EQ(result->agents.size(), 1u);
+  EXPECT_EQ(result->agents[0].agent, a.address());
+  EXPECT_FALSE(result->agents[0].partial);
+  EXPECT_GT(result->merged.requests_completed, 0u);
+  EXPECT_EQ(result->merged.requests_completed, result->agents[0].requests_completed);
+  EXPECT_EQ(result->merged.latency.count(), result->merged.requests_completed);
+  // b's requests reached the server too, but are not in the result.
+  EXPECT_LT(result->merged.requests_sent, target_->stats().requests);
+}
+
+TEST_F(ControllerTest, LosingEveryAgentFailsTheRunNamingEach) {
+  TestAgent a;
+  TestAgent b;
+  ControllerHooks hooks;
+  bool killed = false;
+  hooks.on_progress = [&](const Progress& progress, double) {
+    if (!killed && progress.requests_completed > 0) {
+      a.service().Shutdown();
+      b.service().Shutdown();
+      killed = true;
+    }
+  };
+  StatusOr<ControllerResult> result =
       RunOnAgents(Options({"-c", "2", "-d", "30s"}, {&a, &b}), hooks);
   ASSERT_FALSE(result.ok());
-  EXPECT_TRUE(killed);
   EXPECT_EQ(result.status().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(result.status().message(), HasSubstr("every agent was lost"));
+  EXPECT_THAT(result.status().message(), HasSubstr("agent " + a.address() + " failed mid-run"));
   EXPECT_THAT(result.status().message(), HasSubstr("agent " + b.address() + " failed mid-run"));
-  EXPECT_THAT(result.status().message(), HasSubstr("shutting down"));
-  EXPECT_LT(steady_clock::now() - began, seconds(10));
 }
 
 TEST_F(ControllerTest, AnUnreachableAgentFailsBeforeAnyLoad) {

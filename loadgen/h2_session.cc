@@ -90,9 +90,13 @@ Status H2Session::OnInput(const BufferSequence& in, size_t offset, size_t* consu
         *consumed = offset - start;
         return InvalidArgumentError("HTTP/2: " + d.error.debug());
       }
-      // A malformed frame on one stream: that stream fails.
+      // A malformed frame on one stream: that stream fails, if it is one of ours still open (a
+      // stream that ended, or never was, completes nothing: it was counted once, or never).
       http2::AppendRstStream(d.error.stream_id(), d.error.code(), out);
-      listener->OnStreamReset(d.error.stream_id(), d.error.code());
+      uint16_t status = 0;
+      if (Close(d.error.stream_id(), &status)) {
+        listener->OnStreamReset(d.error.stream_id(), d.error.code());
+      }
       continue;
     }
     if (Status s = OnFrame(frame_, out, listener); !s.ok()) {

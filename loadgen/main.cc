@@ -145,9 +145,22 @@ int RunDistributed(const CliOptions& options, const sluice::loadgen::ControllerF
                    report.stop_reason.c_str());
     }
   }
-  std::fprintf(options.json && options.json_file.empty() ? stderr : stdout,
-               "Agents: %zu (%s), results merged\n", result->agents.size(), agents.c_str());
-  return PrintResult(options, result->merged, result->rate_samples);
+  FILE* const notes = options.json && options.json_file.empty() ? stderr : stdout;
+  std::fprintf(notes, "Agents: %zu (%s), results merged\n", result->agents.size(),
+               agents.c_str());
+  for (const LostAgent& lost : result->lost) {
+    std::fprintf(stderr,
+                 "loadgen: agent %s was lost mid-run: %s (its %llu requests reported so far are "
+                 "not in the result)\n",
+                 lost.agent.c_str(), lost.reason.c_str(),
+                 static_cast<unsigned long long>(lost.requests_reported));
+  }
+  if (!result->lost.empty()) {
+    std::fprintf(notes, "PARTIAL RESULT: %zu of %zu agents lost\n", result->lost.size(),
+                 result->lost.size() + result->agents.size());
+  }
+  const int printed = PrintResult(options, result->merged, result->rate_samples);
+  return result->lost.empty() ? printed : 1;
 }
 
 int Main(int argc, char** argv) {
