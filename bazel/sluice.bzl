@@ -68,18 +68,26 @@ def _has_any(labels, candidates):
                 return True
     return False
 
-def sluice_cc_test(name, deps = [], size = "small", copts = [], linkstatic = True, **kwargs):
+def sluice_cc_test(
+        name,
+        deps = [],
+        size = "small",
+        copts = [],
+        linkstatic = True,
+        configured_deps = [],
+        **kwargs):
     """A googletest cc_test of our code, size "small" unless given.
 
     Links //third_party:gtest (gtest + gmock + gmock's main) unless deps already name it or
-    //third_party:gtest_nomain (for a test with its own main). Takes every cc_test attribute
-    (srcs, data, args, tags, shard_count, ...). Linked statically by default.
+    //third_party:gtest_nomain (for a test with its own main). `configured_deps`: more deps, which
+    may be a select() (deps must be a plain list). Takes every cc_test attribute (srcs, data,
+    args, tags, shard_count, ...). Linked statically by default.
     """
     if not _has_any(deps, [_GTEST, _GTEST_NOMAIN]):
         deps = deps + [_GTEST]
     native.cc_test(
         name = name,
-        deps = deps,
+        deps = deps + configured_deps,
         size = size,
         copts = SLUICE_COPTS + copts,
         linkstatic = linkstatic,

@@ -507,10 +507,11 @@ grpc::Status LoadAgentService::GetResult(grpc::ServerContext* context,
   return ToGrpc(run->Result(response));
 }
 
-StatusOr<AgentServer> StartAgentServer(const std::string& address, grpc::Service* service) {
+StatusOr<AgentServer> StartAgentServer(const std::string& address, grpc::Service* service,
+                                        std::shared_ptr<grpc::ServerCredentials> credentials) {
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(address, std::move(credentials), &port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(service);
   AgentServer result;
@@ -527,15 +528,20 @@ StatusOr<AgentServer> StartAgentServer(const std::string& address, grpc::Service
 
 std::string_view AgentUsage() {
   return R"(Usage: loadgen agent --listen HOST:PORT --token TOKEN [--max-duration D]
+                     [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]
 
-Serves the LoadAgent gRPC service (plaintext gRPC; loadgen/agent.proto): a controller
-(`loadgen --agents ...`) starts runs here, watches them, stops them and fetches their results.
+Serves the LoadAgent gRPC service (loadgen/agent.proto; plaintext gRPC unless --tls-cert): a
+controller (`loadgen --agents ...`) starts runs here, watches them, stops them and fetches their results.
 
   --listen HOST:PORT    where to listen: 127.0.0.1:7000, [::]:7000, 0.0.0.0:0 (port 0: any free
                         port); prints "agent listening address=HOST:PORT" on stdout once listening
   --token TOKEN         the shared secret every call must carry ("authorization: Bearer TOKEN");
                         or set LOADGEN_TOKEN in the environment (not visible in `ps`)
   --max-duration D      every run stops this long after it starts, warmup included (default 10m)
+  --tls-cert FILE       serve gRPC over TLS with this certificate chain (PEM) ...
+  --tls-key FILE        ... and its private key (PEM); the token is still required
+  --tls-client-ca FILE  require a client certificate signed by this CA (PEM) from the controller
+                        (TLS needs a loadgen built with --config=openssl: gRPC's TLS is OpenSSL's)
   -h, --help            this text
 
 One run at a time; SIGINT or SIGTERM stops a run in progress and exits 0.
@@ -569,6 +575,12 @@ StatusOr<AgentCommandLine> ParseAgentCommandLine(const std::vector<std::string_v
     } else if (name == "--token") {
       if (Status s = take_value(); !s.ok()) return s;
       command.options.token = std::string(value);
+    } else if (name == "--tls-cert" || name == "--tls-key" || name == "--tls-client-ca") {
+      if (Status s = take_value(); !s.ok()) return s;
+      std::string* field = name == "--tls-cert"  ? &command.tls.cert_file
+                           : name == "--tls-key" ? &command.tls.key_file
+                                                 : &command.tls.client_ca_file;
+      *field = std::string(value);
     } else if (name == "--max-duration") {
       if (Status s = take_value(); !s.ok()) return s;
       StatusOr<nanoseconds> d = ParseDuration(value);
@@ -609,13 +621,20 @@ int AgentMain(const std::vector<std::string_view>& args) {
   command->options.log = [](std::string_view line) {
     std::fprintf(stderr, "loadgen agent: %.*s\n", static_cast<int>(line.size()), line.data());
   };
+  StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = AgentCredentials(command->tls);
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "loadgen agent: %s\n", credentials.status().message().c_str());
+    return 2;
+  }
   LoadAgentService service(command->options);
-  StatusOr<AgentServer> server = StartAgentServer(command->listen, &service);
+  StatusOr<AgentServer> server =
+      StartAgentServer(command->listen, &service, std::move(credentials).value());
   if (!server.ok()) {
     std::fprintf(stderr, "loadgen agent: %s\n", server.status().message().c_str());
     return 1;
   }
-  std::printf("agent listening address=%s\n", server->address.c_str());
+  std::printf("agent listening address=%s%s\n", server->address.c_str(),
+              command->tls.enabled() ? " tls=1" : "");
   std::fflush(stdout);
 
   int signal_number = 0;

@@ -46,6 +46,7 @@
 
 #include "core/mutex.h"
 #include "core/status.h"
+#include "loadgen/grpc_tls.h"
 #include "loadgen/agent.grpc.pb.h"
 
 namespace sluice::loadgen {
@@ -115,16 +116,18 @@ struct AgentServer {
   std::string address;
 };
 
-// Starts a plaintext gRPC server for `service` on `address` ("127.0.0.1:0" picks a free port;
-// "[::]:7000"). SO_REUSEPORT is off, so a second agent cannot silently share a port. UNAVAILABLE
-// if it cannot listen there.
-[[nodiscard]] StatusOr<AgentServer> StartAgentServer(const std::string& address,
-                                                     grpc::Service* service);
+// Starts a gRPC server for `service` on `address` ("127.0.0.1:0" picks a free port;
+// "[::]:7000"), plaintext unless `credentials` say otherwise (AgentCredentials). SO_REUSEPORT is
+// off, so a second agent cannot silently share a port. UNAVAILABLE if it cannot listen there.
+[[nodiscard]] StatusOr<AgentServer> StartAgentServer(
+    const std::string& address, grpc::Service* service,
+    std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials());
 
 // The parsed `loadgen agent` command line.
 struct AgentCommandLine {
   std::string listen;
   AgentOptions options;
+  AgentTls tls;
   bool help = false;
 };
 

@@ -114,8 +114,9 @@ class Session {
     for (const std::string& address : options.agents) {
       auto agent = std::make_unique<Agent>();
       agent->address = address;
-      agent->stub =
-          v1::LoadAgent::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+      agent->stub = v1::LoadAgent::NewStub(grpc::CreateChannel(
+          address, options.credentials != nullptr ? options.credentials
+                                                  : grpc::InsecureChannelCredentials()));
       agents_.push_back(std::move(agent));
     }
   }
@@ -377,13 +378,23 @@ StatusOr<std::vector<std::string_view>> ExtractControllerFlags(
       value = arg.substr(eq + 1);
       has_value = true;
     }
-    if (name != "--agents" && name != "--token") {
+    const bool tls_flag =
+        name == "--agents-ca" || name == "--agents-cert" || name == "--agents-key";
+    if (name != "--agents" && name != "--token" && !tls_flag) {
       rest.push_back(arg);
       continue;
     }
     if (!has_value) {
       if (i + 1 >= args.size()) return InvalidArgumentError(std::string(name) + ": needs a value");
       value = args[++i];
+    }
+    if (tls_flag) {
+      if (value.empty()) return InvalidArgumentError(std::string(name) + ": needs a file");
+      std::string* field = name == "--agents-ca"     ? &flags->tls.ca_file
+                           : name == "--agents-cert" ? &flags->tls.cert_file
+                                                     : &flags->tls.key_file;
+      *field = std::string(value);
+      continue;
     }
     if (name == "--token") {
       if (value.empty()) return InvalidArgumentError("--token: must not be empty");
@@ -411,6 +422,10 @@ StatusOr<std::vector<std::string_view>> ExtractControllerFlags(
   }
   if (!token_given && token_from_env != nullptr && agents_given) flags->token = token_from_env;
   if (token_given && !agents_given) return InvalidArgumentError("--token: only with --agents");
+  if (!agents_given && (!flags->tls.ca_file.empty() || !flags->tls.cert_file.empty() ||
+                        !flags->tls.key_file.empty())) {
+    return InvalidArgumentError("--agents-ca, --agents-cert and --agents-key: only with --agents");
+  }
   if (agents_given && flags->token.empty()) {
     return InvalidArgumentError("--agents: needs --token (or LOADGEN_TOKEN in the environment)");
   }
@@ -419,13 +434,18 @@ StatusOr<std::vector<std::string_view>> ExtractControllerFlags(
 
 std::string_view DistributedUsage() {
   return R"(
-Distributed runs (a gRPC control plane; plaintext, authenticated by a shared token):
-  loadgen agent --listen HOST:PORT --token T [--max-duration D]
+Distributed runs (a gRPC control plane, authenticated by a shared token; plaintext or TLS):
+  loadgen agent --listen HOST:PORT --token T [--max-duration D] [--tls-cert F --tls-key F]
                         serve runs for a controller (see `loadgen agent --help`)
       --agents H:P,...  run on these agents instead of locally: connections, rate and requests
                         are split over them, they start together about 1 s later, and their
                         results (histograms included) merge exactly into one summary
       --token T         the agents' token (or LOADGEN_TOKEN in the environment)
+      --agents-ca F     talk to the agents over TLS, their certificates checked against this CA
+                        (PEM; the agent's address must be in its certificate)
+      --agents-cert F, --agents-key F
+                        a client certificate and key (PEM), for agents with --tls-client-ca
+                        (TLS needs a loadgen built with --config=openssl: gRPC's TLS is OpenSSL's)
 An agent lost mid-run (killed, unreachable, failed) does not stop the others: the summary merges
 the agents that finished, names the lost ones and why, and the exit status is 1.
 )";

@@ -29,11 +29,13 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/status.h"
+#include "loadgen/grpc_tls.h"
 #include "loadgen/engine.h"
 #include "loadgen/flags.h"
 
@@ -43,9 +45,11 @@ namespace sluice::loadgen {
 struct ControllerFlags {
   std::vector<std::string> agents;
   std::string token;
+  ControllerTls tls;  // --agents-ca, --agents-cert, --agents-key
 };
 
-// Removes "--agents A,B" and "--token T" (or "--agents=A,B", "--token=T") from `args`, up to a
+// Removes "--agents A,B" and "--token T" (or "--agents=A,B", "--token=T"), and the TLS flags
+// "--agents-ca F", "--agents-cert F", "--agents-key F", from `args`, up to a
 // "--", and returns the remaining arguments in order. The token may come from `token_from_env`
 // (LOADGEN_TOKEN; null: none) instead. INVALID_ARGUMENT for a flag without a value, an empty or
 // malformed agent list (each must be HOST:PORT), duplicate agents, --agents given twice, a token
@@ -66,6 +70,8 @@ std::string_view DistributedUsage();
 struct ControllerOptions {
   std::vector<std::string> agents;
   std::string token;
+  // The agents' channel (ControllerCredentials); null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
   // The run as parsed by ParseCommandLine (the spec for all agents together).
   CliOptions run;
   // The synchronized start is this far ahead of the controller's clock when the first StartRun

@@ -124,6 +124,13 @@ int RunDistributed(const CliOptions& options, const sluice::loadgen::ControllerF
   ControllerOptions controller;
   controller.agents = flags.agents;
   controller.token = flags.token;
+  sluice::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      ControllerCredentials(flags.tls);
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "loadgen: %s\n", credentials.status().message().c_str());
+    return 2;
+  }
+  controller.credentials = std::move(credentials).value();
   controller.run = options;
   InstallInterruptHandler();
 
