@@ -29,61 +29,6 @@ bool HasUppercase(std::string_view name) {
   return false;
 }
 
-bool IsConnectionSpecific(std::string_view name) {
-  return name == "connection" || name == "keep-alive" || name == "proxy-connection" ||
-         name == "transfer-encoding" || name == "upgrade";
-}
-
-// Per byte: what it may be in a header name (RFC 9110 token characters, lowercase only: RFC 9113
-// §8.2.1) and whether it may be in a value (anything but NUL, CR, LF: §8.2.1).
-enum : uint8_t { kNameChar = 1, kUppercase = 2, kValueChar = 4 };
-constexpr std::array<uint8_t, 256> kCharClass = [] {
-  std::array<uint8_t, 256> t{};
-  for (int c = 0; c < 256; ++c) {
-    if (c != 0 && c != '\r' && c != '\n') t[c] |= kValueChar;
-    if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')) t[c] |= kNameChar;
-    if (c >= 'A' && c <= 'Z') t[c] |= kUppercase;
-  }
-  for (char c : std::string_view("!#$%&'*+-.^_`|~")) t[static_cast<unsigned char>(c)] |= kNameChar;
-  return t;
-}();
-
-const char* CheckName(std::string_view name) {
-  if (name.empty()) return "empty header name";
-  for (unsigned char c : name) {
-    if ((kCharClass[c] & kNameChar) == 0) {
-      return (kCharClass[c] & kUppercase) != 0 ? "uppercase header name"
-                                                : "invalid character in header name";
-    }
-  }
-  return nullptr;
-}
-
-// The request pseudo-headers (RFC 9113 §8.3.1), one bit each; 0 for any other name.
-constexpr uint8_t kPseudoMethod = 1, kPseudoScheme = 2, kPseudoPath = 4, kPseudoAuthority = 8;
-uint8_t PseudoHeaderBit(std::string_view name) {
-  switch (name.size()) {
-    case 5:
-      return name == ":path" ? kPseudoPath : 0;
-    case 7:
-      return name == ":method" ? kPseudoMethod : name == ":scheme" ? kPseudoScheme : 0;
-    case 10:
-      return name == ":authority" ? kPseudoAuthority : 0;
-  }
-  return 0;
-}
-
-const char* CheckValue(std::string_view value) {
-  for (unsigned char c : value) {
-    if ((kCharClass[c] & kValueChar) == 0) return "invalid character in header value";
-  }
-  if (!value.empty() && (value.front() == ' ' || value.front() == '\t' || value.back() == ' ' ||
-                         value.back() == '\t')) {
-    return "whitespace around header value";
-  }
-  return nullptr;
-}
-
 std::string_view ReasonFor(uint16_t status) {
   switch (status) {
     case 413:
@@ -161,7 +106,7 @@ class Connection::Stream final : public http::ResponseSink,
         for (char c : name) lowered.push_back(c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c);
         lower = std::string_view(lowered.data() + at, name.size());
       }
-      if (IsConnectionSpecific(lower)) continue;
+      if (IsConnectionSpecificField(lower)) continue;
       if (content_length && lower == "content-length") continue;
       fields[n++] = {lower, value};
     }
@@ -606,12 +551,9 @@ std::optional<Http2Error> Connection::OnHeaders(const Frame& frame) {
   block_.discard = false;
   block_.refused = false;
   block_.stream = nullptr;
-  block_.pseudo_seen = 0;
-  block_.has_scheme = block_.has_path = block_.has_authority = false;
   block_.bad_length = false;
   block_.list_size = 0;
   block_.too_large = false;
-  block_.regular_seen = false;
   block_.malformed = nullptr;
   block_.stream_error.reset();
   auto it = streams_.find(id);
@@ -646,6 +588,7 @@ std::optional<Http2Error> Connection::OnHeaders(const Frame& frame) {
       block_.stream = AcquireStream();
     }
   }
+  block_.check.Reset(block_.trailers);
   if (auto e = DecodeFragment(frame.payload, frame.has_flag(flags::kEndHeaders))) return e;
   if (frame.has_flag(flags::kEndHeaders)) return EndHeaderBlock();
   return std::nullopt;
@@ -682,72 +625,33 @@ void Connection::OnField(std::string_view name, std::string_view value) {
     block_.too_large = true;
     return;
   }
-  if (!name.empty() && name[0] == ':') {
-    if (block_.trailers) {
-      block_.malformed = "pseudo-header in trailers";
-      return;
-    }
-    if (block_.regular_seen) {
-      block_.malformed = "pseudo-header after a regular header";
-      return;
-    }
-    const uint8_t pseudo = PseudoHeaderBit(name);
-    if (pseudo == 0) {
-      block_.malformed = "unknown pseudo-header";
-      return;
-    }
-    if ((block_.pseudo_seen & pseudo) != 0) {
-      block_.malformed = "duplicate pseudo-header";
-      return;
-    }
-    block_.pseudo_seen |= pseudo;
-    if (const char* problem = CheckValue(value)) {
-      block_.malformed = problem;
-      return;
-    }
-    if (block_.too_large) return;
-    http::Request& req = block_.stream->request_;
-    switch (pseudo) {
-      case kPseudoMethod:
-        req.SetMethod(value);
-        break;
-      case kPseudoScheme:
-        block_.has_scheme = !value.empty();
-        req.SetScheme(value == "https" ? "https" : "http");
-        break;
-      case kPseudoPath: {
-        block_.has_path = !value.empty();
-        const size_t q = value.find('?');
-        req.SetPath(value.substr(0, q));
-        if (q != std::string_view::npos) req.SetQuery(value.substr(q + 1));
-        break;
-      }
-      case kPseudoAuthority:
-        block_.has_authority = !value.empty();
-        req.SetAuthority(value);
-        break;
-    }
-    return;
-  }
-  block_.regular_seen = true;
-  if (const char* problem = CheckName(name)) {
-    block_.malformed = problem;
-    return;
-  }
-  if (IsConnectionSpecific(name)) {
-    block_.malformed = "connection-specific header";
-    return;
-  }
-  if (name == "te" && value != "trailers") {
-    block_.malformed = "te other than trailers";
-    return;
-  }
-  if (const char* problem = CheckValue(value)) {
+  RequestPseudoHeader pseudo;
+  if (const char* problem = block_.check.Check(name, value, &pseudo)) {
     block_.malformed = problem;
     return;
   }
   if (block_.trailers || block_.too_large) return;  // trailers are checked, not kept
   Stream& stream = *block_.stream;
+  http::Request& req = stream.request_;
+  switch (pseudo) {
+    case RequestPseudoHeader::kMethod:
+      req.SetMethod(value);
+      return;
+    case RequestPseudoHeader::kScheme:
+      req.SetScheme(value == "https" ? "https" : "http");
+      return;
+    case RequestPseudoHeader::kPath: {
+      const size_t q = value.find('?');
+      req.SetPath(value.substr(0, q));
+      if (q != std::string_view::npos) req.SetQuery(value.substr(q + 1));
+      return;
+    }
+    case RequestPseudoHeader::kAuthority:
+      req.SetAuthority(value);
+      return;
+    case RequestPseudoHeader::kNone:
+      break;
+  }
   if (name == "content-length") {
     uint64_t v = 0;
     auto r = std::from_chars(value.data(), value.data() + value.size(), v);
@@ -756,10 +660,10 @@ void Connection::OnField(std::string_view name, std::string_view value) {
       block_.bad_length = true;
     }
     stream.content_length_ = v;
-  } else if (name == "host" && !block_.has_authority) {
-    stream.request_.SetAuthority(value);
+  } else if (name == "host" && !block_.check.has_authority()) {
+    req.SetAuthority(value);
   }
-  stream.request_.AddHeader(name, value);
+  req.AddHeader(name, value);
 }
 
 std::shared_ptr<Connection::Stream> Connection::AcquireStream() {
@@ -811,17 +715,7 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
   std::shared_ptr<Stream> s = std::move(block_.stream);
   http::Request& req = s->request_;
   const std::string_view method = req.method();
-  if (block_.malformed == nullptr && !block_.too_large) {
-    if (method.empty()) {
-      block_.malformed = "missing :method";
-    } else if (method == "CONNECT") {
-      if (block_.has_scheme || block_.has_path || !block_.has_authority) {
-        block_.malformed = "CONNECT with :scheme or :path, or without :authority";
-      }
-    } else if (!block_.has_scheme || !block_.has_path) {
-      block_.malformed = "missing :scheme or :path";
-    }
-  }
+  if (block_.malformed == nullptr && !block_.too_large) block_.malformed = block_.check.Finish();
   if (block_.malformed != nullptr) {
     ReportRejected(ErrorCode::kProtocolError);
     ResetStream(id, ErrorCode::kProtocolError);

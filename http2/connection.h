@@ -48,6 +48,7 @@
 #include "http2/frame.h"
 #include "http2/frame_writer.h"
 #include "http2/hpack.h"
+#include "http2/request_headers.h"
 
 namespace sluice::http2 {
 
@@ -160,15 +161,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     // A new request's stream: its fields are decoded straight into its Request (null for
     // trailers and for blocks decoded only for the HPACK state).
     std::shared_ptr<Stream> stream;
-    uint8_t pseudo_seen = 0;  // kPseudo* bits (connection.cc)
-    // :scheme, :path, :authority present and not empty.
-    bool has_scheme = false;
-    bool has_path = false;
-    bool has_authority = false;
+    RequestHeaderCheck check;  // RFC 9113 §8.2-8.3, field by field
     bool bad_length = false;  // a content-length that is not a number, or two that differ
     size_t list_size = 0;
     bool too_large = false;
-    bool regular_seen = false;
     const char* malformed = nullptr;  // the first problem found
   };
 

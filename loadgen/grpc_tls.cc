@@ -18,11 +18,13 @@ StatusOr<std::string> ReadPem(const std::string& flag, const std::string& path) 
   return text.str();
 }
 
+#if !SLUICE_GRPC_TLS
 Status NoTlsInThisBuild() {
   return FailedPreconditionError(
       "TLS for the agents' gRPC channel needs a loadgen built with --config=openssl: gRPC's TLS "
       "is OpenSSL's, which cannot share a process with the BoringSSL of this build");
 }
+#endif
 
 }  // namespace
 
