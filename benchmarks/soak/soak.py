@@ -367,7 +367,8 @@ def main(argv):
             proc.kill()
     for t in threads:
         t.join(timeout=30)
-    served = {s.name: s.stats()["plaintext_requests"] for s in servers}
+    final_stats = {s.name: s.stats() for s in servers}
+    served = {name: st["plaintext_requests"] for name, st in final_stats.items()}
     report = {"duration_s": args.duration, "flags": flags, "servers": {}, "loads": {},
               "clients": tally.counts, "client_failures": tally.failures, "passed": True}
 
@@ -401,7 +402,15 @@ def main(argv):
     check(tally.counts.get("failures", 0) == 0, "well-behaved Python clients failed")
     for server in servers:
         code, err = server.stop()
-        info = {"exit": code, "port": server.port}
+        # The buffers the connections held at the end and at their worst (the diagnostic pool's
+        # high-water mark): with inline handlers a response is buffered whole, so RSS follows
+        # the worst moment's buffering, not a leak; a leak shows as live bytes at the end (and a
+        # pool that is not clean at exit).
+        st = final_stats[server.name]
+        info = {"exit": code, "port": server.port,
+                "pool_live_bytes_at_end": st.get("pool_live_bytes"),
+                "pool_peak_bytes": st.get("pool_peak_bytes"),
+                "samples": server.samples[::max(1, len(server.samples) // 120)]}
         check(code == 0, f"{server.name}: exit {code} (3: the diagnostic pool was not clean)")
         check("Sanitizer" not in err and "runtime error" not in err,
               f"{server.name}: a sanitizer report")
@@ -429,7 +438,9 @@ def main(argv):
         rss, fds = info.get("rss", {}), info.get("fds", {})
         print(f"  {name}: exit {info['exit']}; RSS {rss.get('after_warmup', '?')} -> "
               f"{rss.get('final', '?')} KiB (limit {rss.get('limit', '?'):.0f}); fds "
-              f"{fds.get('after_warmup', '?')} -> {fds.get('final', '?')}")
+              f"{fds.get('after_warmup', '?')} -> {fds.get('final', '?')}; pool peak "
+              f"{info.get('pool_peak_bytes')} B, {info.get('pool_live_bytes_at_end')} B live "
+              f"at the end")
     for name, load in report["loads"].items():
         print(f"  {name}: {load['2xx']} answers")
     for key in sorted(tally.counts):
