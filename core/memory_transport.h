@@ -29,9 +29,11 @@ class MemoryTransport final : public Transport {
   // `loop` and `pool` must outlive the transport.
   MemoryTransport(EventLoop* loop, MemoryPool* pool, std::string peer = "127.0.0.1:40000")
       : loop_(loop),
-        peer_(std::move(peer)),
         in_(PipeOptions{.pool = pool}),
-        out_(PipeOptions{.pool = pool}) {}
+        out_(PipeOptions{.pool = pool}) {
+    info_.peer_address = std::move(peer);
+    info_.local_address = "127.0.0.1:8080";
+  }
 
   PipeReader& input() override { return in_.reader(); }
   PipeWriter& output() override { return out_.writer(); }
@@ -41,8 +43,7 @@ class MemoryTransport final : public Transport {
   // What the peer's side has not read yet.
   size_t unsent_bytes() const override { return out_.unconsumed_bytes(); }
   bool secure() const override { return false; }
-  std::string_view alpn() const override { return ""; }
-  std::string_view peer_address() const override { return peer_; }
+  const TransportInfo& info() const override { return info_; }
 
   // The peer's side: what it sends, and what it receives.
   PipeWriter& client_out() { return in_.writer(); }
@@ -54,7 +55,7 @@ class MemoryTransport final : public Transport {
 
  private:
   EventLoop* const loop_;
-  const std::string peer_;
+  TransportInfo info_;
   Pipe in_;
   Pipe out_;
   std::atomic<bool> closed_{false};

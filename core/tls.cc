@@ -1134,6 +1134,9 @@ void TlsConnection::FinishHandshake(Status status) {
     if (const SSL_CIPHER* cipher = SSL_get_current_cipher(ssl_)) {
       cipher_ = SSL_CIPHER_get_name(cipher);
     }
+    if (const char* name = SSL_get_servername(ssl_, TLSEXT_NAMETYPE_host_name)) {
+      server_name_ = name;
+    }
   }
   if (callback) callback(status);
   // Output written before the handshake ended goes out now.

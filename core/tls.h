@@ -315,6 +315,8 @@ class TlsConnection : public std::enable_shared_from_this<TlsConnection> {
   const std::string& alpn() const { return alpn_; }
   const std::string& version() const { return version_; }
   const std::string& cipher() const { return cipher_; }
+  // The server name the client sent (SNI), empty if none. Set with the others.
+  const std::string& server_name() const { return server_name_; }
 
   TlsConnectionStats stats() const;
   SocketConnectionStats socket_stats() const { return socket_->stats(); }
@@ -393,6 +395,7 @@ class TlsConnection : public std::enable_shared_from_this<TlsConnection> {
   std::string alpn_;
   std::string version_;
   std::string cipher_;
+  std::string server_name_;
 
   // Loop-thread state.
   std::shared_ptr<TlsConnection> self_;  // while started and not finished

@@ -9,7 +9,10 @@ namespace {
 class SocketTransport final : public Transport {
  public:
   explicit SocketTransport(std::shared_ptr<SocketConnection> connection)
-      : connection_(std::move(connection)), peer_(connection_->peer_address().ToString()) {}
+      : connection_(std::move(connection)) {
+    info_.peer_address = connection_->peer_address().ToString();
+    info_.local_address = connection_->local_address().ToString();
+  }
   PipeReader& input() override { return connection_->input(); }
   PipeWriter& output() override { return connection_->output(); }
   EventLoop* loop() const override { return connection_->loop(); }
@@ -17,18 +20,24 @@ class SocketTransport final : public Transport {
   void Release() override { connection_->Release(); }
   size_t unsent_bytes() const override { return connection_->unsent_bytes(); }
   bool secure() const override { return false; }
-  std::string_view alpn() const override { return {}; }
-  std::string_view peer_address() const override { return peer_; }
+  const TransportInfo& info() const override { return info_; }
 
  private:
   std::shared_ptr<SocketConnection> connection_;
-  const std::string peer_;
+  TransportInfo info_;
 };
 
 class TlsTransport final : public Transport {
  public:
   explicit TlsTransport(std::shared_ptr<TlsConnection> connection)
-      : connection_(std::move(connection)), peer_(connection_->peer_address().ToString()) {}
+      : connection_(std::move(connection)) {
+    info_.peer_address = connection_->peer_address().ToString();
+    info_.local_address = connection_->local_address().ToString();
+    info_.tls_version = connection_->version();
+    info_.tls_cipher = connection_->cipher();
+    info_.alpn = connection_->alpn();
+    info_.server_name = connection_->server_name();
+  }
   PipeReader& input() override { return connection_->input(); }
   PipeWriter& output() override { return connection_->output(); }
   EventLoop* loop() const override { return connection_->loop(); }
@@ -36,12 +45,11 @@ class TlsTransport final : public Transport {
   void Release() override { connection_->Release(); }
   size_t unsent_bytes() const override { return connection_->unsent_bytes(); }
   bool secure() const override { return true; }
-  std::string_view alpn() const override { return connection_->alpn(); }
-  std::string_view peer_address() const override { return peer_; }
+  const TransportInfo& info() const override { return info_; }
 
  private:
   std::shared_ptr<TlsConnection> connection_;
-  const std::string peer_;
+  TransportInfo info_;
 };
 
 }  // namespace

@@ -14,12 +14,14 @@
 #define SLUICE_CORE_TRANSPORT_H_
 
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "core/event_loop.h"
 #include "core/pipe.h"
 #include "core/socket_transport.h"
 #include "core/tls.h"
+#include "core/transport_info.h"
 
 namespace sluice {
 
@@ -42,10 +44,12 @@ class Transport {
   // True over TLS.
   virtual bool secure() const = 0;
   // The ALPN protocol negotiated ("h2", "http/1.1"), empty if none.
-  virtual std::string_view alpn() const = 0;
+  std::string_view alpn() const { return info().alpn; }
   // The peer's address ("127.0.0.1:54321", "[::1]:54321"), formatted once; valid as long as the
   // transport.
-  virtual std::string_view peer_address() const = 0;
+  std::string_view peer_address() const { return info().peer_address; }
+  // The connection's facts (addresses, TLS); valid as long as the transport.
+  virtual const TransportInfo& info() const = 0;
 };
 
 // Tells a protocol connection whether its transport's unsent output still moves: a response

@@ -56,6 +56,7 @@ void Request::Reset() {
   scheme_ = "http";
   protocol_version_ = "1.1";
   peer_address_ = {};
+  transport_info_ = nullptr;
   route_ = {};
   headers_.clear();
   params_.clear();

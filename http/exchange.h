@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/transport_info.h"
 #include "telemetry/hooks.h"
 
 namespace sluice::http {
@@ -91,6 +92,16 @@ class Request {
   std::string_view protocol_version() const { return protocol_version_; }
   // The client's address ("127.0.0.1:54321", "[::1]:54321").
   std::string_view peer_address() const { return peer_address_; }
+  // The address the connection arrived on ("127.0.0.1:8080"); empty if the protocol did not say.
+  std::string_view local_address() const { return info().local_address; }
+  // Over TLS, the protocol version ("TLSv1.3"); empty in cleartext.
+  std::string_view tls_version() const { return info().tls_version; }
+  // Over TLS, the cipher suite's name; empty in cleartext.
+  std::string_view tls_cipher() const { return info().tls_cipher; }
+  // Over TLS, the ALPN protocol negotiated ("h2", "http/1.1"); empty if none.
+  std::string_view alpn() const { return info().alpn; }
+  // Over TLS, the server name the client asked for (SNI); empty if it sent none.
+  std::string_view server_name() const { return info().server_name; }
 
   // The value of the first header named `lowercase_name`, or empty.
   std::string_view Header(std::string_view lowercase_name) const;
@@ -139,6 +150,8 @@ class Request {
   void SetProtocolVersion(std::string_view v) { protocol_version_ = v; }
   // Owned by the connection, which outlives its exchanges.
   void SetPeerAddress(std::string_view v) { peer_address_ = v; }
+  // The connection's facts (must outlive the request's use; null: none known).
+  void SetTransportInfo(const TransportInfo* info) { transport_info_ = info; }
   // One header field (copied).
   void AddHeader(std::string_view name, std::string_view value) {
     headers_.emplace_back(Store(name), Store(value));
@@ -172,6 +185,11 @@ class Request {
   std::string_view scheme_ = "http";
   std::string_view protocol_version_ = "1.1";
   std::string_view peer_address_;
+  const TransportInfo* transport_info_ = nullptr;
+  const TransportInfo& info() const {
+    static const TransportInfo kNone;
+    return transport_info_ != nullptr ? *transport_info_ : kNone;
+  }
   std::string_view route_;
   std::vector<std::pair<Slice, Slice>> headers_;
   std::vector<std::pair<Slice, Slice>> params_;

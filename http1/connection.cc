@@ -193,6 +193,7 @@ void Connection::StartExchange() {
   request_.SetScheme(transport_->secure() ? "https" : "http");
   request_.SetProtocolVersion(head_.version_minor == 1 ? "1.1" : "1.0");
   request_.SetPeerAddress(transport_->peer_address());
+  request_.SetTransportInfo(&transport_->info());
   for (const Header& h : head_.headers) request_.AddHeader(h.name, h.value);
   head_request_ = head_.method == Method::kHead;
   http10_ = head_.version_minor == 0;

@@ -679,6 +679,7 @@ std::shared_ptr<Connection::Stream> Connection::AcquireStream() {
   req.Reset();
   req.SetProtocolVersion("2");
   req.SetPeerAddress(transport_->peer_address());
+  req.SetTransportInfo(&transport_->info());
   return s;
 }
 

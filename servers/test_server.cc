@@ -6,6 +6,8 @@
 //                          of 1..16 KiB so the streaming path is used
 //   POST /echo             the request body, streamed back
 //   GET  /headers          the request headers, one "name: value" per line
+//   GET  /connection       "peer=... local=... protocol=... tls_version=... tls_cipher=...
+//                          alpn=... sni=...": the connection's facts as the Request shows them
 //   GET  /throw            throws before anything was sent (the 500 / stream answer of a
 //                          failed handler)
 //   GET  /throw-after-head throws after the head and 100 bytes of body went out (the response
@@ -75,6 +77,22 @@ void Echo(sluice::http::Request& req, sluice::http::Response& res) {
                  if (!status.ok()) res.SetStatus(400);
                  res.End();
                });
+}
+
+// What the connection is, as Request shows it: "peer=... local=... protocol=... tls_version=...
+// tls_cipher=... alpn=... sni=..." (the TLS fields empty in cleartext).
+void ConnectionFacts(sluice::http::Request& req, sluice::http::Response& res) {
+  res.SetHeader("content-type", "text/plain");
+  std::string out;
+  out.append("peer=").append(req.peer_address());
+  out.append(" local=").append(req.local_address());
+  out.append(" protocol=").append(req.protocol_version());
+  out.append(" tls_version=").append(req.tls_version());
+  out.append(" tls_cipher=").append(req.tls_cipher());
+  out.append(" alpn=").append(req.alpn());
+  out.append(" sni=").append(req.server_name());
+  out.append("\n");
+  res.Write(out);
 }
 
 void Headers(sluice::http::Request& req, sluice::http::Response& res) {
@@ -174,8 +192,8 @@ int main(int argc, char** argv) {
   }
   return sluice::RunServerMain(
       argc, argv, "test_server",
-      "Routes for end-to-end tests: /plaintext, /bytes/{n}, POST /echo, /headers, /throw,\n"
-      "/throw-after-head, /late/{ms}, /stats.\n"
+      "Routes for end-to-end tests: /plaintext, /bytes/{n}, POST /echo, /headers, /connection,\n"
+      "/throw, /throw-after-head, /late/{ms}, /stats.\n"
       "Test-only flags: --delay-listen-ms=N, --delay-first-response-ms=N, --diagnostic-pool=1, "
       "--abort-after-requests=N.",
       [](sluice::Server& server) {
@@ -188,6 +206,7 @@ int main(int argc, char** argv) {
         server.Get("/bytes/{n}", Instrumented(Bytes));
         server.Post("/echo", Instrumented(Echo));
         server.Get("/headers", Instrumented(Headers));
+        server.Get("/connection", ConnectionFacts);
         server.Get("/throw", [](sluice::http::Request&, sluice::http::Response& res) {
           res.Write("partial");
           throw std::runtime_error("test_server: /throw");
