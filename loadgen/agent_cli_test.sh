@@ -7,35 +7,12 @@
 set -u
 loadgen="$1"
 plaintext="$2"
-work="${TEST_TMPDIR:-$(mktemp -d)}"
-failures=0
-pids=()
-
-cleanup() {
-  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null; done
-}
-trap cleanup EXIT
-
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
-
-# wait_for_address FILE: prints the address= value of FILE's first line once it is there (10 s).
-wait_for_address() {
-  local file="$1" line
-  for _ in $(seq 1 200); do
-    line="$(grep -m1 -o 'address=[^ ]*' "$file" 2>/dev/null)"
-    if [[ -n "$line" ]]; then
-      echo "${line#address=}"
-      return 0
-    fi
-    sleep 0.05
-  done
-  echo "no address= line in $file:" >&2
-  cat "$file" >&2
-  return 1
-}
+# The shared helpers (bazel/sh_test_lib.sh): under Bazel from the runfiles, else from the tree.
+lib="${TEST_SRCDIR:-}/${TEST_WORKSPACE:-}/bazel/sh_test_lib.sh"
+[[ -f "$lib" ]] || lib="$(dirname "${BASH_SOURCE[0]}")/../bazel/sh_test_lib.sh"
+# shellcheck source=bazel/sh_test_lib.sh
+source "$lib" || exit 1
+sh_test_start
 
 "$plaintext" --port 0 >"$work/server.out" 2>&1 &
 pids+=($!)
@@ -75,21 +52,8 @@ for err in "$work/agent1.err" "$work/agent2.err"; do
   if ! grep -q "1000 requests completed" "$err"; then fail "agent log $err: $(cat "$err")"; fi
 done
 
-# expect EXIT_CODE MESSAGE_SUBSTRING ARGS...
-expect() {
-  local want_code="$1" want_text="$2"
-  shift 2
-  local out code
-  out="$("$loadgen" "$@" 2>&1)"
-  code=$?
-  if [[ "$code" != "$want_code" ]]; then
-    fail "loadgen $* exited $code, want $want_code; output: $out"
-  elif [[ "$out" != *"$want_text"* ]]; then
-    fail "loadgen $* did not say \"$want_text\"; output: $out"
-  else
-    echo "ok: loadgen $* -> $code"
-  fi
-}
+# expect EXIT_CODE MESSAGE_SUBSTRING ARGS...: the loadgen run with ARGS.
+expect() { expect_run "$1" "$2" "$loadgen" "${@:3}"; }
 
 expect 1 "UNAUTHENTICATED" --agents "$agent1" --token wrong -n 10 "http://$server/plaintext"
 expect 2 "needs --token" --agents "$agent1" -n 10 "http://$server/plaintext"
@@ -110,8 +74,4 @@ for pid in "$agent1_pid" "$agent2_pid"; do
   if [[ "$code" != 0 ]]; then fail "agent $pid exited $code on SIGTERM"; fi
 done
 
-if ((failures > 0)); then
-  echo "$failures failure(s)"
-  exit 1
-fi
-echo "all passed"
+sh_test_finish

@@ -11,51 +11,15 @@
 set -u
 loadgen="$1"
 server_bin="$2"
-work="${TEST_TMPDIR:-$(mktemp -d)}"
-failures=0
-pids=()
+# The shared helpers (bazel/sh_test_lib.sh): under Bazel from the runfiles, else from the tree.
+lib="${TEST_SRCDIR:-}/${TEST_WORKSPACE:-}/bazel/sh_test_lib.sh"
+[[ -f "$lib" ]] || lib="$(dirname "${BASH_SOURCE[0]}")/../bazel/sh_test_lib.sh"
+# shellcheck source=bazel/sh_test_lib.sh
+source "$lib" || exit 1
+sh_test_start
 
-cleanup() {
-  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null; done
-}
-trap cleanup EXIT
-
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
-
-# wait_for_address FILE: prints the address= value of FILE's first line once it is there (10 s).
-wait_for_address() {
-  local file="$1" line
-  for _ in $(seq 1 200); do
-    line="$(grep -m1 -o 'address=[^ ]*' "$file" 2>/dev/null)"
-    if [[ -n "$line" ]]; then
-      echo "${line#address=}"
-      return 0
-    fi
-    sleep 0.05
-  done
-  echo "no address= line in $file:" >&2
-  cat "$file" >&2
-  return 1
-}
-
-# expect EXIT_CODE MESSAGE_SUBSTRING ARGS...: runs the loadgen with ARGS.
-expect() {
-  local want_code="$1" want_text="$2"
-  shift 2
-  local out code
-  out="$("$loadgen" "$@" 2>&1)"
-  code=$?
-  if [[ "$code" != "$want_code" ]]; then
-    fail "loadgen $* exited $code, want $want_code; output: $out"
-  elif [[ "$out" != *"$want_text"* ]]; then
-    fail "loadgen $* did not say \"$want_text\"; output: $out"
-  else
-    echo "ok: loadgen $* -> $code"
-  fi
-}
+# expect EXIT_CODE MESSAGE_SUBSTRING ARGS...: the loadgen run with ARGS.
+expect() { expect_run "$1" "$2" "$loadgen" "${@:3}"; }
 
 # Certificates: a CA, the agent's (for 127.0.0.1) and the controller's, both signed by the CA.
 pki() {
@@ -97,12 +61,7 @@ if ! kill -0 "$agent1_pid" 2>/dev/null; then
   expect 2 "--agents-cert and --agents-key go together" --agents 127.0.0.1:1 --token t0ken \
     --agents-ca "$work/ca.pem" --agents-cert "$work/client.pem" -n 10 http://127.0.0.1:1/
   expect 2 "only with --agents" --agents-ca "$work/ca.pem" -n 10 http://127.0.0.1:1/
-  if ((failures > 0)); then
-    echo "$failures failure(s)"
-    exit 1
-  fi
-  echo "all passed (default build)"
-  exit 0
+  sh_test_finish "default build"
 fi
 
 agent1="$(wait_for_address "$work/agent1.out")" || exit 1
@@ -132,8 +91,4 @@ openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=other CA" \
 expect 1 "did not start the run" --agents "$agent1" --token t0ken --agents-ca "$work/other.pem" \
   -c 2 -n 10 "$target"
 
-if ((failures > 0)); then
-  echo "$failures failure(s)"
-  exit 1
-fi
-echo "all passed (gRPC over TLS)"
+sh_test_finish "gRPC over TLS"

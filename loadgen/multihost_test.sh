@@ -21,20 +21,14 @@ fi
 
 loadgen="$(realpath "$1")"
 server_bin="$(realpath "$2")"
-work="${TEST_TMPDIR:-$(mktemp -d)}"
-failures=0
+# The shared helpers (bazel/sh_test_lib.sh): under Bazel from the runfiles, else from the tree.
+lib="${TEST_SRCDIR:-}/${TEST_WORKSPACE:-}/bazel/sh_test_lib.sh"
+[[ -f "$lib" ]] || lib="$(dirname "${BASH_SOURCE[0]}")/../bazel/sh_test_lib.sh"
+# shellcheck source=bazel/sh_test_lib.sh
+source "$lib" || exit 1
+sh_test_start
 holders=()
-pids=()
-
-cleanup() {
-  for pid in "${pids[@]}" "${holders[@]}"; do kill -KILL "$pid" 2>/dev/null; done
-}
-trap cleanup EXIT
-
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
+trap 'for pid in "${pids[@]}" "${holders[@]}"; do kill -KILL "$pid" 2>/dev/null; done' EXIT
 
 ip link set lo up
 ip link add br0 type bridge || { echo "FAIL: cannot create a bridge"; exit 1; }
@@ -169,8 +163,4 @@ wait "$agent1_pid"
 code=$?
 if [[ "$code" != 0 ]]; then fail "agent1 exited $code on SIGTERM"; fi
 
-if ((failures > 0)); then
-  echo "$failures failure(s)"
-  exit 1
-fi
-echo "all passed"
+sh_test_finish

@@ -5,31 +5,20 @@
 # Usage: connection_facts_test.sh PATH_TO_TEST_SERVER
 set -u
 server_bin="$1"
-work="${TEST_TMPDIR:-$(mktemp -d)}"
-failures=0
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null; done
+# The shared helpers (bazel/sh_test_lib.sh): under Bazel from the runfiles, else from the tree.
+lib="${TEST_SRCDIR:-}/${TEST_WORKSPACE:-}/bazel/sh_test_lib.sh"
+[[ -f "$lib" ]] || lib="$(dirname "${BASH_SOURCE[0]}")/../bazel/sh_test_lib.sh"
+# shellcheck source=bazel/sh_test_lib.sh
+source "$lib" || exit 1
+sh_test_start
+
+# port_of FILE: the port of FILE's ready line.
+port_of() {
+  local address
+  address="$(wait_for_address "$1")" || return 1
+  echo "${address##*:}"
 }
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
-wait_for_port() {
-  local file="$1" line
-  for _ in $(seq 1 200); do
-    line="$(grep -m1 -o 'address=[^ ]*' "$file" 2>/dev/null)"
-    if [[ -n "$line" ]]; then
-      echo "${line##*:}"
-      return 0
-    fi
-    sleep 0.05
-  done
-  echo "no ready line in $file:" >&2
-  cat "$file" >&2
-  return 1
-}
+
 # check WHAT FACTS WANT...: every "key=value" of WANT is in FACTS (a value may end in *).
 check() {
   local what="$1" facts="$2"
@@ -48,10 +37,10 @@ check() {
 
 "$server_bin" --port=0 >"$work/clear.out" 2>&1 &
 pids+=($!)
-clear_port="$(wait_for_port "$work/clear.out")" || exit 1
+clear_port="$(port_of "$work/clear.out")" || exit 1
 "$server_bin" --port=0 --tls-self-signed >"$work/tls.out" 2>&1 &
 pids+=($!)
-tls_port="$(wait_for_port "$work/tls.out")" || exit 1
+tls_port="$(port_of "$work/tls.out")" || exit 1
 
 url="http://127.0.0.1:$clear_port/connection"
 check "cleartext HTTP/1.1" "$(curl -s --max-time 5 "$url")" \
@@ -69,8 +58,4 @@ check "HTTPS h2" "$(curl -sk --max-time 5 --http2 "${resolve[@]}" "$url")" \
 check "HTTPS without SNI" \
   "$(curl -sk --max-time 5 --http2 "https://127.0.0.1:$tls_port/connection")" alpn=h2 sni=
 
-if ((failures > 0)); then
-  echo "$failures failure(s)"
-  exit 1
-fi
-echo "all passed"
+sh_test_finish
