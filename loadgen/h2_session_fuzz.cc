@@ -39,7 +39,8 @@ void Check(bool ok, const char* what) {
 
 // What one delivery schedule made of the input.
 struct Outcome {
-  std::vector<std::pair<uint32_t, int>> completions;  // (stream, status or -(error code) - 1)
+  // (stream, status or -(error code) - 1); 64 bits wide, since a reset's code is any 32-bit value
+  std::vector<std::pair<uint32_t, int64_t>> completions;
   bool failed = false;
   StatusCode code = StatusCode::kOk;
   uint64_t data_bytes = 0;
@@ -59,15 +60,14 @@ class Recorder final : public H2Session::Listener {
   }
   void OnStreamReset(uint32_t stream_id, http2::ErrorCode code) override {
     Complete(stream_id);
-    outcome_->completions.emplace_back(stream_id, -static_cast<int>(code) - 1);
+    outcome_->completions.emplace_back(stream_id,
+                                       -static_cast<int64_t>(static_cast<uint32_t>(code)) - 1);
   }
   void Opened(uint32_t id) { open_.insert(id); }
   size_t open() const { return open_.size(); }
 
  private:
-  void Complete(uint32_t id) {
-    Check(open_.erase(id) == 1, "a completion for a stream not open");
-  }
+  void Complete(uint32_t id) { Check(open_.erase(id) == 1, "a completion for a stream not open"); }
   Outcome* const outcome_;
   std::set<uint32_t> open_;
 };
