@@ -1,8 +1,12 @@
 #include "core/memory_pool.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <string>
@@ -29,22 +33,72 @@ constexpr size_t kMaxRecordedProblems = 16;
 
 std::atomic<uint64_t> next_pool_id{1};
 
+// Blocks the diagnostic quarantine always keeps, so that a write after return has time to show.
+constexpr size_t kMinQuarantine = 64;
+
+size_t PageSize() {
+  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+// Gives the pages of `blocks` (each `block_size` bytes, page-aligned) back to the kernel, one
+// madvise per run of adjacent blocks. Sorts `blocks`.
+void ReleasePages(std::vector<uint8_t*>* blocks, size_t block_size) {
+  std::sort(blocks->begin(), blocks->end());
+  size_t i = 0;
+  while (i < blocks->size()) {
+    uint8_t* start = (*blocks)[i];
+    size_t bytes = block_size;
+    while (++i < blocks->size() && (*blocks)[i] == start + bytes) bytes += block_size;
+    // MADV_DONTNEED on private anonymous memory cannot fail for a valid range; if it did, the
+    // pages would simply stay resident.
+    (void)madvise(start, bytes, MADV_DONTNEED);
+  }
+}
+
 }  // namespace
 
 struct MemoryPool::Shared {
   explicit Shared(const MemoryPoolOptions& o)
-      : options(o), id(next_pool_id.fetch_add(1, std::memory_order_relaxed)) {
+      : options(o),
+        id(next_pool_id.fetch_add(1, std::memory_order_relaxed)),
+        trimmable((o.block_size == 0 ? 4096 : o.block_size) % PageSize() == 0) {
     if (options.block_size == 0) options.block_size = 4096;
     if (options.blocks_per_slab == 0) options.blocks_per_slab = 1;
   }
 
-  // Takes up to `n` free blocks into `out`, carving a new slab if needed.
+  ~Shared() {
+    for (const Slab& slab : slabs) {
+      if (trimmable) {
+        // Manual poisoning is not undone by munmap: whatever is mapped here next starts clean.
+        SLUICE_UNPOISON(slab.base, slab.bytes);
+        munmap(slab.base, slab.bytes);
+      } else {
+        delete[] slab.base;
+      }
+    }
+  }
+
+  // Takes up to `n` free blocks into `out`: resident ones first, then released ones, then a new
+  // slab's.
   void TakeBatch(std::vector<uint8_t*>* out, size_t n) {
     MutexLock lock(&mu);
+    if (free_blocks.size() < n) Unrelease(n - free_blocks.size());
     if (free_blocks.size() < n) AddSlab();
     size_t take = std::min(n, free_blocks.size());
     out->insert(out->end(), free_blocks.end() - static_cast<ptrdiff_t>(take), free_blocks.end());
     free_blocks.resize(free_blocks.size() - take);
+    idle_mark = std::min(idle_mark, free_blocks.size());
+  }
+
+  // Moves up to `n` released blocks back to the free list (they fault in on first use).
+  void Unrelease(size_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    n = std::min(n, released_blocks.size());
+    if (n == 0) return;
+    free_blocks.insert(free_blocks.end(), released_blocks.end() - static_cast<ptrdiff_t>(n),
+                       released_blocks.end());
+    released_blocks.resize(released_blocks.size() - n);
+    stats_released_blocks.store(released_blocks.size(), std::memory_order_relaxed);
   }
 
   void GiveBatch(uint8_t* const* blocks, size_t n) {
@@ -54,8 +108,19 @@ struct MemoryPool::Shared {
 
   void AddSlab() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     size_t bytes = options.block_size * options.blocks_per_slab;
-    slabs.emplace_back(new uint8_t[bytes]);
-    uint8_t* base = slabs.back().get();
+    uint8_t* base;
+    if (trimmable) {
+      // Page-aligned and private, so that Trim() can give whole blocks' pages back.
+      void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) {
+        std::fprintf(stderr, "sluice: MemoryPool: out of memory (mmap of %zu bytes)\n", bytes);
+        std::abort();
+      }
+      base = static_cast<uint8_t*>(p);
+    } else {
+      base = new uint8_t[bytes];
+    }
+    slabs.push_back(Slab{base, bytes});
     SLUICE_POISON(base, bytes);
     for (size_t i = options.blocks_per_slab; i-- > 0;) {
       free_blocks.push_back(base + i * options.block_size);
@@ -83,10 +148,24 @@ struct MemoryPool::Shared {
 
   MemoryPoolOptions options;
   const uint64_t id;
+  // Blocks are whole pages: slabs are mapped, and Trim() can give blocks' pages back.
+  const bool trimmable;
+
+  struct Slab {
+    uint8_t* base;
+    size_t bytes;
+  };
 
   Mutex mu;
+  // A stack: the most recently returned blocks on top (the back), so the bottom holds the ones
+  // idle the longest.
   std::vector<uint8_t*> free_blocks ABSL_GUARDED_BY(mu);
-  std::vector<std::unique_ptr<uint8_t[]>> slabs ABSL_GUARDED_BY(mu);
+  // Free blocks whose pages were given back (Trim()); used after free_blocks, before a new slab.
+  std::vector<uint8_t*> released_blocks ABSL_GUARDED_BY(mu);
+  // The fewest resident free blocks (free_blocks, or the quarantine in diagnostic mode) since the
+  // last Trim(): that many at the bottom were not touched for the whole period.
+  size_t idle_mark ABSL_GUARDED_BY(mu) = 0;
+  std::vector<Slab> slabs ABSL_GUARDED_BY(mu);
 
   // Diagnostic mode: every pooled block's state (true = rented), returned
   // blocks queued oldest-first so misuse has the longest time to show.
@@ -110,6 +189,8 @@ struct MemoryPool::Shared {
   std::atomic<uint64_t> stats_double_returns{0};
   std::atomic<uint64_t> stats_foreign_returns{0};
   std::atomic<uint64_t> stats_writes_after_return{0};
+  std::atomic<uint64_t> stats_released_blocks{0};
+  std::atomic<uint64_t> stats_trimmed_blocks{0};
 };
 
 namespace {
@@ -200,10 +281,12 @@ MemoryBlock MemoryPool::Rent(size_t min_size) {
         s.RecordProblem(what);
       }
     } else {
+      if (s.free_blocks.empty()) s.Unrelease(1);
       if (s.free_blocks.empty()) s.AddSlab();
       block = s.free_blocks.back();
       s.free_blocks.pop_back();
     }
+    s.idle_mark = std::min(s.idle_mark, s.quarantine.size());
     s.rented[block] = true;
     s.AddLive(block_size);
     SLUICE_UNPOISON(block, block_size);
@@ -285,6 +368,9 @@ MemoryPoolStats MemoryPool::stats() const {
   out.double_returns = s.stats_double_returns.load(std::memory_order_relaxed);
   out.foreign_returns = s.stats_foreign_returns.load(std::memory_order_relaxed);
   out.writes_after_return = s.stats_writes_after_return.load(std::memory_order_relaxed);
+  out.released_bytes =
+      s.stats_released_blocks.load(std::memory_order_relaxed) * s.options.block_size;
+  out.trimmed_bytes = s.stats_trimmed_blocks.load(std::memory_order_relaxed) * s.options.block_size;
   if (s.options.diagnostic) {
     Shared& locked = *shared_;
     MutexLock lock(&locked.mu);
@@ -292,6 +378,47 @@ MemoryPoolStats MemoryPool::stats() const {
     out.peak_bytes = locked.peak_bytes;
   }
   return out;
+}
+
+size_t MemoryPool::Trim() {
+  Shared& s = *shared_;
+  if (!s.trimmable) return 0;
+  const size_t block_size = s.options.block_size;
+  std::vector<uint8_t*> victims;
+  MutexLock lock(&s.mu);
+  if (s.options.diagnostic) {
+    // The quarantine's oldest blocks go first, each checked for writes after return before its
+    // pages (and so the evidence) go.
+    const size_t keep = std::max(kMinQuarantine, s.options.retained_free_blocks);
+    const size_t resident = s.quarantine.size();
+    const size_t n = resident > keep ? std::min(s.idle_mark, resident - keep) : 0;
+    for (size_t i = 0; i < n; ++i) {
+      uint8_t* block = s.quarantine.front();
+      s.quarantine.pop_front();
+      if (!s.StillPoisoned(block)) {
+        s.stats_writes_after_return.fetch_add(1, std::memory_order_relaxed);
+        s.RecordProblem("a returned block was written after it was returned");
+      }
+      victims.push_back(block);
+    }
+    s.idle_mark = s.quarantine.size();
+  } else {
+    const size_t keep = s.options.retained_free_blocks;
+    const size_t resident = s.free_blocks.size();
+    const size_t n = resident > keep ? std::min(s.idle_mark, resident - keep) : 0;
+    victims.assign(s.free_blocks.begin(), s.free_blocks.begin() + static_cast<ptrdiff_t>(n));
+    s.free_blocks.erase(s.free_blocks.begin(), s.free_blocks.begin() + static_cast<ptrdiff_t>(n));
+    s.idle_mark = s.free_blocks.size();
+  }
+  if (victims.empty()) return 0;
+  // Under the lock: a rent that finds no resident block waits for these rather than mapping a
+  // new slab. Trimming runs seldom (once a second in the server) and costs one madvise per run of
+  // adjacent blocks.
+  ReleasePages(&victims, block_size);
+  s.released_blocks.insert(s.released_blocks.end(), victims.begin(), victims.end());
+  s.stats_released_blocks.store(s.released_blocks.size(), std::memory_order_relaxed);
+  s.stats_trimmed_blocks.fetch_add(victims.size(), std::memory_order_relaxed);
+  return victims.size() * block_size;
 }
 
 void MemoryPool::ResetPeak() {

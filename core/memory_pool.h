@@ -5,6 +5,13 @@
 // pointer moves in the common case. A request larger than the block size is
 // served by an unpooled allocation and freed on return.
 //
+// Memory goes back to the system after a burst: Trim(), called periodically (the server does so
+// every second by default), gives the pages of free blocks that stayed unused for a whole period
+// back to the kernel (madvise MADV_DONTNEED). The blocks stay in the pool and are faulted in
+// again, zero-filled, when next rented, so a pool under steady load is never trimmed and RSS
+// follows recent demand instead of the worst moment since start. See docs/architecture.md
+// ("Buffer memory").
+//
 // Diagnostic mode (used under every core test) trades speed for checking:
 // returned blocks are poisoned and quarantined, and the pool records blocks
 // never returned (leaks), blocks returned twice or not from this pool, and
@@ -40,6 +47,9 @@ struct MemoryPoolOptions {
   size_t thread_cache_blocks = 64;
   // Checks leaks, double returns and writes after return (slow).
   bool diagnostic = false;
+  // Free blocks Trim() always leaves resident, however long they were idle: the first part of
+  // the next burst is served without page faults. 256 blocks of 4 KiB: 1 MiB.
+  size_t retained_free_blocks = 256;
 };
 
 // A rented block. A plain handle: copying it does not copy the memory, and
@@ -76,6 +86,10 @@ struct MemoryPoolStats {
   // creation or the last ResetPeak(): what a workload held at its worst.
   uint64_t live_bytes = 0;
   uint64_t peak_bytes = 0;
+  // Free blocks whose pages Trim() gave back and that were not rented again since (bytes), and
+  // everything Trim() gave back, ever.
+  uint64_t released_bytes = 0;
+  uint64_t trimmed_bytes = 0;
 };
 
 class MemoryPool {
@@ -101,6 +115,15 @@ class MemoryPool {
 
   // Pooled plus unpooled blocks currently rented.
   uint64_t outstanding() const;
+  // Gives back to the system the pages of free blocks that no rent needed since the previous
+  // Trim() (or since creation), keeping options.retained_free_blocks of them resident; returns the
+  // bytes given back. A block is idle when it stayed below the low-water mark of the pool's shared
+  // free list for the whole period; blocks in threads' caches and blocks rented are never touched.
+  // In diagnostic mode the quarantine plays the free list's part (at least 64 blocks stay in it,
+  // checked for writes after return before they go). Does nothing (returns 0) when the block size
+  // is not a multiple of the page size. Thread-safe; one madvise per run of adjacent blocks.
+  size_t Trim();
+
   // Diagnostic mode: starts the high-water mark (MemoryPoolStats::peak_bytes) again from what is
   // rented now.
   void ResetPeak();

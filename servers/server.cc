@@ -122,6 +122,14 @@ struct Server::LoopState {
 
 namespace {
 
+// Trims `pool` every `interval` on `loop`, until the loop stops (its pending timer is dropped).
+void TrimEvery(EventLoop* loop, MemoryPool* pool, std::chrono::milliseconds interval) {
+  loop->RunAfter(interval, [loop, pool, interval] {
+    pool->Trim();
+    TrimEvery(loop, pool, interval);
+  });
+}
+
 std::string HostPort(const std::string& address, uint16_t port) {
   if (address.find(':') != std::string::npos) return "[" + address + "]:" + std::to_string(port);
   return address + ":" + std::to_string(port);
@@ -235,6 +243,9 @@ Status Server::Start() {
     }
   }
   port_ = port;
+  if (options_.pool_trim_interval.count() > 0) {
+    TrimEvery(loops_.front()->thread->loop(), pool_, options_.pool_trim_interval);
+  }
   return OkStatus();
 }
 
@@ -636,6 +647,12 @@ std::vector<telemetry::MetricFamily> Server::MetricFamilies() const {
   add("sluice_pool_blocks_in_use", "Pooled buffer blocks rented and not returned.",
       MetricFamily::Type::kGauge, {{{}, static_cast<double>(p.rented - p.returned)}});
   add("sluice_pool_slabs_total", "Slab allocations of the buffer pool.", kCounter, one(p.slabs));
+  add("sluice_pool_released_bytes",
+      "Free buffer bytes whose memory the pool gave back to the system (trimmed, not reused yet).",
+      MetricFamily::Type::kGauge, one(p.released_bytes));
+  add("sluice_pool_trimmed_bytes_total",
+      "Buffer bytes the pool gave back to the system after they stayed idle, ever.", kCounter,
+      one(p.trimmed_bytes));
   return out;
 }
 

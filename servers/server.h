@@ -80,6 +80,10 @@ struct ServerOptions {
   http2::ConnectionOptions http2;
   // Buffer pool for every connection. Null: one owned by the server.
   MemoryPool* pool = nullptr;
+  // How often the pool gives the memory of blocks idle since the last time back to the system
+  // (MemoryPool::Trim, on the first loop), so that RSS follows recent demand rather than the
+  // worst burst since start (0: never).
+  std::chrono::milliseconds pool_trim_interval{1'000};
   // How long Shutdown waits for in-flight exchanges before closing.
   std::chrono::milliseconds shutdown_grace{10'000};
   // A deferred response that makes no progress (no Write, Flush or End) this long is given up:

@@ -44,6 +44,8 @@ std::string ServerUsage(std::string_view program, std::string_view description) 
   --send-timeout-ms=N       abort a closing or idle connection whose unsent output (a slow reader's
                             response) has not moved for N ms (60000)
   --max-connections=N       open connections at most; more are closed on arrival (0: no limit)
+  --pool-trim-interval-ms=N give the memory of buffers idle this long back to the system (1000;
+                            0: never)
   --deferred-response-timeout-ms=N
                             give up a deferred response that made no progress this long: 504 or
                             cut short (HTTP/1.1), RST_STREAM CANCEL (HTTP/2) (60000; 0: never)
@@ -180,6 +182,12 @@ Status ParseServerFlags(int argc, char** argv, ServerOptions* options, bool* hel
         return bad("needs milliseconds 1-86400000");
       }
       options->send_timeout = std::chrono::milliseconds(ms);
+    } else if (name == "--pool-trim-interval-ms") {
+      int64_t ms = 0;
+      if (!need_value() || !ParseNumber<int64_t>(value, &ms, 0, 86'400'000)) {
+        return bad("needs milliseconds 0-86400000 (0: never)");
+      }
+      options->pool_trim_interval = std::chrono::milliseconds(ms);
     } else if (name == "--max-connections") {
       int64_t n = 0;
       if (!need_value() || !ParseNumber<int64_t>(value, &n, 0, 100'000'000)) {

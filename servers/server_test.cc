@@ -708,6 +708,49 @@ TEST_P(ServerTest, RejectsTooManyHeaderBytesWith431) {
   EXPECT_LE(pool_.stats().peak_bytes, 128u * 1024);
 }
 
+// With inline handlers a burst of large responses is buffered whole (the handler cannot wait for
+// the peer), so the pool's memory would stay at the burst's size for the life of the process; the
+// server trims it once it is idle. (With handlers on workers, backpressure already bounds a burst
+// to the pause threshold per connection.)
+TEST_P(ServerTest, GivesTheMemoryOfABurstBackToTheSystemOnceIdle) {
+  if (GetParam() != 0) GTEST_SKIP() << "a burst is bounded by backpressure on workers";
+  MemoryPool pool(MemoryPoolOptions{.diagnostic = true, .retained_free_blocks = 0});
+  options_.pool = &pool;
+  options_.pool_trim_interval = milliseconds(10);
+  StartServer();
+  auto wait_for = [&pool](auto done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!done(pool.stats()) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+    return done(pool.stats());
+  };
+  // Sixteen clients with small receive buffers ask for 1 MiB each before any reads.
+  std::vector<std::unique_ptr<HttpTestClient>> clients;
+  for (int i = 0; i < 16; ++i) {
+    clients.push_back(Connect({.receive_buffer = 4096}));
+    ASSERT_NE(clients.back(), nullptr);
+    ASSERT_TRUE(clients.back()->Send(Get("/stream?bytes=1048576")));
+  }
+  ASSERT_TRUE(wait_for([](const MemoryPoolStats& st) { return st.live_bytes >= 8u << 20; }));
+  for (auto& client : clients) {
+    auto response = client->ReadResponse();
+    ASSERT_TRUE(response.ok()) << response.status().ToString();
+    EXPECT_EQ(response->body.size(), 1u << 20);
+  }
+  const uint64_t peak = pool.stats().peak_bytes;
+  // Idle now: all that the burst used goes back but for the quarantine's floor of 64 blocks.
+  EXPECT_TRUE(wait_for([peak](const MemoryPoolStats& st) {
+    return st.released_bytes + st.live_bytes + 64 * 4096 >= peak;
+  })) << "peak " << peak << ", released " << pool.stats().released_bytes << ", live "
+      << pool.stats().live_bytes;
+  EXPECT_GT(pool.stats().trimmed_bytes, 0u);
+  clients.clear();
+  server_->Shutdown();
+  server_.reset();
+  EXPECT_TRUE(pool.CheckClean().ok());
+}
+
 TEST_P(ServerTest, RejectsTooManyHeadersWith431) {
   StartServer();
   std::string headers;

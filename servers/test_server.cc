@@ -20,8 +20,8 @@
 //                           h2_output=STRATEGY h2_frame_lock_acquisitions=N
 //                           h2_pipe_lock_acquisitions=N h2_queue_drains=N": which output
 //                           strategy is in force, and its counters; with --diagnostic-pool=1
-//                           also pool_live_bytes=N pool_peak_bytes=N (?reset-pool-peak
-//                           restarts the high-water mark)
+//                           also pool_live_bytes=N pool_peak_bytes=N pool_released_bytes=N
+//                           pool_trimmed_bytes=N (?reset-pool-peak restarts the high-water mark)
 //
 // Test-only flags, for the benchmark driver's own tests (taken out before the shared flags
 // are parsed):
@@ -240,7 +240,9 @@ int main(int argc, char** argv) {
           if (sluice::MemoryPool* p = server.options().pool; p != nullptr && p->diagnostic()) {
             const sluice::MemoryPoolStats ps = p->stats();
             pool = " pool_live_bytes=" + std::to_string(ps.live_bytes) +
-                   " pool_peak_bytes=" + std::to_string(ps.peak_bytes);
+                   " pool_peak_bytes=" + std::to_string(ps.peak_bytes) +
+                   " pool_released_bytes=" + std::to_string(ps.released_bytes) +
+                   " pool_trimmed_bytes=" + std::to_string(ps.trimmed_bytes);
             if (req.query() == "reset-pool-peak") p->ResetPeak();
           }
           const sluice::http2::OutputCounters out = server.http2_counters().output.Snapshot();

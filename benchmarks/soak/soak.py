@@ -67,16 +67,27 @@ class Server:
         if not m:
             raise RuntimeError(f"{name}: no ready line: {line!r}; see {self.stderr_path}")
         self.port = int(m.group(1))
-        self.samples = []  # (t, rss_kib, fds)
+        self.samples = []  # (t, rss_kib, fds, (pool_peak_kib, pool_released_kib) or None)
 
-    def sample(self, t):
+    def sample(self, t, with_pool):
+        """RSS and descriptors from /proc; with `with_pool`, also the pool's high-water mark and
+        the bytes it gave back to the system (from /stats), so that a step in RSS can be matched
+        with a new worst moment, and a fall with a trim."""
         try:
             with open(f"/proc/{self.proc.pid}/status", encoding="utf-8") as f:
                 rss = int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
             fds = len(os.listdir(f"/proc/{self.proc.pid}/fd"))
-            self.samples.append((t, rss, fds))
         except (OSError, AttributeError):
-            pass
+            return
+        pool = None
+        if with_pool:
+            try:
+                st = self.stats()
+                pool = (st.get("pool_peak_bytes", 0) // 1024,
+                        st.get("pool_released_bytes", 0) // 1024)
+            except OSError:
+                pass
+        self.samples.append((t, rss, fds, pool))
 
     def connect(self, timeout=5.0):
         sock = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
@@ -353,7 +364,7 @@ def main(argv):
         if t >= args.duration:
             break
         for server in servers:
-            server.sample(t)
+            server.sample(t, with_pool=int(t) % 5 == 0)
         if sys.stderr.isatty() and t - last_print >= 5:
             last_print = t
             print(f"\rsoak: {t:5.0f}/{args.duration:.0f} s, "
@@ -413,7 +424,10 @@ def main(argv):
         info = {"exit": code, "port": server.port,
                 "pool_live_bytes_at_end": st.get("pool_live_bytes"),
                 "pool_peak_bytes": st.get("pool_peak_bytes"),
-                "samples": server.samples[::max(1, len(server.samples) // 120)]}
+                "samples": server.samples[::max(1, len(server.samples) // 120)],
+                "rss_pool_peak_and_released_kib": [(round(t), rss, *pool)
+                                                   for t, rss, _, pool in server.samples
+                                                   if pool is not None]}
         check(code == 0, f"{server.name}: exit {code} (3: the diagnostic pool was not clean)")
         check("Sanitizer" not in err and "runtime error" not in err,
               f"{server.name}: a sanitizer report")
