@@ -8,6 +8,9 @@
 //   t->input();   // bytes from the peer
 //   t->output();  // bytes to the peer; Complete() ends the connection
 //
+// This target is the interface only, so a protocol depends on neither the socket code nor a TLS
+// library; the adapters for sockets and TLS connections are core/transport_adapters.h.
+//
 // Thread-safety: owned by its loop thread; input()/output() follow the Pipe
 // contract (one thread at a time per side); Close() is thread-safe.
 #ifndef SLUICE_CORE_TRANSPORT_H_
@@ -19,8 +22,6 @@
 
 #include "core/event_loop.h"
 #include "core/pipe.h"
-#include "core/socket_transport.h"
-#include "core/tls.h"
 #include "core/transport_info.h"
 
 namespace sluice {
@@ -73,12 +74,6 @@ class SendWatch {
   size_t last_unsent_ = 0;
   EventLoop::Clock::time_point moved_at_{};
 };
-
-// Presents a plain socket connection as a Transport.
-std::unique_ptr<Transport> MakeSocketTransport(std::shared_ptr<SocketConnection> connection);
-
-// Presents a TLS connection whose handshake succeeded as a Transport.
-std::unique_ptr<Transport> MakeTlsTransport(std::shared_ptr<TlsConnection> connection);
 
 }  // namespace sluice
 

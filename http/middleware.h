@@ -13,7 +13,8 @@
 //
 // A middleware that wants the end of a deferred (streaming) exchange registers res.OnEnd(fn):
 // `next()` returns when the handler returns, which for a deferred response is before it ends.
-// Requests answered before any handler (404, 405, 400, 431, HTTP/2 resets) never reach
+// Requests answered before any handler (400, 431, HTTP/2 resets, and 404 and 405 unless
+// Server::SetNotFound / SetMethodNotAllowed replaced those answers with handlers) never reach
 // middleware; the listener hook (telemetry/hooks.h) sees those.
 //
 // Thread contract: a chain is immutable once composed; it runs on the handler's thread.

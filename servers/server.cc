@@ -13,7 +13,7 @@
 #include "core/event_loop.h"
 #include "core/socket_transport.h"
 #include "core/tls.h"
-#include "core/transport.h"
+#include "core/transport_adapters.h"
 
 namespace sluice {
 namespace {
@@ -45,8 +45,16 @@ std::string WithHead(std::string_view allow) {
 
 class Server::Dispatcher final : public http::RequestDispatcher {
  public:
-  Dispatcher(const http::Router* router, WorkerPool* workers, telemetry::Hooks* hooks)
-      : router_(router), workers_(workers), hooks_(hooks) {}
+  // `not_found` and `method_not_allowed` may be null (or empty): the default answers.
+  Dispatcher(const http::Router* router, WorkerPool* workers, telemetry::Hooks* hooks,
+             const http::Handler* not_found, const http::Handler* method_not_allowed)
+      : router_(router),
+        workers_(workers),
+        hooks_(hooks),
+        not_found_(not_found != nullptr && *not_found ? not_found : nullptr),
+        method_not_allowed_(method_not_allowed != nullptr && *method_not_allowed
+                                ? method_not_allowed
+                                : nullptr) {}
 
   const http::Handler* Route(http::Request& req, http::Response& res) override {
     thread_local http::RouteMatch match;
@@ -66,6 +74,7 @@ class Server::Dispatcher final : public http::RequestDispatcher {
       case http::RouteMatch::Kind::kMethodNotAllowed:
         res.SetStatus(405);
         res.SetHeader("allow", WithHead(match.allow));
+        if (method_not_allowed_ != nullptr) return method_not_allowed_;
         res.SetHeader("content-type", "text/plain");
         res.Write("Method Not Allowed\n");
         return nullptr;
@@ -73,6 +82,7 @@ class Server::Dispatcher final : public http::RequestDispatcher {
         break;
     }
     res.SetStatus(404);
+    if (not_found_ != nullptr) return not_found_;
     res.SetHeader("content-type", "text/plain");
     res.Write("Not Found\n");
     return nullptr;
@@ -85,6 +95,8 @@ class Server::Dispatcher final : public http::RequestDispatcher {
   const http::Router* const router_;
   WorkerPool* const workers_;
   telemetry::Hooks* const hooks_;
+  const http::Handler* const not_found_;
+  const http::Handler* const method_not_allowed_;
 };
 
 // A served connection of either protocol.
@@ -204,9 +216,13 @@ Status Server::Start() {
   chain->insert(chain->end(), middleware_.begin(), middleware_.end());
   if (!chain->empty()) {
     router_.WrapHandlers([chain](http::Handler h) { return http::Compose(chain, std::move(h)); });
+    for (http::Handler* fallback : {&not_found_, &method_not_allowed_}) {
+      if (*fallback) *fallback = http::Compose(chain, std::move(*fallback));
+    }
   }
   dispatcher_ = std::make_unique<Dispatcher>(&router_, workers_.get(),
-                                             telemetry_ ? telemetry_->hooks() : nullptr);
+                                             telemetry_ ? telemetry_->hooks() : nullptr,
+                                             &not_found_, &method_not_allowed_);
 
   uint16_t port = options_.port;
   for (int i = 0; i < options_.threads; ++i) {

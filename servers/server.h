@@ -163,6 +163,14 @@ class Server {
   // Adds a middleware around every handler (before Start; they run in the order added, after
   // the telemetry middleware of style kMiddleware). See http/middleware.h.
   void Use(http::Middleware middleware) { middleware_.push_back(std::move(middleware)); }
+  // Replaces the answer to a request whose path no route matches (before Start): `handler` runs
+  // like any other (inline or on a worker, inside the middleware, with an empty route()) on a
+  // response that starts as a 404. Without one the server answers a short plain-text 404 itself,
+  // before any middleware.
+  void SetNotFound(http::Handler handler) { not_found_ = std::move(handler); }
+  // Replaces the answer to a request whose path has routes, none for its method (before Start):
+  // as SetNotFound, on a response that starts as a 405 with its Allow field already set.
+  void SetMethodNotAllowed(http::Handler handler) { method_not_allowed_ = std::move(handler); }
 
   // Binds, starts the loops and accepts. Returns the first error (bad
   // address, port in use, bad TLS files, a bad route) with nothing left
@@ -221,6 +229,8 @@ class Server {
   // Destroyed after the loops (declared before them): exchanges report to it until they go.
   std::unique_ptr<telemetry::Telemetry> telemetry_;
   std::vector<http::Middleware> middleware_;
+  http::Handler not_found_;
+  http::Handler method_not_allowed_;
   std::atomic<int64_t> open_connections_{0};
   std::atomic<uint64_t> refused_connections_{0};
   std::unique_ptr<MemoryPool> owned_pool_;

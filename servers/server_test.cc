@@ -263,6 +263,7 @@ class ServerTest : public ::testing::TestWithParam<int> {
       res.DeferEnd();
       gate_.Enter(&res);
     });
+    if (before_start_) before_start_(*server_);
     Status started = server_->Start();
     ASSERT_TRUE(started.ok()) << started.ToString();
     ASSERT_NE(server_->port(), 0);
@@ -302,6 +303,8 @@ class ServerTest : public ::testing::TestWithParam<int> {
 
   MemoryPool pool_{MemoryPoolOptions{.block_size = 4096, .diagnostic = true}};
   ServerOptions options_;
+  // More configuration (middleware, fallbacks) after the fixture's routes, before Start.
+  std::function<void(Server&)> before_start_;
   std::unique_ptr<Server> server_;
   Gate gate_;
   Hold hold_;
@@ -557,6 +560,36 @@ TEST_P(ServerTest, WrongMethodIs405WithAllow) {
   HttpTestResponse echo = Exchange(Get("/echo"));
   EXPECT_EQ(echo.status, 405);
   EXPECT_EQ(echo.Header("allow"), "POST, PUT");
+}
+
+TEST_P(ServerTest, ReplacedNotFoundAndMethodNotAllowedRunLikeHandlers) {
+  before_start_ = [](Server& server) {
+    server.Use([](http::Request& req, http::Response& res, const http::Next& next) {
+      res.SetHeader("x-middleware", "saw " + std::string(req.path()));
+      next();
+    });
+    server.SetNotFound([](http::Request& req, http::Response& res) {
+      res.SetHeader("content-type", "application/json");
+      res.Write("{\"missing\":\"" + std::string(req.path()) + "\",\"route\":\"" +
+                std::string(req.route()) + "\"}");
+    });
+    server.SetMethodNotAllowed([](http::Request& req, http::Response& res) {
+      res.Write("not with " + std::string(req.method()));
+    });
+  };
+  StartServer();
+  HttpTestResponse missing = Exchange(Get("/nowhere"));
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_EQ(missing.body, "{\"missing\":\"/nowhere\",\"route\":\"\"}");
+  EXPECT_EQ(missing.Header("content-type"), "application/json");
+  EXPECT_EQ(missing.Header("x-middleware"), "saw /nowhere");
+  HttpTestResponse wrong = Exchange("DELETE /plaintext HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(wrong.status, 405);
+  EXPECT_EQ(wrong.Header("allow"), "GET, HEAD");
+  EXPECT_EQ(wrong.body, "not with DELETE");
+  EXPECT_EQ(wrong.Header("x-middleware"), "saw /plaintext");
+  // The routes are untouched.
+  EXPECT_EQ(Exchange(Get("/plaintext")).body, "Hello, World!");
 }
 
 TEST_P(ServerTest, UnreadBodyOfA405IsSkippedAndTheConnectionKept) {
