@@ -154,10 +154,14 @@ Server::Server(ServerOptions options) : options_(std::move(options)) {
   pool_ = options_.pool != nullptr ? options_.pool : owned_pool_.get();
   if (options_.threads < 1) options_.threads = 1;
   // One setting for both protocols.
-  options_.http1.deferred_response_timeout = options_.deferred_response_timeout;
-  options_.http2.deferred_response_timeout = options_.deferred_response_timeout;
-  options_.http1.send_timeout = options_.send_timeout;
-  options_.http2.send_timeout = options_.send_timeout;
+  const ServerLimits& limits = options_.limits;
+  options_.http1.max_body_bytes = options_.http2.max_body_bytes = limits.max_body_bytes;
+  options_.http1.header_timeout = options_.http2.preface_timeout = limits.header_timeout;
+  options_.http1.keep_alive_timeout = options_.http2.idle_timeout = limits.idle_timeout;
+  options_.http1.linger_timeout = options_.http2.linger_timeout = limits.linger_timeout;
+  options_.http1.send_timeout = options_.http2.send_timeout = limits.send_timeout;
+  options_.http1.deferred_response_timeout = options_.http2.deferred_response_timeout =
+      limits.deferred_response_timeout;
 }
 
 Server::~Server() { Shutdown(); }

@@ -57,6 +57,30 @@ struct ServerTlsOptions {
   std::string self_signed_cert_out;
 };
 
+// The limits that mean the same on both protocols, set once: the Server writes them into
+// ServerOptions::http1 and ::http2 (over what those hold for them), so one setting governs both.
+struct ServerLimits {
+  // Largest request body: a larger declared length is answered 413; a body that grows past it
+  // without one is refused (HTTP/1.1 413, HTTP/2 RST_STREAM CANCEL).
+  uint64_t max_body_bytes = 30'000'000;
+  // HTTP/1.1: a request head must be complete this long after its first byte (408). HTTP/2: the
+  // client preface and first SETTINGS must arrive within it.
+  std::chrono::milliseconds header_timeout{10'000};
+  // A connection with nothing to do closes after this long: between requests (HTTP/1.1
+  // keep-alive) or without streams (HTTP/2, GOAWAY NO_ERROR).
+  std::chrono::milliseconds idle_timeout{60'000};
+  // How long a closing connection keeps reading (and dropping) the peer's bytes once its last
+  // output was handed to the kernel, before it releases the socket (without a reset).
+  std::chrono::milliseconds linger_timeout{2'000};
+  // A closing or idle connection whose unsent output (the end of a response a slow reader is
+  // still taking) has not moved this long is aborted with a reset (ServerStats::send_timeouts);
+  // while it moves, neither the idle nor the linger timeout cuts it.
+  std::chrono::milliseconds send_timeout{60'000};
+  // A deferred response that makes no progress (no Write, Flush or End) this long is given up:
+  // a 504 or the response cut short on HTTP/1.1, RST_STREAM(CANCEL) on HTTP/2 (0: never).
+  std::chrono::milliseconds deferred_response_timeout{60'000};
+};
+
 // Everything a Server is configured with (the sample servers' flags map onto these).
 struct ServerOptions {
   // Address to bind ("127.0.0.1", "0.0.0.0", "::1").
@@ -68,6 +92,10 @@ struct ServerOptions {
   // 0: handlers run inline on the loop thread; N: on a pool of N workers.
   int handler_threads = 0;
   ServerTlsOptions tls;
+  // Limits common to both protocols (body size, head/preface, idle, linger, send and deferred
+  // timeouts): set them here, not in http1/http2, which the Server overwrites with these.
+  ServerLimits limits;
+  // What only HTTP/1.1 has (parser limits, chunked framing, discard size).
   http1::ConnectionOptions http1;
   // HTTP/2: ALPN "h2" over TLS, and h2c by prior knowledge (the client
   // preface) on the cleartext port that serves HTTP/1.1.
@@ -86,14 +114,6 @@ struct ServerOptions {
   std::chrono::milliseconds pool_trim_interval{1'000};
   // How long Shutdown waits for in-flight exchanges before closing.
   std::chrono::milliseconds shutdown_grace{10'000};
-  // A deferred response that makes no progress (no Write, Flush or End) this long is given up:
-  // a 504 or the response cut short on HTTP/1.1, RST_STREAM(CANCEL) on HTTP/2 (0: never). Set
-  // here, it applies to both protocols (their ConnectionOptions' deferred_response_timeout).
-  std::chrono::milliseconds deferred_response_timeout{60'000};
-  // A closing or idle connection whose unsent output (the end of a response a slow reader is
-  // still taking) has not moved this long is aborted with a reset (ServerStats::send_timeouts);
-  // while it moves, neither the keep-alive/idle nor the linger timeout cuts it. Both protocols.
-  std::chrono::milliseconds send_timeout{60'000};
   // Open connections at most (0: no limit). A connection accepted past it is closed at once
   // (before any byte is read; counted in ServerStats::refused_connections); those open go on.
   // TLS connections count once their handshake succeeded.

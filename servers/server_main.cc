@@ -175,13 +175,13 @@ Status ParseServerFlags(int argc, char** argv, ServerOptions* options, bool* hel
       if (!need_value() || !ParseNumber<int64_t>(value, &ms, 0, 86'400'000)) {
         return bad("needs milliseconds 0-86400000 (0: never)");
       }
-      options->deferred_response_timeout = std::chrono::milliseconds(ms);
+      options->limits.deferred_response_timeout = std::chrono::milliseconds(ms);
     } else if (name == "--send-timeout-ms") {
       int64_t ms = 0;
       if (!need_value() || !ParseNumber<int64_t>(value, &ms, 1, 86'400'000)) {
         return bad("needs milliseconds 1-86400000");
       }
-      options->send_timeout = std::chrono::milliseconds(ms);
+      options->limits.send_timeout = std::chrono::milliseconds(ms);
     } else if (name == "--pool-trim-interval-ms") {
       int64_t ms = 0;
       if (!need_value() || !ParseNumber<int64_t>(value, &ms, 0, 86'400'000)) {
@@ -249,18 +249,15 @@ Status ParseServerFlags(int argc, char** argv, ServerOptions* options, bool* hel
       if (!need_value() || !ParseNumber<int64_t>(value, &ms, 1, 86'400'000)) {
         return bad("needs milliseconds 1-86400000");
       }
-      (name == "--header-timeout-ms" ? options->http1.header_timeout
-                                     : options->http1.keep_alive_timeout) =
+      (name == "--header-timeout-ms" ? options->limits.header_timeout
+                                     : options->limits.idle_timeout) =
           std::chrono::milliseconds(ms);
-      (name == "--header-timeout-ms" ? options->http2.preface_timeout
-                                     : options->http2.idle_timeout) = std::chrono::milliseconds(ms);
     } else if (name == "--max-body-bytes") {
       uint64_t n = 0;
       if (!need_value() || !ParseNumber<uint64_t>(value, &n, 0, UINT64_MAX)) {
         return bad("needs a byte count");
       }
-      options->http1.max_body_bytes = n;
-      options->http2.max_body_bytes = n;
+      options->limits.max_body_bytes = n;
     } else {
       return InvalidArgumentError("unknown flag " + std::string(arg));
     }

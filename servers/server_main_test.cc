@@ -29,9 +29,9 @@ TEST(ParseServerFlags, AcceptsEqualsAndSpaceForms) {
   EXPECT_EQ(options.port, 0);
   EXPECT_EQ(options.threads, 3);
   EXPECT_EQ(options.handler_threads, 4);
-  EXPECT_EQ(options.http1.header_timeout, std::chrono::milliseconds(1500));
-  EXPECT_EQ(options.http1.keep_alive_timeout, std::chrono::milliseconds(250));
-  EXPECT_EQ(options.http1.max_body_bytes, 1000u);
+  EXPECT_EQ(options.limits.header_timeout, std::chrono::milliseconds(1500));
+  EXPECT_EQ(options.limits.idle_timeout, std::chrono::milliseconds(250));
+  EXPECT_EQ(options.limits.max_body_bytes, 1000u);
 }
 
 TEST(ParseServerFlags, HelpWins) {

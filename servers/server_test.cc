@@ -798,7 +798,7 @@ TEST_P(ServerTest, RejectsTooManyHeadersWith431) {
 
 TEST_P(ServerTest, RejectsABodyOverMaxBodyBytesWith413) {
   // One limit for both framings.
-  options_.http1.max_body_bytes = 1000;
+  options_.limits.max_body_bytes = 1000;
   StartServer();
   ExpectRejected(PostWithLength("/echo", TestPattern(1001, 1)), 413);
   ExpectRejected("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3e9\r\n" +
@@ -834,7 +834,7 @@ TEST_P(ServerTest, ServesOtherConnectionsWhileRejectingBadInput) {
 // Timers
 
 TEST_P(ServerTest, CutsASlowlorisAtTheHeaderTimeoutWith408) {
-  options_.http1.header_timeout = milliseconds(1500);
+  options_.limits.header_timeout = milliseconds(1500);
   StartServer();
   pool_.ResetPeak();
   auto client = Connect();
@@ -887,7 +887,7 @@ TEST_P(ServerTest, ManyIdleConnectionsHoldAtMostTwoBlocksEach) {
 }
 
 TEST_P(ServerTest, ClosesAnIdleKeepAliveConnectionAfterTheTimeout) {
-  options_.http1.keep_alive_timeout = milliseconds(500);
+  options_.limits.idle_timeout = milliseconds(500);
   StartServer();
   auto client = Connect();
   ASSERT_NE(client, nullptr);
@@ -906,7 +906,7 @@ TEST_P(ServerTest, ClosesAnIdleKeepAliveConnectionAfterTheTimeout) {
 }
 
 TEST_P(ServerTest, ActiveConnectionIsNotCutByTheIdleTimeout) {
-  options_.http1.keep_alive_timeout = milliseconds(300);
+  options_.limits.idle_timeout = milliseconds(300);
   StartServer();
   auto client = Connect();
   ASSERT_NE(client, nullptr);
@@ -990,7 +990,7 @@ TEST_P(ServerTest, AResetWhileTheHandlerRunsOnAWorkerStillEndsTheExchange) {
 
 TEST_P(ServerTest, EchoesOneHundredMegabytesToASlowReaderInBoundedMemory) {
   const size_t total = kSanitized ? (24u << 20) : (100u << 20);
-  options_.http1.max_body_bytes = total;
+  options_.limits.max_body_bytes = total;
   StartServer();
   auto client = Connect(HttpTestClient::Options{
       .timeout = milliseconds(20'000), .receive_buffer = 64 * 1024, .send_buffer = 64 * 1024});
@@ -1163,7 +1163,7 @@ TEST_P(ServerTest, TellsTheHandlerWhenThePeerLeavesMidBody) {
 }
 
 TEST_P(ServerTest, ReleasesAClosingConnectionWhosePeerNeverCloses) {
-  options_.http1.linger_timeout = milliseconds(300);
+  options_.limits.linger_timeout = milliseconds(300);
   StartServer();
   auto client = Connect();
   ASSERT_NE(client, nullptr);
@@ -1187,8 +1187,8 @@ TEST_P(ServerTest, ReleasesAClosingConnectionWhosePeerNeverCloses) {
 // the kernel, and the close that follows is a FIN after the last byte, never a reset that
 // destroys the tail (the reader got a reset before).
 TEST_P(ServerTest, AReaderThatPausesGetsAllOfAResponseThatOutlastsTheTimeouts) {
-  options_.http1.keep_alive_timeout = milliseconds(100);
-  options_.http1.linger_timeout = milliseconds(100);
+  options_.limits.idle_timeout = milliseconds(100);
+  options_.limits.linger_timeout = milliseconds(100);
   StartServer();
   constexpr uint64_t kBytes = 8u << 20;
   const std::string piece = TestPattern(64 * 1024, 7);  // what /stream repeats
@@ -1216,9 +1216,9 @@ TEST_P(ServerTest, AReaderThatPausesGetsAllOfAResponseThatOutlastsTheTimeouts) {
 // for send_timeout, whether the response is still being written (a handler on a worker waits
 // for room) or was handed over whole; the other connections go on.
 TEST_P(ServerTest, AReaderThatStopsReadingIsCutAfterTheSendTimeout) {
-  options_.send_timeout = milliseconds(300);
-  options_.http1.keep_alive_timeout = milliseconds(100);
-  options_.http1.linger_timeout = milliseconds(100);
+  options_.limits.send_timeout = milliseconds(300);
+  options_.limits.idle_timeout = milliseconds(100);
+  options_.limits.linger_timeout = milliseconds(100);
   StartServer();
   auto client =
       Connect(HttpTestClient::Options{.timeout = milliseconds(20'000), .receive_buffer = 8192});
@@ -1451,7 +1451,7 @@ TEST_P(ServerTest, ConnectionsPastTheMaximumAreClosedOnArrival) {
 // client gets a 504 (nothing was sent yet) and the connection closes; the handler's late End is
 // harmless, and a response that keeps writing is left alone.
 TEST_P(ServerTest, AStuckDeferredResponseGetsA504AfterTheTimeout) {
-  options_.deferred_response_timeout = milliseconds(150);
+  options_.limits.deferred_response_timeout = milliseconds(150);
   StartServer();
   auto client = Connect();
   ASSERT_NE(client, nullptr);
@@ -1469,7 +1469,7 @@ TEST_P(ServerTest, AStuckDeferredResponseGetsA504AfterTheTimeout) {
 }
 
 TEST_P(ServerTest, ADeferredResponseThatKeepsWritingIsNotTimedOut) {
-  options_.deferred_response_timeout = milliseconds(100);
+  options_.limits.deferred_response_timeout = milliseconds(100);
   StartServer();
   auto client = Connect();
   ASSERT_NE(client, nullptr);
