@@ -132,6 +132,20 @@ struct MemoryPool::Shared {
     if (problems.size() < kMaxRecordedProblems) problems.push_back(std::move(what));
   }
 
+  // Checks that a trimmed block still reads as the zero pages the kernel gives back.
+  bool StillZero(uint8_t* block) {
+    SLUICE_UNPOISON(block, options.block_size);
+    bool zero = true;
+    for (size_t i = 0; i < options.block_size; ++i) {
+      if (block[i] != 0) {
+        zero = false;
+        break;
+      }
+    }
+    SLUICE_POISON(block, options.block_size);
+    return zero;
+  }
+
   // Checks that a quarantined block still holds the poison pattern.
   bool StillPoisoned(uint8_t* block) {
     SLUICE_UNPOISON(block, options.block_size);
@@ -162,9 +176,13 @@ struct MemoryPool::Shared {
   std::vector<uint8_t*> free_blocks ABSL_GUARDED_BY(mu);
   // Free blocks whose pages were given back (Trim()); used after free_blocks, before a new slab.
   std::vector<uint8_t*> released_blocks ABSL_GUARDED_BY(mu);
-  // The fewest resident free blocks (free_blocks, or the quarantine in diagnostic mode) since the
-  // last Trim(): that many at the bottom were not touched for the whole period.
+  // The fewest resident free blocks since the last Trim(): that many at the bottom of the stack
+  // were not touched for the whole period.
   size_t idle_mark ABSL_GUARDED_BY(mu) = 0;
+  // Diagnostic mode (a FIFO quarantine): its size at the last Trim() and the blocks taken from
+  // its front since. The oldest (size - pops) blocks have stayed in it for the whole period.
+  size_t quarantine_at_trim ABSL_GUARDED_BY(mu) = 0;
+  size_t quarantine_pops ABSL_GUARDED_BY(mu) = 0;
   std::vector<Slab> slabs ABSL_GUARDED_BY(mu);
 
   // Diagnostic mode: every pooled block's state (true = rented), returned
@@ -270,9 +288,15 @@ MemoryBlock MemoryPool::Rent(size_t min_size) {
   if (s.options.diagnostic) {
     MutexLock lock(&s.mu);
     uint8_t* block;
-    if (!s.quarantine.empty() && (s.free_blocks.empty() || s.quarantine.size() > 64)) {
+    // The quarantine gives its oldest block once it holds more than its floor, or when nothing
+    // else is left; below the floor, fresh and then released blocks go first, so that a trim
+    // does not leave the next rents reusing blocks that were just returned.
+    if (!s.quarantine.empty() &&
+        (s.quarantine.size() > kMinQuarantine ||
+         (s.free_blocks.empty() && s.released_blocks.empty()))) {
       block = s.quarantine.front();
       s.quarantine.pop_front();
+      ++s.quarantine_pops;
       if (!s.StillPoisoned(block)) {
         s.stats_writes_after_return.fetch_add(1, std::memory_order_relaxed);
         char what[96];
@@ -280,13 +304,23 @@ MemoryBlock MemoryPool::Rent(size_t min_size) {
                       static_cast<void*>(block));
         s.RecordProblem(what);
       }
+    } else if (s.free_blocks.empty() && !s.released_blocks.empty()) {
+      block = s.released_blocks.back();
+      s.released_blocks.pop_back();
+      s.stats_released_blocks.store(s.released_blocks.size(), std::memory_order_relaxed);
+      // Its pages were dropped: anything but zeros was written after it was returned.
+      if (!s.StillZero(block)) {
+        s.stats_writes_after_return.fetch_add(1, std::memory_order_relaxed);
+        char what[96];
+        std::snprintf(what, sizeof what, "block %p was written after it was trimmed",
+                      static_cast<void*>(block));
+        s.RecordProblem(what);
+      }
     } else {
-      if (s.free_blocks.empty()) s.Unrelease(1);
       if (s.free_blocks.empty()) s.AddSlab();
       block = s.free_blocks.back();
       s.free_blocks.pop_back();
     }
-    s.idle_mark = std::min(s.idle_mark, s.quarantine.size());
     s.rented[block] = true;
     s.AddLive(block_size);
     SLUICE_UNPOISON(block, block_size);
@@ -385,13 +419,16 @@ size_t MemoryPool::Trim() {
   if (!s.trimmable) return 0;
   const size_t block_size = s.options.block_size;
   std::vector<uint8_t*> victims;
+  {
   MutexLock lock(&s.mu);
   if (s.options.diagnostic) {
     // The quarantine's oldest blocks go first, each checked for writes after return before its
     // pages (and so the evidence) go.
     const size_t keep = std::max(kMinQuarantine, s.options.retained_free_blocks);
     const size_t resident = s.quarantine.size();
-    const size_t n = resident > keep ? std::min(s.idle_mark, resident - keep) : 0;
+    const size_t idle =
+        s.quarantine_at_trim > s.quarantine_pops ? s.quarantine_at_trim - s.quarantine_pops : 0;
+    const size_t n = resident > keep ? std::min(idle, resident - keep) : 0;
     for (size_t i = 0; i < n; ++i) {
       uint8_t* block = s.quarantine.front();
       s.quarantine.pop_front();
@@ -401,7 +438,8 @@ size_t MemoryPool::Trim() {
       }
       victims.push_back(block);
     }
-    s.idle_mark = s.quarantine.size();
+    s.quarantine_at_trim = s.quarantine.size();
+    s.quarantine_pops = 0;
   } else {
     const size_t keep = s.options.retained_free_blocks;
     const size_t resident = s.free_blocks.size();
@@ -410,11 +448,13 @@ size_t MemoryPool::Trim() {
     s.free_blocks.erase(s.free_blocks.begin(), s.free_blocks.begin() + static_cast<ptrdiff_t>(n));
     s.idle_mark = s.free_blocks.size();
   }
+  }
   if (victims.empty()) return 0;
-  // Under the lock: a rent that finds no resident block waits for these rather than mapping a
-  // new slab. Trimming runs seldom (once a second in the server) and costs one madvise per run of
-  // adjacent blocks.
+  // Outside the lock, so that rents and returns on other threads go on meanwhile (one madvise per
+  // run of adjacent blocks; the kernel also has to flush the pages from every CPU's TLB). The
+  // victims are in no list until then: a rent that needs a block maps a new slab instead.
   ReleasePages(&victims, block_size);
+  MutexLock lock(&s.mu);
   s.released_blocks.insert(s.released_blocks.end(), victims.begin(), victims.end());
   s.stats_released_blocks.store(s.released_blocks.size(), std::memory_order_relaxed);
   s.stats_trimmed_blocks.fetch_add(victims.size(), std::memory_order_relaxed);

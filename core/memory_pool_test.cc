@@ -183,6 +183,10 @@ bool Resident(const uint8_t* p) {
   return (in_core & 1) != 0;
 }
 
+// The trimming tests count in 4 KiB blocks that are exactly one page.
+#define SKIP_UNLESS_4K_PAGES()                                                   \
+  if (sysconf(_SC_PAGESIZE) != 4096) GTEST_SKIP() << "pages are not 4 KiB here"
+
 MemoryPoolOptions Trimmable(bool diagnostic = false) {
   return {.blocks_per_slab = 16,
           .thread_cache_blocks = 2,
@@ -191,6 +195,7 @@ MemoryPoolOptions Trimmable(bool diagnostic = false) {
 }
 
 TEST(MemoryPool, TrimGivesBackTheMemoryOfBlocksIdleForAWholePeriod) {
+  SKIP_UNLESS_4K_PAGES();
   MemoryPool pool(Trimmable());
   std::vector<MemoryBlock> blocks;
   for (int i = 0; i < 256; ++i) {
@@ -226,6 +231,7 @@ TEST(MemoryPool, TrimGivesBackTheMemoryOfBlocksIdleForAWholePeriod) {
 }
 
 TEST(MemoryPool, TrimLeavesAPoolUnderSteadyLoadAlone) {
+  SKIP_UNLESS_4K_PAGES();
   MemoryPool pool(Trimmable());
   std::vector<MemoryBlock> blocks(64);
   auto cycle = [&] {
@@ -243,6 +249,7 @@ TEST(MemoryPool, TrimLeavesAPoolUnderSteadyLoadAlone) {
 }
 
 TEST(MemoryPool, TrimNeverTouchesRentedBlocks) {
+  SKIP_UNLESS_4K_PAGES();
   MemoryPool pool(Trimmable());
   std::vector<MemoryBlock> held;
   std::vector<MemoryBlock> returned;
@@ -263,6 +270,7 @@ TEST(MemoryPool, TrimNeverTouchesRentedBlocks) {
 }
 
 TEST(MemoryPool, TrimIsSafeWhileOtherThreadsRentAndReturn) {
+  SKIP_UNLESS_4K_PAGES();
   MemoryPool pool(MemoryPoolOptions{.thread_cache_blocks = 4, .retained_free_blocks = 0});
   std::atomic<bool> done{false};
   std::atomic<int> corrupted{0};
@@ -296,6 +304,7 @@ TEST(MemoryPool, TrimIsSafeWhileOtherThreadsRentAndReturn) {
 }
 
 TEST(MemoryPool, DiagnosticModeTrimsTheQuarantineBeyondItsFloor) {
+  SKIP_UNLESS_4K_PAGES();
   MemoryPool pool(Trimmable(/*diagnostic=*/true));
   std::vector<MemoryBlock> blocks;
   for (int i = 0; i < 200; ++i) blocks.push_back(pool.Rent());
@@ -316,6 +325,7 @@ TEST(MemoryPool, DiagnosticModeTrimsTheQuarantineBeyondItsFloor) {
 #if !defined(__SANITIZE_ADDRESS__)
 // (Under ASan the write itself is reported, as above.)
 TEST(MemoryPool, DiagnosticModeChecksForWritesAfterReturnBeforeTrimming) {
+  SKIP_UNLESS_4K_PAGES();
   MemoryPool pool(Trimmable(/*diagnostic=*/true));
   std::vector<MemoryBlock> blocks;
   for (int i = 0; i < 100; ++i) blocks.push_back(pool.Rent());
@@ -324,6 +334,64 @@ TEST(MemoryPool, DiagnosticModeChecksForWritesAfterReturnBeforeTrimming) {
   pool.Trim();
   EXPECT_GT(pool.Trim(), 0u);
   EXPECT_EQ(pool.stats().writes_after_return, 1u);
+  EXPECT_FALSE(pool.CheckClean().ok());
+}
+#endif
+
+TEST(MemoryPool, DiagnosticModeTrimsOnlyQuarantinedBlocksIdleForTheWholePeriod) {
+  SKIP_UNLESS_4K_PAGES();
+  MemoryPool pool(Trimmable(/*diagnostic=*/true));
+  std::vector<MemoryBlock> first;
+  for (int i = 0; i < 200; ++i) first.push_back(pool.Rent());
+  std::vector<MemoryBlock> later;
+  for (int i = 0; i < 100; ++i) later.push_back(pool.Rent());
+  for (MemoryBlock& b : first) pool.Return(b);
+  pool.Trim();  // the quarantine holds `first` now
+  // This period: `later` comes back (to the back of the quarantine) and 100 blocks are taken
+  // from its front, so only 100 of `first` stayed in it the whole time.
+  for (MemoryBlock& b : later) pool.Return(b);
+  for (MemoryBlock& b : later) b = pool.Rent();
+  EXPECT_EQ(pool.Trim(), 100u * 4096);
+  for (MemoryBlock& b : later) pool.Return(b);
+  EXPECT_TRUE(pool.CheckClean().ok()) << pool.CheckClean().ToString();
+}
+
+TEST(MemoryPool, DiagnosticModeRentsReleasedBlocksBeforeDrainingTheQuarantine) {
+  SKIP_UNLESS_4K_PAGES();
+  MemoryPool pool(Trimmable(/*diagnostic=*/true));
+  std::vector<MemoryBlock> blocks;
+  for (int i = 0; i < 100; ++i) blocks.push_back(pool.Rent());
+  for (MemoryBlock& b : blocks) pool.Return(b);
+  pool.Trim();
+  ASSERT_EQ(pool.Trim(), (100u - 64) * 4096);  // blocks[0..35] released, 64 quarantined
+  std::set<const uint8_t*> quarantined;
+  for (size_t i = 36; i < blocks.size(); ++i) quarantined.insert(blocks[i].data());
+  // Fresh blocks of the last slab, then the released ones: the quarantine keeps its floor.
+  std::vector<MemoryBlock> again;
+  const size_t available = pool.stats().slabs * 16 - 100 + 36;
+  for (size_t i = 0; i < available; ++i) {
+    again.push_back(pool.Rent());
+    EXPECT_EQ(quarantined.count(again.back().data()), 0u) << "a quarantined block, rent " << i;
+  }
+  EXPECT_EQ(pool.stats().released_bytes, 0u);
+  for (MemoryBlock& b : again) pool.Return(b);
+  EXPECT_TRUE(pool.CheckClean().ok()) << pool.CheckClean().ToString();
+}
+
+#if !defined(__SANITIZE_ADDRESS__)
+TEST(MemoryPool, DiagnosticModeReportsWritesIntoATrimmedBlock) {
+  SKIP_UNLESS_4K_PAGES();
+  MemoryPool pool(Trimmable(/*diagnostic=*/true));
+  std::vector<MemoryBlock> blocks;
+  for (int i = 0; i < 100; ++i) blocks.push_back(pool.Rent());
+  for (MemoryBlock& b : blocks) pool.Return(b);
+  pool.Trim();
+  ASSERT_GT(pool.Trim(), 0u);  // blocks[0] was the oldest: trimmed
+  blocks[0].data()[9] = 1;     // the bug
+  std::vector<MemoryBlock> again;
+  while (pool.stats().released_bytes > 0) again.push_back(pool.Rent());
+  EXPECT_EQ(pool.stats().writes_after_return, 1u);
+  for (MemoryBlock& b : again) pool.Return(b);
   EXPECT_FALSE(pool.CheckClean().ok());
 }
 #endif

@@ -4,6 +4,7 @@
 // A plain TCP connection and a TLS connection both present themselves this
 // way, so the protocols never know which one they run on.
 //
+//   // core/transport_adapters.h makes one from a socket or TLS connection:
 //   std::unique_ptr<sluice::Transport> t = sluice::MakeSocketTransport(conn);
 //   t->input();   // bytes from the peer
 //   t->output();  // bytes to the peer; Complete() ends the connection

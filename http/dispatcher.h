@@ -20,7 +20,8 @@ class RequestDispatcher {
   virtual ~RequestDispatcher() = default;
   // Returns the handler for `req` (after setting its route and path
   // parameters), or null after writing a complete answer (404, 405) into
-  // `res`.
+  // `res`. A server may also answer 404/405 through a handler of its own (on a response whose
+  // status it set first).
   virtual const Handler* Route(Request& req, Response& res) = 0;
   // Where handlers run: null for inline on the loop thread.
   virtual WorkerPool* workers() = 0;
@@ -30,7 +31,7 @@ class RequestDispatcher {
 
 // Routes `req` and starts reporting the exchange to the listeners: what a protocol connection
 // calls for every request whose head it accepted. Returns the handler, or null after a complete
-// answer (404, 405) in `res`, which the caller then ends.
+// answer (a default 404 or 405) in `res`, which the caller then ends.
 inline const Handler* Dispatch(RequestDispatcher& dispatcher, Request& req, Response& res) {
   const Handler* handler = dispatcher.Route(req, res);
   res.BeginTelemetry(dispatcher.hooks(), req);

@@ -153,8 +153,54 @@ Server::Server(ServerOptions options) : options_(std::move(options)) {
   if (options_.pool == nullptr) owned_pool_ = std::make_unique<MemoryPool>();
   pool_ = options_.pool != nullptr ? options_.pool : owned_pool_.get();
   if (options_.threads < 1) options_.threads = 1;
-  // One setting for both protocols.
+  // One setting for both protocols. A protocol's own copy set to something else would be
+  // overwritten without a word: Start refuses it instead.
   const ServerLimits& limits = options_.limits;
+  const http1::ConnectionOptions h1;
+  const http2::ConnectionOptions h2;
+  auto conflict = [this](bool set_apart, const char* field, const char* instead) {
+    if (set_apart && options_error_.ok()) {
+      options_error_ = InvalidArgumentError(std::string("ServerOptions::") + field +
+                                            " is set by the server for both protocols: set "
+                                            "ServerOptions::limits." + instead + " instead");
+    }
+  };
+  conflict(options_.http1.max_body_bytes != h1.max_body_bytes &&
+               options_.http1.max_body_bytes != limits.max_body_bytes,
+           "http1.max_body_bytes", "max_body_bytes");
+  conflict(options_.http2.max_body_bytes != h2.max_body_bytes &&
+               options_.http2.max_body_bytes != limits.max_body_bytes,
+           "http2.max_body_bytes", "max_body_bytes");
+  conflict(options_.http1.header_timeout != h1.header_timeout &&
+               options_.http1.header_timeout != limits.header_timeout,
+           "http1.header_timeout", "header_timeout");
+  conflict(options_.http2.preface_timeout != h2.preface_timeout &&
+               options_.http2.preface_timeout != limits.header_timeout,
+           "http2.preface_timeout", "header_timeout");
+  conflict(options_.http1.keep_alive_timeout != h1.keep_alive_timeout &&
+               options_.http1.keep_alive_timeout != limits.idle_timeout,
+           "http1.keep_alive_timeout", "idle_timeout");
+  conflict(options_.http2.idle_timeout != h2.idle_timeout &&
+               options_.http2.idle_timeout != limits.idle_timeout,
+           "http2.idle_timeout", "idle_timeout");
+  conflict(options_.http1.linger_timeout != h1.linger_timeout &&
+               options_.http1.linger_timeout != limits.linger_timeout,
+           "http1.linger_timeout", "linger_timeout");
+  conflict(options_.http2.linger_timeout != h2.linger_timeout &&
+               options_.http2.linger_timeout != limits.linger_timeout,
+           "http2.linger_timeout", "linger_timeout");
+  conflict(options_.http1.send_timeout != h1.send_timeout &&
+               options_.http1.send_timeout != limits.send_timeout,
+           "http1.send_timeout", "send_timeout");
+  conflict(options_.http2.send_timeout != h2.send_timeout &&
+               options_.http2.send_timeout != limits.send_timeout,
+           "http2.send_timeout", "send_timeout");
+  conflict(options_.http1.deferred_response_timeout != h1.deferred_response_timeout &&
+               options_.http1.deferred_response_timeout != limits.deferred_response_timeout,
+           "http1.deferred_response_timeout", "deferred_response_timeout");
+  conflict(options_.http2.deferred_response_timeout != h2.deferred_response_timeout &&
+               options_.http2.deferred_response_timeout != limits.deferred_response_timeout,
+           "http2.deferred_response_timeout", "deferred_response_timeout");
   options_.http1.max_body_bytes = options_.http2.max_body_bytes = limits.max_body_bytes;
   options_.http1.header_timeout = options_.http2.preface_timeout = limits.header_timeout;
   options_.http1.keep_alive_timeout = options_.http2.idle_timeout = limits.idle_timeout;
@@ -172,12 +218,23 @@ void Server::Handle(std::string_view method, std::string_view path_template,
   if (!s.ok() && route_error_.ok()) route_error_ = s;
 }
 
+void Server::SetNotFound(http::Handler handler) {
+  MutexLock lock(&mu_);
+  if (!started_) not_found_ = std::move(handler);
+}
+
+void Server::SetMethodNotAllowed(http::Handler handler) {
+  MutexLock lock(&mu_);
+  if (!started_) method_not_allowed_ = std::move(handler);
+}
+
 Status Server::Start() {
   {
     MutexLock lock(&mu_);
     if (started_) return FailedPreconditionError("Server::Start called twice");
     started_ = true;
   }
+  if (!options_error_.ok()) return options_error_;
   if (!route_error_.ok()) return route_error_;
   if (!options_.enable_http1 && !options_.enable_http2) {
     return InvalidArgumentError("neither HTTP/1.1 nor HTTP/2 is enabled");

@@ -93,7 +93,8 @@ struct ServerOptions {
   int handler_threads = 0;
   ServerTlsOptions tls;
   // Limits common to both protocols (body size, head/preface, idle, linger, send and deferred
-  // timeouts): set them here, not in http1/http2, which the Server overwrites with these.
+  // timeouts): set them here. The Server writes them into http1/http2; a copy there set to
+  // anything but its default or this value makes Start fail, naming the field to use.
   ServerLimits limits;
   // What only HTTP/1.1 has (parser limits, chunked framing, discard size).
   http1::ConnectionOptions http1;
@@ -110,7 +111,8 @@ struct ServerOptions {
   MemoryPool* pool = nullptr;
   // How often the pool gives the memory of blocks idle since the last time back to the system
   // (MemoryPool::Trim, on the first loop), so that RSS follows recent demand rather than the
-  // worst burst since start (0: never).
+  // worst burst since start (0: never). A pool shared with other servers, or trimmed by its
+  // owner as well, sees the shortest of their periods.
   std::chrono::milliseconds pool_trim_interval{1'000};
   // How long Shutdown waits for in-flight exchanges before closing.
   std::chrono::milliseconds shutdown_grace{10'000};
@@ -186,11 +188,11 @@ class Server {
   // Replaces the answer to a request whose path no route matches (before Start): `handler` runs
   // like any other (inline or on a worker, inside the middleware, with an empty route()) on a
   // response that starts as a 404. Without one the server answers a short plain-text 404 itself,
-  // before any middleware.
-  void SetNotFound(http::Handler handler) { not_found_ = std::move(handler); }
+  // before any middleware. Ignored once Start was called.
+  void SetNotFound(http::Handler handler);
   // Replaces the answer to a request whose path has routes, none for its method (before Start):
   // as SetNotFound, on a response that starts as a 405 with its Allow field already set.
-  void SetMethodNotAllowed(http::Handler handler) { method_not_allowed_ = std::move(handler); }
+  void SetMethodNotAllowed(http::Handler handler);
 
   // Binds, starts the loops and accepts. Returns the first error (bad
   // address, port in use, bad TLS files, a bad route) with nothing left
@@ -257,6 +259,8 @@ class Server {
   MemoryPool* pool_;
   http::Router router_;
   Status route_error_;
+  // A per-protocol copy of a ServerLimits field set apart from it (reported by Start).
+  Status options_error_;
   std::unique_ptr<WorkerPool> workers_;
   std::unique_ptr<Dispatcher> dispatcher_;
   std::shared_ptr<TlsContext> tls_context_;  // set when options_.tls.enabled
