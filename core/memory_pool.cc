@@ -176,13 +176,11 @@ struct MemoryPool::Shared {
   std::vector<uint8_t*> free_blocks ABSL_GUARDED_BY(mu);
   // Free blocks whose pages were given back (Trim()); used after free_blocks, before a new slab.
   std::vector<uint8_t*> released_blocks ABSL_GUARDED_BY(mu);
-  // The fewest resident free blocks since the last Trim(): that many at the bottom of the stack
-  // were not touched for the whole period.
+  // The fewest resident free blocks since the last Trim(). For the stack of free blocks, that
+  // many at its bottom were not touched for the whole period. For the diagnostic quarantine, a
+  // FIFO through which every block keeps cycling under load, it is the surplus: the period's
+  // demand never needed that many of its blocks.
   size_t idle_mark ABSL_GUARDED_BY(mu) = 0;
-  // Diagnostic mode (a FIFO quarantine): its size at the last Trim() and the blocks taken from
-  // its front since. The oldest (size - pops) blocks have stayed in it for the whole period.
-  size_t quarantine_at_trim ABSL_GUARDED_BY(mu) = 0;
-  size_t quarantine_pops ABSL_GUARDED_BY(mu) = 0;
   std::vector<Slab> slabs ABSL_GUARDED_BY(mu);
 
   // Diagnostic mode: every pooled block's state (true = rented), returned
@@ -296,7 +294,6 @@ MemoryBlock MemoryPool::Rent(size_t min_size) {
          (s.free_blocks.empty() && s.released_blocks.empty()))) {
       block = s.quarantine.front();
       s.quarantine.pop_front();
-      ++s.quarantine_pops;
       if (!s.StillPoisoned(block)) {
         s.stats_writes_after_return.fetch_add(1, std::memory_order_relaxed);
         char what[96];
@@ -321,6 +318,7 @@ MemoryBlock MemoryPool::Rent(size_t min_size) {
       block = s.free_blocks.back();
       s.free_blocks.pop_back();
     }
+    s.idle_mark = std::min(s.idle_mark, s.quarantine.size());
     s.rented[block] = true;
     s.AddLive(block_size);
     SLUICE_UNPOISON(block, block_size);
@@ -426,9 +424,7 @@ size_t MemoryPool::Trim() {
     // pages (and so the evidence) go.
     const size_t keep = std::max(kMinQuarantine, s.options.retained_free_blocks);
     const size_t resident = s.quarantine.size();
-    const size_t idle =
-        s.quarantine_at_trim > s.quarantine_pops ? s.quarantine_at_trim - s.quarantine_pops : 0;
-    const size_t n = resident > keep ? std::min(idle, resident - keep) : 0;
+    const size_t n = resident > keep ? std::min(s.idle_mark, resident - keep) : 0;
     for (size_t i = 0; i < n; ++i) {
       uint8_t* block = s.quarantine.front();
       s.quarantine.pop_front();
@@ -438,8 +434,7 @@ size_t MemoryPool::Trim() {
       }
       victims.push_back(block);
     }
-    s.quarantine_at_trim = s.quarantine.size();
-    s.quarantine_pops = 0;
+    s.idle_mark = s.quarantine.size();
   } else {
     const size_t keep = s.options.retained_free_blocks;
     const size_t resident = s.free_blocks.size();

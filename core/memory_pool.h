@@ -119,8 +119,9 @@ class MemoryPool {
   // Trim() (or since creation), keeping options.retained_free_blocks of them resident; returns the
   // bytes given back. A block is idle when it stayed below the low-water mark of the pool's shared
   // free list for the whole period; blocks in threads' caches and blocks rented are never touched.
-  // In diagnostic mode the quarantine plays the free list's part (at least 64 blocks stay in it,
-  // checked for writes after return before they go). Does nothing (returns 0) when the block size
+  // In diagnostic mode the quarantine, a FIFO, plays the free list's part: its smallest size over
+  // the period, beyond a floor of 64 blocks, goes from its front, each block checked for writes
+  // after return first. Does nothing (returns 0) when the block size
   // is not a multiple of the page size. Thread-safe; one madvise per run of adjacent blocks.
   size_t Trim();
 
