@@ -132,6 +132,15 @@ struct MemoryPool::Shared {
     if (problems.size() < kMaxRecordedProblems) problems.push_back(std::move(what));
   }
 
+  // Counts and records a write found in `block` after it was `when` ("returned", "trimmed").
+  void RecordWriteAfterReturn(uint8_t* block, const char* when) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    stats_writes_after_return.fetch_add(1, std::memory_order_relaxed);
+    char what[96];
+    std::snprintf(what, sizeof what, "block %p was written after it was %s",
+                  static_cast<void*>(block), when);
+    RecordProblem(what);
+  }
+
   // Checks that a trimmed block still reads as the zero pages the kernel gives back.
   bool StillZero(uint8_t* block) {
     SLUICE_UNPOISON(block, options.block_size);
@@ -294,25 +303,13 @@ MemoryBlock MemoryPool::Rent(size_t min_size) {
          (s.free_blocks.empty() && s.released_blocks.empty()))) {
       block = s.quarantine.front();
       s.quarantine.pop_front();
-      if (!s.StillPoisoned(block)) {
-        s.stats_writes_after_return.fetch_add(1, std::memory_order_relaxed);
-        char what[96];
-        std::snprintf(what, sizeof what, "block %p was written after it was returned",
-                      static_cast<void*>(block));
-        s.RecordProblem(what);
-      }
+      if (!s.StillPoisoned(block)) s.RecordWriteAfterReturn(block, "returned");
     } else if (s.free_blocks.empty() && !s.released_blocks.empty()) {
       block = s.released_blocks.back();
       s.released_blocks.pop_back();
       s.stats_released_blocks.store(s.released_blocks.size(), std::memory_order_relaxed);
       // Its pages were dropped: anything but zeros was written after it was returned.
-      if (!s.StillZero(block)) {
-        s.stats_writes_after_return.fetch_add(1, std::memory_order_relaxed);
-        char what[96];
-        std::snprintf(what, sizeof what, "block %p was written after it was trimmed",
-                      static_cast<void*>(block));
-        s.RecordProblem(what);
-      }
+      if (!s.StillZero(block)) s.RecordWriteAfterReturn(block, "trimmed");
     } else {
       if (s.free_blocks.empty()) s.AddSlab();
       block = s.free_blocks.back();

@@ -187,6 +187,14 @@ bool Resident(const uint8_t* p) {
 #define SKIP_UNLESS_4K_PAGES()                                                   \
   if (sysconf(_SC_PAGESIZE) != 4096) GTEST_SKIP() << "pages are not 4 KiB here"
 
+// Rents `n` blocks, returns them all, and gives their (now free) handles back.
+std::vector<MemoryBlock> RentAndReturn(MemoryPool& pool, int n) {
+  std::vector<MemoryBlock> blocks;
+  for (int i = 0; i < n; ++i) blocks.push_back(pool.Rent());
+  for (MemoryBlock& b : blocks) pool.Return(b);
+  return blocks;
+}
+
 MemoryPoolOptions Trimmable(bool diagnostic = false) {
   return {.blocks_per_slab = 16,
           .thread_cache_blocks = 2,
@@ -327,9 +335,7 @@ TEST(MemoryPool, DiagnosticModeTrimsTheQuarantineBeyondItsFloor) {
 TEST(MemoryPool, DiagnosticModeChecksForWritesAfterReturnBeforeTrimming) {
   SKIP_UNLESS_4K_PAGES();
   MemoryPool pool(Trimmable(/*diagnostic=*/true));
-  std::vector<MemoryBlock> blocks;
-  for (int i = 0; i < 100; ++i) blocks.push_back(pool.Rent());
-  for (MemoryBlock& b : blocks) pool.Return(b);
+  const std::vector<MemoryBlock> blocks = RentAndReturn(pool, 100);
   blocks[0].data()[5] = 7;  // the bug: the oldest in the quarantine, so the first trimmed
   pool.Trim();
   EXPECT_GT(pool.Trim(), 0u);
@@ -360,9 +366,7 @@ TEST(MemoryPool, DiagnosticModeTrimsTheQuarantinesSurplusOverThePeriod) {
 TEST(MemoryPool, DiagnosticModeRentsReleasedBlocksBeforeDrainingTheQuarantine) {
   SKIP_UNLESS_4K_PAGES();
   MemoryPool pool(Trimmable(/*diagnostic=*/true));
-  std::vector<MemoryBlock> blocks;
-  for (int i = 0; i < 100; ++i) blocks.push_back(pool.Rent());
-  for (MemoryBlock& b : blocks) pool.Return(b);
+  const std::vector<MemoryBlock> blocks = RentAndReturn(pool, 100);
   pool.Trim();
   ASSERT_EQ(pool.Trim(), (100u - 64) * 4096);  // blocks[0..35] released, 64 quarantined
   std::set<const uint8_t*> quarantined;
@@ -383,9 +387,7 @@ TEST(MemoryPool, DiagnosticModeRentsReleasedBlocksBeforeDrainingTheQuarantine) {
 TEST(MemoryPool, DiagnosticModeReportsWritesIntoATrimmedBlock) {
   SKIP_UNLESS_4K_PAGES();
   MemoryPool pool(Trimmable(/*diagnostic=*/true));
-  std::vector<MemoryBlock> blocks;
-  for (int i = 0; i < 100; ++i) blocks.push_back(pool.Rent());
-  for (MemoryBlock& b : blocks) pool.Return(b);
+  const std::vector<MemoryBlock> blocks = RentAndReturn(pool, 100);
   pool.Trim();
   ASSERT_GT(pool.Trim(), 0u);  // blocks[0] was the oldest: trimmed
   blocks[0].data()[9] = 1;     // the bug
