@@ -55,18 +55,18 @@ StatusOr<std::unique_ptr<EventLoop>> EventLoop::Create(EventLoopOptions options)
 EventLoop::EventLoop(EventLoopOptions options, int epoll_fd, int wake_fd)
     : options_(options),
       epoll_fd_(epoll_fd),
-      wake_fd_(wake_fd),
-      loop_thread_(std::this_thread::get_id()),
+      inbox_(new Inbox(wake_fd)),
       now_(Clock::now()),
       events_(static_cast<size_t>(options.max_events)) {}
 
 EventLoop::~EventLoop() {
-  close(wake_fd_);
+  // The eventfd stays open with the inbox: a thread holding it may still wake it.
+  inbox_->Close();
   close(epoll_fd_);
 }
 
 void EventLoop::Run() {
-  loop_thread_.store(std::this_thread::get_id());
+  inbox_->loop_thread_.store(std::this_thread::get_id());
   do {
     RunPass();
   } while (!stop_requested_.load());
@@ -75,19 +75,51 @@ void EventLoop::Run() {
 
 void EventLoop::Stop() {
   stop_requested_.store(true);
-  if (!IsInLoopThread()) Wake();
+  if (!IsInLoopThread()) inbox_->Wake();
 }
 
-void EventLoop::Post(Task task) {
-  MutexLock lock(&tasks_mu_);
+Status EventLoop::PostAndWait(Task task) { return inbox_->PostAndWait(std::move(task)); }
+
+EventLoop::Inbox::Inbox(int wake_fd) : wake_fd_(wake_fd), loop_thread_(std::this_thread::get_id()) {}
+
+EventLoop::Inbox::~Inbox() { close(wake_fd_); }
+
+bool EventLoop::Inbox::Post(Task task) {
+  MutexLock lock(&mu_);
+  // A refused `task` is destroyed by the caller, after the lock is released.
+  if (closed_) return false;
   tasks_.push_back(std::move(task));
   // The loop thread checks the queue before it blocks; only others wake it.
   // Under the lock: once the loop can take the task, it may run it and the
   // loop may be destroyed, so the wake-up must already have been written.
   if (!IsInLoopThread()) Wake();
+  return true;
 }
 
-Status EventLoop::PostAndWait(Task task) {
+bool EventLoop::Inbox::HasTasks() {
+  MutexLock lock(&mu_);
+  return !tasks_.empty();
+}
+
+void EventLoop::Inbox::TakeTasks(std::vector<Task>* out) {
+  // Cleared before taking the queue: a Post that finds the flag still set
+  // has pushed its task before this point, so the swap below sees it.
+  wake_pending_.store(false);
+  MutexLock lock(&mu_);
+  out->swap(tasks_);
+}
+
+void EventLoop::Inbox::Close() {
+  std::vector<Task> dropped;
+  {
+    MutexLock lock(&mu_);
+    closed_ = true;
+    dropped.swap(tasks_);
+  }
+  // Destroyed unrun, outside the lock (a PostAndWait waiter learns it here).
+}
+
+Status EventLoop::Inbox::PostAndWait(Task task) {
   if (IsInLoopThread()) {
     task();
     return OkStatus();
@@ -170,11 +202,11 @@ EventLoopStats EventLoop::stats() const {
   s.io_events = io_events_.load(std::memory_order_relaxed);
   s.tasks_run = tasks_run_.load(std::memory_order_relaxed);
   s.timers_fired = timers_fired_.load(std::memory_order_relaxed);
-  s.wakeup_writes = wakeup_writes_.load(std::memory_order_relaxed);
+  s.wakeup_writes = inbox_->wakeup_writes_.load(std::memory_order_relaxed);
   return s;
 }
 
-void EventLoop::Wake() {
+void EventLoop::Inbox::Wake() {
   if (wake_pending_.exchange(true)) return;
   wakeup_writes_.fetch_add(1, std::memory_order_relaxed);
   uint64_t one = 1;
@@ -189,10 +221,7 @@ void EventLoop::Wake() {
 }
 
 int EventLoop::ComputeTimeoutMs() {
-  {
-    MutexLock lock(&tasks_mu_);
-    if (!tasks_.empty()) return 0;
-  }
+  if (inbox_->HasTasks()) return 0;
   if (stop_requested_.load()) return 0;
   while (!timer_heap_.empty() && timers_.count(timer_heap_.front().id) == 0) {
     std::pop_heap(timer_heap_.begin(), timer_heap_.end(), TimerLater());
@@ -246,14 +275,8 @@ void EventLoop::RunExpiredTimers() {
 }
 
 void EventLoop::RunTasks() {
-  // Cleared before taking the queue: a Post that finds the flag still set
-  // has pushed its task before this point, so the swap below sees it.
-  wake_pending_.store(false);
-  {
-    MutexLock lock(&tasks_mu_);
-    if (tasks_.empty()) return;
-    running_tasks_.swap(tasks_);
-  }
+  inbox_->TakeTasks(&running_tasks_);
+  if (running_tasks_.empty()) return;
   for (Task& task : running_tasks_) {
     task();
     // Destroy the captures now, on the loop thread, in order.
@@ -287,7 +310,7 @@ EventLoopThread::EventLoopThread(std::unique_ptr<EventLoop> loop) : loop_(std::m
   thread_ = std::thread([this] { loop_->Run(); });
   // Run() binds the loop to its thread too, but the creating thread must
   // stop counting as the loop thread before this constructor returns.
-  loop_->loop_thread_.store(thread_.get_id());
+  loop_->inbox_->loop_thread_.store(thread_.get_id());
 }
 
 EventLoopThread::~EventLoopThread() {

@@ -22,11 +22,20 @@
 //   (*loop)->Post([&] { (*loop)->Stop(); });
 //   (*loop)->Run();  // returns after the pass that ran Stop()
 //
+// A thread that may still be posting when the loop is destroyed (a handler
+// thread finishing a response while the server shuts down) posts through the
+// loop's Inbox, which it holds: the inbox outlives the loop, and once the loop
+// is gone Post destroys the task on the posting thread instead of running it.
+//
+//   std::shared_ptr<sluice::EventLoop::Inbox> inbox = loop->inbox();
+//   std::thread([inbox] { inbox->Post([] { /* on the loop, if it still exists */ }); });
+//
 // Thread contract: an EventLoop is owned by one loop thread, the thread that
 // called Run() (before the first Run(), the thread that created it). Post,
-// PostAndWait, RunAfter, CancelTimer, Stop, IsInLoopThread and stats are
-// thread-safe; Register, Unregister, Run and Now are for the loop thread only.
-// I/O handlers, timer callbacks and posted tasks all run on the loop thread.
+// PostAndWait, RunAfter, CancelTimer, Stop, IsInLoopThread, inbox and stats
+// are thread-safe; Register, Unregister, Run and Now are for the loop thread
+// only. I/O handlers, timer callbacks and posted tasks all run on the loop
+// thread. An Inbox is thread-safe and may outlive its loop.
 #ifndef SLUICE_CORE_EVENT_LOOP_H_
 #define SLUICE_CORE_EVENT_LOOP_H_
 
@@ -81,6 +90,45 @@ class EventLoop {
   // 0 is never a valid id.
   using TimerId = uint64_t;
 
+  // The loop's task queue and wake-up, shared with the threads that post to
+  // the loop (see the file comment). Thread-safe; outlives the loop while held.
+  class Inbox {
+   public:
+    ~Inbox();
+    Inbox(const Inbox&) = delete;
+    Inbox& operator=(const Inbox&) = delete;
+
+    // Queues `task` for the loop thread (see EventLoop::Post). Returns false,
+    // with `task` destroyed on the calling thread, if the loop is gone.
+    bool Post(Task task);
+    // See EventLoop::PostAndWait; CANCELLED if the loop is gone or goes
+    // before the task runs.
+    Status PostAndWait(Task task);
+    bool IsInLoopThread() const { return loop_thread_.load() == std::this_thread::get_id(); }
+
+   private:
+    friend class EventLoop;
+    friend class EventLoopThread;
+
+    explicit Inbox(int wake_fd);
+    void Wake();
+    // Loop thread: whether tasks wait; moves them into `out` (empty before).
+    bool HasTasks();
+    void TakeTasks(std::vector<Task>* out);
+    // The loop is being destroyed: later posts fail, queued tasks are destroyed unrun.
+    void Close();
+
+    const int wake_fd_;  // owned: closed with the inbox, so a late Wake never writes a reused fd
+    std::atomic<std::thread::id> loop_thread_;
+    // Set by the thread that writes the eventfd; cleared by the loop before it
+    // takes the queue. While set, posters skip the write.
+    std::atomic<bool> wake_pending_{false};
+    std::atomic<uint64_t> wakeup_writes_{0};
+    Mutex mu_;
+    std::vector<Task> tasks_ ABSL_GUARDED_BY(mu_);
+    bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  };
+
   // Creates the epoll set and the wake-up eventfd. Returns UNAVAILABLE with
   // the errno text if either system call fails (EMFILE, ENOMEM...).
   [[nodiscard]] static StatusOr<std::unique_ptr<EventLoop>> Create(EventLoopOptions options = {});
@@ -99,13 +147,16 @@ class EventLoop {
   // Makes Run() return after its current pass. Thread-safe.
   void Stop();
 
-  bool IsInLoopThread() const { return loop_thread_.load() == std::this_thread::get_id(); }
+  bool IsInLoopThread() const { return inbox_->IsInLoopThread(); }
+
+  // The loop's inbox, for threads that may post after the loop is destroyed.
+  const std::shared_ptr<Inbox>& inbox() const { return inbox_; }
 
   // Queues `task` to run on the loop thread. Tasks run in the order they were
   // posted (per posting thread; across threads, in the order they reached the
   // queue), after the pass's I/O events and timers. A task posted by a task
   // runs in the next pass. Thread-safe; never blocks on the loop.
-  void Post(Task task);
+  void Post(Task task) { inbox_->Post(std::move(task)); }
 
   // Runs `task` on the loop thread and waits for it: inline when called on
   // the loop thread, otherwise posted. Returns OK once it ran, or CANCELLED
@@ -159,7 +210,6 @@ class EventLoop {
 
   EventLoop(EventLoopOptions options, int epoll_fd, int wake_fd);
 
-  void Wake();
   int ComputeTimeoutMs();
   void RunPass();
   void RunExpiredTimers();
@@ -169,17 +219,10 @@ class EventLoop {
 
   const EventLoopOptions options_;
   const int epoll_fd_;
-  const int wake_fd_;
+  const std::shared_ptr<Inbox> inbox_;
 
-  std::atomic<std::thread::id> loop_thread_;
   std::atomic<bool> stop_requested_{false};
-  // Set by the thread that writes the eventfd; cleared by the loop before it
-  // takes the queue. While set, posters skip the write.
-  std::atomic<bool> wake_pending_{false};
   std::atomic<TimerId> next_timer_id_{1};
-
-  Mutex tasks_mu_;
-  std::vector<Task> tasks_ ABSL_GUARDED_BY(tasks_mu_);
 
   // Loop-thread state.
   Clock::time_point now_ = Clock::now();  // the last pass's wake-up (creation before the first)
@@ -198,7 +241,6 @@ class EventLoop {
   std::atomic<uint64_t> io_events_{0};
   std::atomic<uint64_t> tasks_run_{0};
   std::atomic<uint64_t> timers_fired_{0};
-  std::atomic<uint64_t> wakeup_writes_{0};
 };
 
 // A thread running one EventLoop.

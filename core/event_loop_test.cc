@@ -256,6 +256,75 @@ TEST(EventLoop, PostAndWaitOnTheLoopThreadRunsInline) {
   EXPECT_TRUE(ran);
 }
 
+TEST(EventLoop, InboxRunsTasksOnTheLoopWhileTheLoopLives) {
+  auto thread = StartLoopThread();
+  std::shared_ptr<EventLoop::Inbox> inbox = thread->loop()->inbox();
+  std::atomic<bool> on_loop{false};
+  EXPECT_TRUE(inbox->PostAndWait([&] { on_loop = thread->loop()->IsInLoopThread(); }).ok());
+  EXPECT_TRUE(on_loop.load());
+  EXPECT_FALSE(inbox->IsInLoopThread());
+}
+
+TEST(EventLoop, InboxOutlivesItsLoopAndRefusesLatePosts) {
+  auto thread = StartLoopThread();
+  std::shared_ptr<EventLoop::Inbox> inbox = thread->loop()->inbox();
+  thread.reset();  // the loop is destroyed; the inbox is still held here
+  auto ran = std::make_shared<bool>(false);
+  std::weak_ptr<bool> capture = ran;
+  // The refused task is destroyed on this thread, with its captures.
+  EXPECT_FALSE(inbox->Post([ran = std::move(ran)] { *ran = true; }));
+  EXPECT_TRUE(capture.expired());
+  EXPECT_EQ(inbox->PostAndWait([] {}).code(), StatusCode::kCancelled);
+}
+
+TEST(EventLoop, TasksQueuedWhenTheLoopIsDestroyedAreDestroyedUnrun) {
+  auto loop = MakeLoop();  // never run
+  std::shared_ptr<EventLoop::Inbox> inbox = loop->inbox();
+  auto token = std::make_shared<int>(0);
+  std::weak_ptr<int> watch = token;
+  bool ran = false;
+  EXPECT_TRUE(inbox->Post([token = std::move(token), &ran] { ran = true; }));
+  EXPECT_FALSE(watch.expired());
+  loop.reset();
+  EXPECT_TRUE(watch.expired());
+  EXPECT_FALSE(ran);
+}
+
+TEST(EventLoop, PostsRacingTheLoopsDestructionEitherRunOrAreRefused) {
+  // Threads keep posting through the inbox while the loop is destroyed under them (what a
+  // handler thread finishing a response does while the server shuts down): each post either
+  // queues (and runs, or is destroyed unrun with the loop) or is refused; none runs after the
+  // loop is gone. Each poster stops at its first refusal, which must come once the loop is gone.
+  for (int round = 0; round < 20; ++round) {
+    auto thread = StartLoopThread();
+    std::shared_ptr<EventLoop::Inbox> inbox = thread->loop()->inbox();
+    std::atomic<int> ran{0};
+    std::atomic<int> posted{0};
+    std::atomic<bool> loop_gone{false};
+    std::atomic<int> ran_after{0};
+    std::vector<std::thread> posters;
+    for (int t = 0; t < 3; ++t) {
+      posters.emplace_back([&] {
+        for (;;) {
+          posted.fetch_add(1);
+          if (!inbox->Post([&] {
+                if (loop_gone.load()) ran_after.fetch_add(1);
+                ran.fetch_add(1);
+              })) {
+            return;
+          }
+        }
+      });
+    }
+    while (posted.load() < 1000) std::this_thread::yield();
+    thread.reset();
+    loop_gone = true;
+    for (auto& p : posters) p.join();
+    EXPECT_LE(ran.load() + 3, posted.load());
+    EXPECT_EQ(ran_after.load(), 0);
+  }
+}
+
 // Records the events it gets and, when asked, drains a readable fd.
 class RecordingHandler : public IoHandler {
  public:

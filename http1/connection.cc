@@ -47,6 +47,7 @@ Connection::Connection(std::unique_ptr<Transport> transport, const ConnectionOpt
                        RequestDispatcher* dispatcher, ConnectionCounters* counters)
     : transport_(std::move(transport)),
       loop_(transport_->loop()),
+      inbox_(loop_->inbox()),
       options_(options),
       dispatcher_(dispatcher),
       counters_(counters),
@@ -251,7 +252,7 @@ void Connection::StartExchange() {
       const bool deferred = self->response_.deferred();
       t_running_handler = nullptr;
       // Hands the exchange back to the loop.
-      self->loop_->Post([self, deferred] {
+      self->inbox_->Post([self, deferred] {
         self->handler_on_worker_ = false;
         // The connection closed while the worker owned the exchange (a peer reset): CloseNow
         // could not end the body then, so it ends now, before the response can be held open
@@ -705,15 +706,15 @@ void Connection::OnTimer(bool header_timer) {
 }
 
 bool Connection::SendFromOtherThread(const std::function<bool()>& send) {
-  // Once `send` has ended the response, this connection may be destroyed
-  // before PostAndWait returns: only locals are used after it.
-  ConnectionCounters* const counters = counters_;
+  // Once `send` has ended the response, this connection (and its loop, if the server is
+  // shutting down) may be destroyed before PostAndWait returns: only locals are used after it,
+  // the inbox held here among them.
+  const std::shared_ptr<EventLoop::Inbox> inbox = inbox_;
   Mutex mu;
   CondVar cv;
   bool ok = false;
   bool room = false;
-  counters->off_loop_posts.fetch_add(1);
-  Status ran = loop_->PostAndWait([&] {
+  Status ran = inbox->PostAndWait([&] {
     ok = send();
     FlushOutput();
     if (!output_blocked_ || closed_) {
@@ -727,7 +728,6 @@ bool Connection::SendFromOtherThread(const std::function<bool()>& send) {
       cv.SignalAll();
     });
   });
-  counters->off_loop_posts.fetch_sub(1);
   if (!ran.ok()) return false;
   MutexLock lock(&mu);
   while (!room) cv.Wait(&mu);
@@ -897,12 +897,9 @@ bool Connection::FlushFromWorker() {
 void Connection::StartBody(http::BodyDataCallback on_data, http::BodyEndCallback on_end) {
   if (!OwnsExchange()) {
     std::shared_ptr<Connection> self = shared_from_this();
-    ConnectionCounters* const counters = counters_;
-    counters->off_loop_posts.fetch_add(1);
-    loop_->Post([self, on_data = std::move(on_data), on_end = std::move(on_end)]() mutable {
+    inbox_->Post([self, on_data = std::move(on_data), on_end = std::move(on_end)]() mutable {
       self->StartBody(std::move(on_data), std::move(on_end));
     });
-    counters->off_loop_posts.fetch_sub(1);
     return;
   }
   const bool on_loop = loop_->IsInLoopThread();
@@ -940,7 +937,7 @@ void Connection::StartBody(http::BodyDataCallback on_data, http::BodyEndCallback
 
 void Connection::PostKick() {
   std::shared_ptr<Connection> self = shared_from_this();
-  loop_->Post([self] { self->Kick(); });
+  inbox_->Post([self] { self->Kick(); });
 }
 
 }  // namespace sluice::http1

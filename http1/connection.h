@@ -122,12 +122,6 @@ struct ConnectionCounters {
   std::atomic<uint64_t> invalid_responses{0};  // 500: a handler's head could not be written
   std::atomic<uint64_t> handler_failures{0};   // handlers that threw (500, or the response cut)
   std::atomic<uint64_t> deferred_timeouts{0};  // deferred responses given up (504, or cut)
-  // A gauge, not a count: threads posting to a loop from outside on a
-  // connection's behalf (a deferred response carried on by another thread).
-  // The server waits for none before it destroys its loops, since
-  // EventLoop::Post still touches the loop after queueing a task that may
-  // already have run and let the server shut down.
-  std::atomic<uint64_t> off_loop_posts{0};
   std::atomic<uint64_t> passes{0};   // processing passes (each ends in at most one flush)
   std::atomic<uint64_t> flushes{0};  // output flushes
 };
@@ -268,6 +262,9 @@ class Connection : public std::enable_shared_from_this<Connection>,
 
   std::unique_ptr<Transport> transport_;
   EventLoop* const loop_;
+  // Other threads (handler workers, a thread carrying a deferred response) post through the
+  // inbox: it outlives the loop, so a post racing the server's shutdown is refused, not a crash.
+  const std::shared_ptr<EventLoop::Inbox> inbox_;
   const ConnectionOptions options_;
   RequestDispatcher* const dispatcher_;
   ConnectionCounters* const counters_;

@@ -233,6 +233,7 @@ Connection::Connection(std::unique_ptr<Transport> transport, const ConnectionOpt
                        MemoryPool* pool)
     : transport_(std::move(transport)),
       loop_(transport_->loop()),
+      inbox_(loop_->inbox()),
       options_(options),
       dispatcher_(dispatcher),
       counters_(counters),
@@ -765,8 +766,7 @@ void Connection::StartRequest(const std::shared_ptr<Stream>& s) {
     s->on_worker_ = true;
     ConnectionCounters* const counters = counters_;
     std::weak_ptr<Connection> conn = weak_from_this();
-    EventLoop* const loop = loop_;
-    if (workers->Post([s, handler, counters, conn, loop] {
+    if (workers->Post([s, handler, counters, conn, inbox = inbox_] {
           if (!http::RunHandler(*handler, s->request_, s->response_)) {
             counters->handler_failures.fetch_add(1, std::memory_order_relaxed);
           }
@@ -775,11 +775,10 @@ void Connection::StartRequest(const std::shared_ptr<Stream>& s) {
             // the stream (held here) are touched: the connection may be gone by now. Whether
             // it has ended already is not asked here (another thread may be ending it): the
             // loop knows from its own state (WatchDeferred).
-            counters->off_loop_posts.fetch_add(1);
-            loop->Post([conn, s] {
+            // The inbox outlives the loop: a post racing the server's shutdown is refused.
+            inbox->Post([conn, s] {
               if (auto self = conn.lock()) self->WatchDeferred(s);
             });
-            counters->off_loop_posts.fetch_sub(1);
           }
         })) {
       return;
@@ -1274,19 +1273,18 @@ void Connection::NotifyClosedIfDone() {
 }
 
 void Connection::ExchangeEnded() {
-  EventLoop* loop = loop_;
-  ConnectionCounters* counters = counters_;
   std::weak_ptr<Connection> weak = weak_from_this();
-  const bool off_loop = !loop->IsInLoopThread();
-  if (off_loop) counters->off_loop_posts.fetch_add(1);
-  // After this decrement the connection may be gone: only locals below.
+  // Off the loop, this connection (and its loop, if the server is shutting down) may be gone
+  // once the count drops: the inbox is held here, and only locals are used after the decrement.
+  std::shared_ptr<EventLoop::Inbox> held;
+  if (!loop_->IsInLoopThread()) held = inbox_;
+  EventLoop::Inbox* const inbox = held != nullptr ? held.get() : inbox_.get();
   const uint64_t before = open_exchanges_.fetch_sub(1);
   if (before == (kClosedBit | 1)) {
-    loop->Post([weak] {
+    inbox->Post([weak] {
       if (auto self = weak.lock()) self->NotifyClosedIfDone();
     });
   }
-  if (off_loop) counters->off_loop_posts.fetch_sub(1);
 }
 
 void Connection::RunOnLoop(std::function<void()> task) {
@@ -1294,12 +1292,10 @@ void Connection::RunOnLoop(std::function<void()> task) {
     task();
     return;
   }
-  // The task may end the last exchange and the loop destroy *this before Post returns: only
-  // locals from here on.
-  ConnectionCounters* const counters = counters_;
-  counters->off_loop_posts.fetch_add(1);
-  loop_->Post(std::move(task));
-  counters->off_loop_posts.fetch_sub(1);
+  // The task may end the last exchange and the loop destroy *this before Post returns: the
+  // inbox is held here.
+  const std::shared_ptr<EventLoop::Inbox> inbox = inbox_;
+  inbox->Post(std::move(task));
 }
 
 }  // namespace sluice::http2

@@ -108,9 +108,6 @@ struct ConnectionCounters {
   std::atomic<uint64_t> deferred_timeouts{0};  // deferred responses given up (RST_STREAM CANCEL)
   std::atomic<uint64_t> send_timeouts{0};      // peers that stopped taking unsent output
   std::atomic<uint64_t> passes{0};
-  // A gauge: threads posting to a loop on a connection's behalf (see
-  // http1::ConnectionCounters::off_loop_posts).
-  std::atomic<uint64_t> off_loop_posts{0};
   AbuseCounters abuse;
   OutputStats output;
 };
@@ -249,6 +246,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<Connection> read_keepalive_;
   std::shared_ptr<Connection> flush_keepalive_;
   EventLoop* const loop_;
+  // Other threads (handler workers, a thread carrying a deferred response) post through the
+  // inbox: it outlives the loop, so a post racing the server's shutdown is refused, not a crash.
+  const std::shared_ptr<EventLoop::Inbox> inbox_;
   const ConnectionOptions options_;
   http::RequestDispatcher* const dispatcher_;
   ConnectionCounters* const counters_;

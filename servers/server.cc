@@ -567,11 +567,9 @@ void Server::Shutdown() {
     });
   }
   if (workers_ != nullptr) workers_->Stop();
-  // A thread still inside EventLoop::Post for a connection (see
-  // ConnectionCounters::off_loop_posts) is out of it within microseconds.
-  while (counters_.off_loop_posts.load() != 0 || h2_counters_.off_loop_posts.load() != 0) {
-    std::this_thread::yield();
-  }
+  // A thread still posting on a connection's behalf (a deferred response carried on by a thread
+  // of the application's) posts through the loop's inbox, which outlives the loop: it needs no
+  // wait here (EventLoop::Inbox).
   for (auto& state : loops_) {
     if (state->thread == nullptr) continue;
     LoopState* raw = state.get();
