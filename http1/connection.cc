@@ -44,7 +44,7 @@ ChunkedLimits WithBodyLimit(ChunkedLimits limits, uint64_t max_body_bytes) {
 }  // namespace
 
 Connection::Connection(std::unique_ptr<Transport> transport, const ConnectionOptions& options,
-                       RequestDispatcher* dispatcher, ConnectionCounters* counters)
+                       http::RequestDispatcher* dispatcher, ConnectionCounters* counters)
     : transport_(std::move(transport)),
       loop_(transport_->loop()),
       inbox_(loop_->inbox()),

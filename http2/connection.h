@@ -44,6 +44,7 @@
 #include "http/dispatcher.h"
 #include "http/exchange.h"
 #include "http2/abuse_guard.h"
+#include "http2/connection_options.h"
 #include "http2/flow_control.h"
 #include "http2/frame.h"
 #include "http2/frame_writer.h"
@@ -51,66 +52,6 @@
 #include "http2/request_headers.h"
 
 namespace sluice::http2 {
-
-struct ConnectionOptions {
-  // The output strategy and its limits.
-  FrameWriterOptions output;
-  // Our SETTINGS (defaults after Kestrel's; docs/architecture.md §4).
-  uint32_t max_concurrent_streams = 100;
-  uint32_t max_frame_size = 16 * 1024;
-  uint32_t header_table_size = 4096;
-  uint32_t stream_window = 768 * 1024;
-  // The connection window we grant (a WINDOW_UPDATE right after SETTINGS).
-  uint32_t connection_window = 1024 * 1024;
-  // Decoded header list size (name + value + 32 per field); past it the
-  // request is answered 431.
-  uint32_t max_header_list_size = 32 * 1024;
-  // Largest request body: a larger content-length is answered 413, a body
-  // that grows past it without one is reset (CANCEL).
-  uint64_t max_body_bytes = 30'000'000;
-  AbuseLimits limits;
-  // The client preface and first SETTINGS must arrive within this.
-  std::chrono::milliseconds preface_timeout{10'000};
-  // A connection without streams closes (GOAWAY NO_ERROR) after this.
-  std::chrono::milliseconds idle_timeout{60'000};
-  // After our last bytes, how long to keep reading (and dropping) before
-  // releasing the socket (without a reset, once all of our output was handed to the kernel).
-  std::chrono::milliseconds linger_timeout{2'000};
-  // A closing or idle connection whose unsent output (responses a slow reader is still taking)
-  // has not moved this long is aborted with a reset (ConnectionCounters::send_timeouts). While it
-  // moves, neither the idle nor the linger timeout cuts it.
-  std::chrono::milliseconds send_timeout{60'000};
-  // A stream answered before its request ended stays half-closed (local): the rest of its
-  // request is still read, checked (framing, content-length, flow control, abuse limits) and
-  // dropped, until the client ends it. A client that has not ended it this long after the
-  // response gets RST_STREAM(NO_ERROR) (RFC 9113 §8.1), counted in early_answer_resets.
-  std::chrono::milliseconds unfinished_request_timeout{10'000};
-  // A response the handler deferred that makes no progress (no Write, Flush or End) this long is
-  // given up (0: never): RST_STREAM(CANCEL), counted in deferred_timeouts and reported as a
-  // timeout. The Response stays valid until the handler ends it, its later writes dropped.
-  // Checked once per period, so a stuck response is noticed within one to two periods.
-  std::chrono::milliseconds deferred_response_timeout{60'000};
-};
-
-// Counters shared by all HTTP/2 connections of a server; relaxed atomics.
-struct ConnectionCounters {
-  std::atomic<uint64_t> connections{0};
-  std::atomic<uint64_t> streams{0};
-  std::atomic<uint64_t> requests{0};
-  std::atomic<uint64_t> stream_errors{0};      // RST_STREAM we sent (not NO_ERROR)
-  std::atomic<uint64_t> connection_errors{0};  // GOAWAY we sent with an error code
-  std::atomic<uint64_t> peer_resets{0};        // RST_STREAM received
-  std::atomic<uint64_t> refused_streams{0};    // over max_concurrent_streams
-  // Answered streams whose request the client had not ended after unfinished_request_timeout.
-  std::atomic<uint64_t> early_answer_resets{0};
-  std::atomic<uint64_t> body_too_large{0};
-  std::atomic<uint64_t> handler_failures{0};  // handlers that threw (500, or RST INTERNAL_ERROR)
-  std::atomic<uint64_t> deferred_timeouts{0};  // deferred responses given up (RST_STREAM CANCEL)
-  std::atomic<uint64_t> send_timeouts{0};      // peers that stopped taking unsent output
-  std::atomic<uint64_t> passes{0};
-  AbuseCounters abuse;
-  OutputStats output;
-};
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:

@@ -13,7 +13,10 @@
 #include "core/event_loop.h"
 #include "core/socket_transport.h"
 #include "core/tls.h"
+#include "core/transport.h"
 #include "core/transport_adapters.h"
+#include "http1/connection.h"
+#include "http2/connection.h"
 
 namespace sluice {
 namespace {

@@ -35,16 +35,19 @@
 #include "core/memory_pool.h"
 #include "core/mutex.h"
 #include "core/status.h"
-#include "core/tls.h"
-#include "core/transport.h"
 #include "http/exchange.h"
 #include "http/middleware.h"
 #include "http/router.h"
-#include "http1/connection.h"
-#include "http2/connection.h"
+#include "http1/connection_options.h"
+#include "http2/connection_options.h"
 #include "telemetry/telemetry.h"
 
 namespace sluice {
+
+class SocketConnection;
+class TlsContext;
+class Transport;
+class WorkerPool;
 
 // TLS for the listener (ServerOptions::tls): certificate files, or a generated self-signed one.
 struct ServerTlsOptions {
