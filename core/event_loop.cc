@@ -80,7 +80,8 @@ void EventLoop::Stop() {
 
 Status EventLoop::PostAndWait(Task task) { return inbox_->PostAndWait(std::move(task)); }
 
-EventLoop::Inbox::Inbox(int wake_fd) : wake_fd_(wake_fd), loop_thread_(std::this_thread::get_id()) {}
+EventLoop::Inbox::Inbox(int wake_fd)
+    : wake_fd_(wake_fd), loop_thread_(std::this_thread::get_id()) {}
 
 EventLoop::Inbox::~Inbox() { close(wake_fd_); }
 

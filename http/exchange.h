@@ -133,51 +133,18 @@ class Request {
   // The handler asked for the body (ReadBody).
   bool body_requested() const { return body_requested_; }
 
-  // ---- For protocol implementations (handlers do not call these) -----------
-  // Clears everything, keeping capacity.
-  void Reset();
-  // The method (copied).
-  void SetMethod(std::string_view v) { method_ = Store(v); }
-  // The path before '?' (copied).
-  void SetPath(std::string_view v) { path_ = Store(v); }
-  // The query after '?' (copied).
-  void SetQuery(std::string_view v) { query_ = Store(v); }
-  // Host or :authority (copied).
-  void SetAuthority(std::string_view v) { authority_ = Store(v); }
-  // "http" or "https": a literal, not copied.
-  void SetScheme(std::string_view v) { scheme_ = v; }
-  // "1.0", "1.1" or "2": a literal, not copied.
-  void SetProtocolVersion(std::string_view v) { protocol_version_ = v; }
-  // Owned by the connection, which outlives its exchanges.
-  void SetPeerAddress(std::string_view v) { peer_address_ = v; }
-  // The connection's facts (must outlive the request's use; null: none known).
-  void SetTransportInfo(const TransportInfo* info) { transport_info_ = info; }
-  // One header field (copied).
-  void AddHeader(std::string_view name, std::string_view value) {
-    headers_.emplace_back(Store(name), Store(value));
-  }
-  // Whether a body follows, its declared length, and where ReadBody gets it from.
-  void SetBody(bool has_body, std::optional<uint64_t> content_length, BodySource* source) {
-    has_body_ = has_body;
-    content_length_ = content_length;
-    body_source_ = source;
-  }
-  // The template of the route that matched (the router's, which outlives the request).
-  void SetRoute(std::string_view route_template) { route_ = route_template; }
-  // Counts body bytes received (read by the handler or discarded), for telemetry.
-  void AddBodyBytes(uint64_t n) { body_bytes_ += n; }
-  // A path parameter of the matched route (copied).
-  void AddPathParam(std::string_view name, std::string_view value) {
-    params_.emplace_back(Store(name), Store(value));
-  }
-
  private:
+  // What a protocol connection fills in and a dispatcher adds (http/request_editor.h).
+  friend class RequestEditor;
+
   // Offsets into storage_, so the views survive its reallocation.
   struct Slice {
     uint32_t offset = 0;
     uint32_t length = 0;
   };
   Slice Store(std::string_view v);
+  // Clears everything, keeping capacity.
+  void Reset();
   std::string_view View(Slice s) const { return {storage_.data() + s.offset, s.length}; }
 
   std::string storage_;

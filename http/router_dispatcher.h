@@ -20,6 +20,7 @@
 
 #include "core/status.h"
 #include "http/dispatcher.h"
+#include "http/request_editor.h"
 #include "http/router.h"
 
 namespace sluice::http {
@@ -36,7 +37,7 @@ class RouterDispatcher : public RequestDispatcher {
       res.SetStatus(404);
       return nullptr;
     }
-    req.SetRoute(match_.route_template);
+    RequestEditor(req).SetRoute(match_.route_template);
     return match_.handler;
   }
   WorkerPool* workers() override { return nullptr; }

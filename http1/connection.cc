@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/mutex.h"
+#include "http/request_editor.h"
 #include "http1/response_writer.h"
 
 namespace sluice::http1 {
@@ -183,19 +184,19 @@ bool Connection::ProcessPass(const ReadResult& read) {
 
 void Connection::StartExchange() {
   counters_->requests.fetch_add(1, std::memory_order_relaxed);
-  request_.Reset();
+  http::RequestEditor(request_).Reset();
   response_.Reset(this);
   exchange_error_.Clear();
   send_watch_.Reset();
-  request_.SetMethod(head_.method_text);
-  request_.SetPath(head_.path);
-  request_.SetQuery(head_.query);
-  request_.SetAuthority(head_.host);
-  request_.SetScheme(transport_->secure() ? "https" : "http");
-  request_.SetProtocolVersion(head_.version_minor == 1 ? "1.1" : "1.0");
-  request_.SetPeerAddress(transport_->peer_address());
-  request_.SetTransportInfo(&transport_->info());
-  for (const Header& h : head_.headers) request_.AddHeader(h.name, h.value);
+  http::RequestEditor(request_).SetMethod(head_.method_text);
+  http::RequestEditor(request_).SetPath(head_.path);
+  http::RequestEditor(request_).SetQuery(head_.query);
+  http::RequestEditor(request_).SetAuthority(head_.host);
+  http::RequestEditor(request_).SetScheme(transport_->secure() ? "https" : "http");
+  http::RequestEditor(request_).SetProtocolVersion(head_.version_minor == 1 ? "1.1" : "1.0");
+  http::RequestEditor(request_).SetPeerAddress(transport_->peer_address());
+  http::RequestEditor(request_).SetTransportInfo(&transport_->info());
+  for (const Header& h : head_.headers) http::RequestEditor(request_).AddHeader(h.name, h.value);
   head_request_ = head_.method == Method::kHead;
   http10_ = head_.version_minor == 0;
   keep_alive_ = head_.keep_alive && !shutting_down_;
@@ -232,7 +233,7 @@ void Connection::StartExchange() {
       body_state_ = BodyState::kNone;
       break;
   }
-  request_.SetBody(body_state_ != BodyState::kNone, content_length, this);
+  http::RequestEditor(request_).SetBody(body_state_ != BodyState::kNone, content_length, this);
   state_ = State::kExchange;
 
   const http::Handler* handler = http::Dispatch(*dispatcher_, request_, response_);
@@ -349,7 +350,7 @@ size_t Connection::PumpBody(const BufferSequence& buffer, size_t offset) {
   }
   const bool streaming = body_state_ == BodyState::kStreaming;
   auto deliver = [&](std::span<const uint8_t> piece) {
-    request_.AddBodyBytes(piece.size());
+    http::RequestEditor(request_).AddBodyBytes(piece.size());
     if (streaming) {
       if (on_body_data_) on_body_data_(piece);
     } else {

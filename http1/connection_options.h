@@ -66,8 +66,8 @@ struct ConnectionCounters {
   std::atomic<uint64_t> invalid_responses{0};  // 500: a handler's head could not be written
   std::atomic<uint64_t> handler_failures{0};   // handlers that threw (500, or the response cut)
   std::atomic<uint64_t> deferred_timeouts{0};  // deferred responses given up (504, or cut)
-  std::atomic<uint64_t> passes{0};   // processing passes (each ends in at most one flush)
-  std::atomic<uint64_t> flushes{0};  // output flushes
+  std::atomic<uint64_t> passes{0};             // processing passes (each ends in at most one flush)
+  std::atomic<uint64_t> flushes{0};            // output flushes
 };
 
 }  // namespace sluice::http1

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "http/date_cache.h"
+#include "http/request_editor.h"
 
 namespace sluice::http2 {
 namespace {
@@ -633,7 +634,7 @@ void Connection::OnField(std::string_view name, std::string_view value) {
   }
   if (block_.trailers || block_.too_large) return;  // trailers are checked, not kept
   Stream& stream = *block_.stream;
-  http::Request& req = stream.request_;
+  http::RequestEditor req(stream.request_);
   switch (pseudo) {
     case RequestPseudoHeader::kMethod:
       req.SetMethod(value);
@@ -676,7 +677,7 @@ std::shared_ptr<Connection::Stream> Connection::AcquireStream() {
     spare_streams_.pop_back();
     s->Recycle();
   }
-  http::Request& req = s->request_;
+  http::RequestEditor req(s->request_);
   req.Reset();
   req.SetProtocolVersion("2");
   req.SetPeerAddress(transport_->peer_address());
@@ -737,7 +738,7 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
     ResetStream(id, ErrorCode::kProtocolError);
     return std::nullopt;
   }
-  req.SetBody(!block_.end_stream, s->content_length_, s.get());
+  http::RequestEditor(req).SetBody(!block_.end_stream, s->content_length_, s.get());
   s->head_request_ = method == "HEAD";
   if (block_.too_large) {
     counters_->abuse.header_list_too_large.fetch_add(1, std::memory_order_relaxed);
@@ -863,7 +864,7 @@ std::optional<Http2Error> Connection::OnData(const Frame& frame) {
   const uint32_t padding = length - static_cast<uint32_t>(frame.payload.size());
   if (padding > 0) ReleaseStreamWindow(s.get(), padding);
   s->body_received_ += frame.payload.size();
-  s->request_.AddBodyBytes(frame.payload.size());
+  http::RequestEditor(s->request_).AddBodyBytes(frame.payload.size());
   if (s->content_length_ && s->body_received_ > *s->content_length_) {
     return Http2Error::Stream(id, ErrorCode::kProtocolError, "DATA: more than content-length");
   }

@@ -71,7 +71,7 @@ struct ConnectionCounters {
   // Answered streams whose request the client had not ended after unfinished_request_timeout.
   std::atomic<uint64_t> early_answer_resets{0};
   std::atomic<uint64_t> body_too_large{0};
-  std::atomic<uint64_t> handler_failures{0};  // handlers that threw (500, or RST INTERNAL_ERROR)
+  std::atomic<uint64_t> handler_failures{0};   // handlers that threw (500, or RST INTERNAL_ERROR)
   std::atomic<uint64_t> deferred_timeouts{0};  // deferred responses given up (RST_STREAM CANCEL)
   std::atomic<uint64_t> send_timeouts{0};      // peers that stopped taking unsent output
   std::atomic<uint64_t> passes{0};

@@ -15,6 +15,7 @@
 #include "core/tls.h"
 #include "core/transport.h"
 #include "core/transport_adapters.h"
+#include "http/request_editor.h"
 #include "http1/connection.h"
 #include "http2/connection.h"
 
@@ -70,10 +71,12 @@ class Server::Dispatcher final : public http::RequestDispatcher {
       if (get.kind == http::RouteMatch::Kind::kFound) std::swap(match, get);
     }
     switch (match.kind) {
-      case http::RouteMatch::Kind::kFound:
-        req.SetRoute(match.route_template);
-        for (const auto& [name, value] : match.params) req.AddPathParam(name, value);
+      case http::RouteMatch::Kind::kFound: {
+        http::RequestEditor edit(req);
+        edit.SetRoute(match.route_template);
+        for (const auto& [name, value] : match.params) edit.AddPathParam(name, value);
         return match.handler;
+      }
       case http::RouteMatch::Kind::kMethodNotAllowed:
         res.SetStatus(405);
         res.SetHeader("allow", WithHead(match.allow));

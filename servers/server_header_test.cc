@@ -3,10 +3,10 @@
 // transports, which would otherwise be compiled into every embedder's build and installed as
 // public headers. This test includes only the two public server headers and checks which
 // project headers came with them.
+#include <gtest/gtest.h>
+
 #include "servers/server.h"
 #include "servers/server_main.h"
-
-#include <gtest/gtest.h>
 
 namespace sluice {
 namespace {

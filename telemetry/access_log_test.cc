@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "http/exchange.h"
+#include "http/request_editor.h"
 
 namespace sluice::telemetry {
 namespace {
@@ -16,11 +17,12 @@ using ::testing::HasSubstr;
 
 ExchangeSnapshot Sample() {
   http::Request req;
-  req.SetMethod("GET");
-  req.SetPath("/users/7");
-  req.SetQuery("q=1");
-  req.AddHeader("user-agent", "curl/7.88.1");
-  req.AddHeader("referer", "http://example/");
+  http::RequestEditor edit(req);
+  edit.SetMethod("GET");
+  edit.SetPath("/users/7");
+  edit.SetQuery("q=1");
+  edit.AddHeader("user-agent", "curl/7.88.1");
+  edit.AddHeader("referer", "http://example/");
   ExchangeRecord r;
   r.request = &req;
   r.method = "GET";
@@ -59,9 +61,10 @@ TEST(AccessLog, JsonFormat) {
 
 TEST(AccessLog, HostileFieldsCannotForgeLines) {
   http::Request req;
-  req.SetMethod("GET");
-  req.SetPath("/a\"b");
-  req.AddHeader("user-agent", "evil\r\n127.0.0.1 - - [forged]");
+  http::RequestEditor edit(req);
+  edit.SetMethod("GET");
+  edit.SetPath("/a\"b");
+  edit.AddHeader("user-agent", "evil\r\n127.0.0.1 - - [forged]");
   ExchangeRecord r;
   r.request = &req;
   r.method = "GET";

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "http/exchange.h"
+#include "http/request_editor.h"
 #include "telemetry/bounded_queue.h"
 
 namespace sluice::telemetry {
@@ -86,9 +87,10 @@ TEST(AsyncListener, DestructionDeliversWhatIsQueued) {
 
 TEST(ExchangeSnapshot, CutsLongValuesVisiblyAndCopiesWhatItHolds) {
   http::Request req;
-  req.SetPath("/" + std::string(300, 'p'));
-  req.SetQuery("q=1");
-  req.AddHeader("user-agent", "short");
+  http::RequestEditor edit(req);
+  edit.SetPath("/" + std::string(300, 'p'));
+  edit.SetQuery("q=1");
+  edit.AddHeader("user-agent", "short");
   ExchangeRecord r;
   r.request = &req;
   r.method = "GET";

@@ -12,6 +12,7 @@
 #include "benchmarks/allocations.h"
 #include "http/exchange.h"
 #include "http/middleware.h"
+#include "http/request_editor.h"
 #include "telemetry/async_listener.h"
 #include "telemetry/clock.h"
 #include "telemetry/hooks.h"
@@ -26,11 +27,12 @@ namespace {
 http::Request& SampleRequest() {
   static http::Request* req = [] {
     auto* r = new http::Request();
-    r->SetMethod("GET");
-    r->SetPath("/plaintext");
-    r->SetAuthority("127.0.0.1:8080");
-    r->SetRoute("/plaintext");
-    r->AddHeader("user-agent", "loadgen");
+    http::RequestEditor edit(*r);
+    edit.SetMethod("GET");
+    edit.SetPath("/plaintext");
+    edit.SetAuthority("127.0.0.1:8080");
+    edit.SetRoute("/plaintext");
+    edit.AddHeader("user-agent", "loadgen");
     return r;
   }();
   return *req;

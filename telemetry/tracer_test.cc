@@ -6,6 +6,7 @@
 #include <string>
 
 #include "http/exchange.h"
+#include "http/request_editor.h"
 #include "telemetry/trace_context.h"
 
 namespace sluice::telemetry {
@@ -21,8 +22,9 @@ ExchangeRecord Start(Tracer& tracer, http::Request& req) {
 TEST(Tracer, FollowsAValidParent) {
   Tracer tracer({.ratio = 0});  // roots never sampled: only the parent's flag decides
   http::Request req;
-  req.AddHeader("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
-  req.AddHeader("tracestate", "rojo=00f067aa0ba902b7");
+  http::RequestEditor edit(req);
+  edit.AddHeader("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+  edit.AddHeader("tracestate", "rojo=00f067aa0ba902b7");
   const ExchangeRecord r = Start(tracer, req);
   EXPECT_TRUE(r.trace.sampled);
   EXPECT_EQ(HexId(r.trace.trace_id.data(), 16), "4bf92f3577b34da6a3ce929d0e0e4736");
@@ -35,7 +37,8 @@ TEST(Tracer, FollowsAValidParent) {
 TEST(Tracer, AnUnsampledParentIsFollowedToo) {
   Tracer tracer({.ratio = 1});
   http::Request req;
-  req.AddHeader("Traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00");
+  http::RequestEditor(req).AddHeader("Traceparent",
+                                     "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00");
   EXPECT_FALSE(Start(tracer, req).trace.sampled);
 }
 
@@ -44,8 +47,9 @@ TEST(Tracer, InvalidParentsStartNewRootsAndAreCounted) {
   for (const char* bad : {"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", "garbage",
                           "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}) {
     http::Request req;
-    req.AddHeader("traceparent", bad);
-    req.AddHeader("tracestate", "rojo=1");
+    http::RequestEditor edit(req);
+    edit.AddHeader("traceparent", bad);
+    edit.AddHeader("tracestate", "rojo=1");
     const ExchangeRecord r = Start(tracer, req);
     EXPECT_TRUE(r.trace.invalid_parent) << bad;
     EXPECT_TRUE(r.trace.sampled);  // a new root, sampled at ratio 1
@@ -55,8 +59,9 @@ TEST(Tracer, InvalidParentsStartNewRootsAndAreCounted) {
   }
   // Two traceparent fields: invalid as well.
   http::Request twice;
-  twice.AddHeader("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
-  twice.AddHeader("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+  http::RequestEditor edit(twice);
+  edit.AddHeader("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+  edit.AddHeader("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
   EXPECT_TRUE(Start(tracer, twice).trace.invalid_parent);
   EXPECT_EQ(tracer.counters().invalid_traceparent, 4u);
   EXPECT_EQ(tracer.counters().spans, 4u);
@@ -96,17 +101,19 @@ TEST(Tracer, IdsAreUniqueAndNeverZero) {
 TEST(Tracer, ABadTracestateIsIgnoredAndCounted) {
   Tracer tracer({.ratio = 1});
   http::Request req;
-  req.AddHeader("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
-  req.AddHeader("tracestate", "UPPER=1");
+  http::RequestEditor edit(req);
+  edit.AddHeader("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+  edit.AddHeader("tracestate", "UPPER=1");
   const ExchangeRecord r = Start(tracer, req);
   EXPECT_TRUE(r.trace.sampled);
   EXPECT_TRUE(r.tracestate.empty());
   EXPECT_EQ(tracer.counters().invalid_tracestate, 1u);
   // Two tracestate fields combine.
   http::Request two;
-  two.AddHeader("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
-  two.AddHeader("tracestate", "a=1");
-  two.AddHeader("tracestate", "b=2");
+  http::RequestEditor edit_two(two);
+  edit_two.AddHeader("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+  edit_two.AddHeader("tracestate", "a=1");
+  edit_two.AddHeader("tracestate", "b=2");
   EXPECT_EQ(Start(tracer, two).tracestate, "a=1,b=2");
 }
 

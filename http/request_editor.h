@@ -1,0 +1,75 @@
+// The protocol side of a Request: what a connection fills in from the wire (method, path,
+// headers, body source...) and what a dispatcher adds once a route matched (its template and
+// path parameters). Handlers only read a Request (http/exchange.h); these setters are kept out
+// of its public API so that a handler cannot rewrite what the peer sent, and this header is not
+// one of the installed public headers.
+//
+//   http::RequestEditor edit(request);
+//   edit.Reset();
+//   edit.SetMethod("GET");
+//   edit.AddHeader("accept", "*/*");
+//
+// An editor is a reference to one Request and costs nothing beyond the calls it forwards.
+//
+// Thread-safety: as the Request it edits: used by the one thread that owns the exchange.
+#ifndef SLUICE_HTTP_REQUEST_EDITOR_H_
+#define SLUICE_HTTP_REQUEST_EDITOR_H_
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "core/transport_info.h"
+#include "http/exchange.h"
+
+namespace sluice::http {
+
+// Edits one Request (see the file comment). Does not own it.
+class RequestEditor {
+ public:
+  explicit RequestEditor(Request& request) : r_(request) {}
+
+  // Clears everything, keeping capacity.
+  void Reset() { r_.Reset(); }
+  // The method (copied).
+  void SetMethod(std::string_view v) { r_.method_ = r_.Store(v); }
+  // The path before '?' (copied).
+  void SetPath(std::string_view v) { r_.path_ = r_.Store(v); }
+  // The query after '?' (copied).
+  void SetQuery(std::string_view v) { r_.query_ = r_.Store(v); }
+  // Host or :authority (copied).
+  void SetAuthority(std::string_view v) { r_.authority_ = r_.Store(v); }
+  // "http" or "https": a literal, not copied.
+  void SetScheme(std::string_view v) { r_.scheme_ = v; }
+  // "1.0", "1.1" or "2": a literal, not copied.
+  void SetProtocolVersion(std::string_view v) { r_.protocol_version_ = v; }
+  // Owned by the connection, which outlives its exchanges.
+  void SetPeerAddress(std::string_view v) { r_.peer_address_ = v; }
+  // The connection's facts (must outlive the request's use; null: none known).
+  void SetTransportInfo(const TransportInfo* info) { r_.transport_info_ = info; }
+  // One header field (copied).
+  void AddHeader(std::string_view name, std::string_view value) {
+    r_.headers_.emplace_back(r_.Store(name), r_.Store(value));
+  }
+  // Whether a body follows, its declared length, and where ReadBody gets it from.
+  void SetBody(bool has_body, std::optional<uint64_t> content_length, BodySource* source) {
+    r_.has_body_ = has_body;
+    r_.content_length_ = content_length;
+    r_.body_source_ = source;
+  }
+  // The template of the route that matched (the router's, which outlives the request).
+  void SetRoute(std::string_view route_template) { r_.route_ = route_template; }
+  // Counts body bytes received (read by the handler or discarded), for telemetry.
+  void AddBodyBytes(uint64_t n) { r_.body_bytes_ += n; }
+  // A path parameter of the matched route (copied).
+  void AddPathParam(std::string_view name, std::string_view value) {
+    r_.params_.emplace_back(r_.Store(name), r_.Store(value));
+  }
+
+ private:
+  Request& r_;
+};
+
+}  // namespace sluice::http
+
+#endif  // SLUICE_HTTP_REQUEST_EDITOR_H_
