@@ -66,15 +66,17 @@
 #include "core/worker_pool.h"
 #include "http/dispatcher.h"
 #include "http/exchange.h"
+#include "http/protocol_connection.h"
 #include "http1/chunked_decoder.h"
 #include "http1/connection_options.h"
 #include "http1/request_parser.h"
 
 namespace sluice::http1 {
 
-class Connection : public std::enable_shared_from_this<Connection>,
-                   private http::ResponseSink,
-                   private http::BodySource {
+class Connection final : public http::ProtocolConnection,
+                         public std::enable_shared_from_this<Connection>,
+                         private http::ResponseSink,
+                         private http::BodySource {
  public:
   // `dispatcher` and `counters` must outlive the connection.
   Connection(std::unique_ptr<Transport> transport, const ConnectionOptions& options,
@@ -84,17 +86,17 @@ class Connection : public std::enable_shared_from_this<Connection>,
   Connection& operator=(const Connection&) = delete;
 
   // Starts reading. Loop thread.
-  void Start();
+  void Start() override;
   // Graceful: an idle connection closes now; a busy one after its current
   // response, which carries "Connection: close". Loop thread.
-  void BeginShutdown();
+  void BeginShutdown() override;
   // Closes at once (server shutdown past its grace period) and lets go of a
   // deferred response still open: its Request/Response become invalid.
   // Loop thread.
-  void Abort();
+  void Abort() override;
   // Called once, on the loop thread, when the connection has closed and its
   // last exchange is over (a deferred response ended, or Abort).
-  void SetOnClosed(std::function<void()> on_closed) { on_closed_ = std::move(on_closed); }
+  void SetOnClosed(std::function<void()> on_closed) override { on_closed_ = std::move(on_closed); }
   bool closed() const { return closed_; }
 
  private:
@@ -273,8 +275,8 @@ class Connection : public std::enable_shared_from_this<Connection>,
   std::shared_ptr<Connection> read_keepalive_;   // while a read is pending
   std::shared_ptr<Connection> flush_keepalive_;  // while a flush is pending
   EventLoop::TimerId deferred_timer_ = 0;
-  uint64_t deferred_progress_ = 0;  // the response's progress() at the last check
-  SendWatch send_watch_;  // unsent output while blocked, idle or lingering
+  uint64_t deferred_progress_ = 0;     // the response's progress() at the last check
+  SendWatch send_watch_;               // unsent output while blocked, idle or lingering
   EventLoop::TimerId send_timer_ = 0;  // WatchBlockedOutput's
 };
 

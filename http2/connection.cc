@@ -117,7 +117,8 @@ class Connection::Stream final : public http::ResponseSink,
     }
     fields[n++] = {"date", http::DateCache::ForThisThread().Now()};
     if (head_request_) body = {};
-    const bool ok = conn_->writer_.SendHead(*out_, std::span<const HeaderField>(fields, n), body, end);
+    const bool ok =
+        conn_->writer_.SendHead(*out_, std::span<const HeaderField>(fields, n), body, end);
     if (end) EndExchange();
     return ok;
   }
@@ -310,6 +311,8 @@ void Connection::Pump() {
 bool Connection::ProcessPass(const ReadResult& read) {
   if (closed_) return false;
   if (!read.status.ok()) {
+    // The peer reset the connection (or the transport failed).
+    counters_->transport_resets.fetch_add(1, std::memory_order_relaxed);
     CloseNow();
     return false;
   }
@@ -797,8 +800,8 @@ void Connection::StartRequest(const std::shared_ptr<Stream>& s) {
 }
 
 void Connection::WatchDeferred(const std::shared_ptr<Stream>& s) {
-  if (options_.deferred_response_timeout.count() <= 0 || s->deferred_timer_ != 0 ||
-      !s->in_map_ || s->response_done_ || closed_) {
+  if (options_.deferred_response_timeout.count() <= 0 || s->deferred_timer_ != 0 || !s->in_map_ ||
+      s->response_done_ || closed_) {
     return;
   }
   s->deferred_progress_ = s->response_.progress();
@@ -1219,6 +1222,7 @@ void Connection::OnLingerTimeout() {
     case SendWatch::State::kSent:
       break;
   }
+  counters_->linger_timeouts.fetch_add(1, std::memory_order_relaxed);
   // Everything was handed to the kernel, which still delivers it: no reset.
   FinishClosed();
   CompleteInput();

@@ -43,6 +43,7 @@
 #include "core/transport.h"
 #include "http/dispatcher.h"
 #include "http/exchange.h"
+#include "http/protocol_connection.h"
 #include "http2/abuse_guard.h"
 #include "http2/connection_options.h"
 #include "http2/flow_control.h"
@@ -53,26 +54,27 @@
 
 namespace sluice::http2 {
 
-class Connection : public std::enable_shared_from_this<Connection> {
+class Connection final : public http::ProtocolConnection,
+                         public std::enable_shared_from_this<Connection> {
  public:
   // `dispatcher`, `counters` and `pool` must outlive the connection.
   Connection(std::unique_ptr<Transport> transport, const ConnectionOptions& options,
              http::RequestDispatcher* dispatcher, ConnectionCounters* counters, MemoryPool* pool);
-  ~Connection();
+  ~Connection() override;
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
   // Sends our SETTINGS and starts reading. Loop thread.
-  void Start();
+  void Start() override;
   // Graceful: GOAWAY(NO_ERROR) with the last stream id; in-flight streams
   // finish, then the connection closes. Loop thread.
-  void BeginShutdown();
+  void BeginShutdown() override;
   // Closes at once; deferred responses still open see their writes fail.
   // Loop thread.
-  void Abort();
+  void Abort() override;
   // Called once, on the loop thread, when the connection has closed and no
   // exchange is in flight (or after Abort).
-  void SetOnClosed(std::function<void()> on_closed) { on_closed_ = std::move(on_closed); }
+  void SetOnClosed(std::function<void()> on_closed) override { on_closed_ = std::move(on_closed); }
   bool closed() const { return closed_; }
 
  private:
@@ -100,7 +102,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     // trailers and for blocks decoded only for the HPACK state).
     std::shared_ptr<Stream> stream;
     RequestHeaderCheck check;  // RFC 9113 §8.2-8.3, field by field
-    bool bad_length = false;  // a content-length that is not a number, or two that differ
+    bool bad_length = false;   // a content-length that is not a number, or two that differ
     size_t list_size = 0;
     bool too_large = false;
     const char* malformed = nullptr;  // the first problem found

@@ -67,6 +67,10 @@ struct ConnectionCounters {
   std::atomic<uint64_t> stream_errors{0};      // RST_STREAM we sent (not NO_ERROR)
   std::atomic<uint64_t> connection_errors{0};  // GOAWAY we sent with an error code
   std::atomic<uint64_t> peer_resets{0};        // RST_STREAM received
+  // Connections the peer reset (or whose transport failed), as HTTP/1.1 counts them.
+  std::atomic<uint64_t> transport_resets{0};
+  // Closing connections released after lingering without the peer's close, as HTTP/1.1.
+  std::atomic<uint64_t> linger_timeouts{0};
   std::atomic<uint64_t> refused_streams{0};    // over max_concurrent_streams
   // Answered streams whose request the client had not ended after unfinished_request_timeout.
   std::atomic<uint64_t> early_answer_resets{0};

@@ -56,9 +56,8 @@ class Server::Dispatcher final : public http::RequestDispatcher {
         workers_(workers),
         hooks_(hooks),
         not_found_(not_found != nullptr && *not_found ? not_found : nullptr),
-        method_not_allowed_(method_not_allowed != nullptr && *method_not_allowed
-                                ? method_not_allowed
-                                : nullptr) {}
+        method_not_allowed_(
+            method_not_allowed != nullptr && *method_not_allowed ? method_not_allowed : nullptr) {}
 
   const http::Handler* Route(http::Request& req, http::Response& res) override {
     thread_local http::RouteMatch match;
@@ -107,16 +106,9 @@ class Server::Dispatcher final : public http::RequestDispatcher {
 
 // A served connection of either protocol.
 struct Server::Served {
-  std::shared_ptr<http1::Connection> h1;
-  std::shared_ptr<http2::Connection> h2;
-  void BeginShutdown() const {
-    if (h1) h1->BeginShutdown();
-    if (h2) h2->BeginShutdown();
-  }
-  void Abort() const {
-    if (h1) h1->Abort();
-    if (h2) h2->Abort();
-  }
+  std::shared_ptr<http::ProtocolConnection> conn;  // either protocol, through one lifecycle
+  void BeginShutdown() const { conn->BeginShutdown(); }
+  void Abort() const { conn->Abort(); }
 };
 
 // A cleartext connection whose protocol is not known yet.
@@ -168,7 +160,8 @@ Server::Server(ServerOptions options) : options_(std::move(options)) {
     if (set_apart && options_error_.ok()) {
       options_error_ = InvalidArgumentError(std::string("ServerOptions::") + field +
                                             " is set by the server for both protocols: set "
-                                            "ServerOptions::limits." + instead + " instead");
+                                            "ServerOptions::limits." +
+                                            instead + " instead");
     }
   };
   conflict(options_.http1.max_body_bytes != h1.max_body_bytes &&
@@ -359,8 +352,7 @@ void Server::OnAccept(LoopState* state, std::shared_ptr<SocketConnection> socket
 }
 
 void Server::Serve(LoopState* state, std::unique_ptr<Transport> transport) {
-  const bool http2 =
-      options_.enable_http2 && (transport->alpn() == "h2" || !options_.enable_http1);
+  const bool http2 = options_.enable_http2 && (transport->alpn() == "h2" || !options_.enable_http1);
   ServeProtocol(state, std::move(transport), http2);
 }
 
@@ -453,19 +445,14 @@ void Server::Sniff(LoopState* state, std::unique_ptr<Transport> transport) {
 void Server::ServeProtocol(LoopState* state, std::unique_ptr<Transport> transport, bool http2) {
   EventLoop* loop = state->thread->loop();
   Served served;
-  const void* key;
-  std::function<void(std::function<void()>)> set_on_closed;
   if (http2) {
-    auto conn = std::make_shared<http2::Connection>(std::move(transport), options_.http2,
-                                                    dispatcher_.get(), &h2_counters_, pool_);
-    key = conn.get();
-    served.h2 = conn;
+    served.conn = std::make_shared<http2::Connection>(std::move(transport), options_.http2,
+                                                      dispatcher_.get(), &h2_counters_, pool_);
   } else {
-    auto conn = std::make_shared<http1::Connection>(std::move(transport), options_.http1,
-                                                    dispatcher_.get(), &counters_);
-    key = conn.get();
-    served.h1 = conn;
+    served.conn = std::make_shared<http1::Connection>(std::move(transport), options_.http1,
+                                                      dispatcher_.get(), &counters_);
   }
+  const void* const key = served.conn.get();
   state->connections.emplace(key, served);
   open_connections_.fetch_add(1, std::memory_order_relaxed);
   auto on_closed = [this, state, key, loop] {
@@ -481,13 +468,8 @@ void Server::ServeProtocol(LoopState* state, std::unique_ptr<Transport> transpor
       }
     });
   };
-  if (served.h2) {
-    served.h2->SetOnClosed(on_closed);
-    served.h2->Start();
-  } else {
-    served.h1->SetOnClosed(on_closed);
-    served.h1->Start();
-  }
+  served.conn->SetOnClosed(on_closed);
+  served.conn->Start();
   if (state->shutting_down) served.BeginShutdown();
 }
 
@@ -501,7 +483,7 @@ std::string Server::ProtocolList() const {
 
 std::string Server::ReadyLine() const {
   return "ready address=" + HostPort(options_.address, port_) +
- " scheme=" + (options_.tls.enabled ? "https" : "http") + " protocols=" + ProtocolList() +
+         " scheme=" + (options_.tls.enabled ? "https" : "http") + " protocols=" + ProtocolList() +
          " pid=" + std::to_string(getpid());
 }
 
@@ -608,8 +590,8 @@ ServerStats Server::stats() const {
   s.body_too_large = get(counters_.body_too_large);
   s.header_timeouts = get(counters_.header_timeouts);
   s.idle_timeouts = get(counters_.idle_timeouts);
-  s.peer_resets = get(counters_.peer_resets);
-  s.linger_timeouts = get(counters_.linger_timeouts);
+  s.peer_resets = get(counters_.peer_resets) + get(h2_counters_.transport_resets);
+  s.linger_timeouts = get(counters_.linger_timeouts) + get(h2_counters_.linger_timeouts);
   s.invalid_responses = get(counters_.invalid_responses);
   s.handler_failures = get(counters_.handler_failures) + get(h2_counters_.handler_failures);
   s.deferred_timeouts = get(counters_.deferred_timeouts) + get(h2_counters_.deferred_timeouts);
@@ -669,7 +651,7 @@ std::vector<telemetry::MetricFamily> Server::MetricFamilies() const {
       one(s.send_timeouts));
   add("sluice_idle_timeouts_total", "Connections closed for idleness.", kCounter,
       one(s.idle_timeouts));
-  add("sluice_peer_resets_total", "HTTP/1.1 connections the peer reset.", kCounter,
+  add("sluice_peer_resets_total", "Connections the peer reset (HTTP/1.1 and HTTP/2).", kCounter,
       one(s.peer_resets));
   add("sluice_linger_timeouts_total", "Connections released after lingering.", kCounter,
       one(s.linger_timeouts));

@@ -141,7 +141,9 @@ struct ServerStats {
   uint64_t body_too_large = 0;
   uint64_t header_timeouts = 0;
   uint64_t idle_timeouts = 0;
+  // Connections the peer reset (or whose transport failed), both protocols.
   uint64_t peer_resets = 0;
+  // Closing connections released after lingering without the peer's close, both protocols.
   uint64_t linger_timeouts = 0;
   uint64_t invalid_responses = 0;
   // Handlers that threw, both protocols: their exchange failed (a 500, or the response cut short),

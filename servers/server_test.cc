@@ -803,7 +803,8 @@ TEST_P(ServerTest, GivesTheMemoryOfABurstBackToTheSystemOnceIdle) {
     const uint64_t kept = diagnostic ? 64 * 4096 : 2 * 64 * 4096;
     EXPECT_TRUE(wait_for([&](const MemoryPoolStats& st) {
       return st.released_bytes + st.live_bytes + kept >= used;
-    })) << "used " << used << ", released " << pool.stats().released_bytes << ", live "
+    })) << "used "
+        << used << ", released " << pool.stats().released_bytes << ", live "
         << pool.stats().live_bytes;
     EXPECT_GT(pool.stats().trimmed_bytes, 0u);
     clients.clear();
@@ -1001,9 +1002,9 @@ TEST_P(ServerTest, AResetWhileTheHandlerRunsOnAWorkerStillEndsTheExchange) {
     const uint64_t resets = server_->stats().peer_resets;
     auto client = Connect();
     ASSERT_NE(client, nullptr);
-    ASSERT_TRUE(client->Send(
-        "POST /held-echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n" +
-        std::string(1000, 'a')));
+    ASSERT_TRUE(
+        client->Send("POST /held-echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n" +
+                     std::string(1000, 'a')));
     ASSERT_TRUE(hold_.WaitEntered(kPromptly));
     client->CloseWithReset();
     ASSERT_TRUE(WaitFor([&] { return server_->stats().peer_resets > resets; }));
@@ -1212,6 +1213,41 @@ TEST_P(ServerTest, ReleasesAClosingConnectionWhosePeerNeverCloses) {
   EXPECT_LT(steady_clock::now() - start, milliseconds(1000));
 }
 
+// The client preface and an empty SETTINGS frame: an HTTP/2 connection with prior knowledge.
+std::string Http2Preface() {
+  return std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") + std::string("\0\0\0\4\0\0\0\0\0", 9);
+}
+
+// HTTP/2 connections go through the same lifecycle as HTTP/1.1 and are counted the same way: a
+// reset by the peer, and a release after lingering.
+TEST_P(ServerTest, AnHttp2ConnectionThePeerResetsIsCounted) {
+  StartServer();
+  const uint64_t resets = server_->stats().peer_resets;
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Send(Http2Preface()));
+  ASSERT_TRUE(WaitFor([&] { return server_->stats().h2_connections > 0; }));
+  client->CloseWithReset();
+  ASSERT_TRUE(WaitFor([&] { return server_->stats().peer_resets > resets; }));
+  EXPECT_TRUE(WaitFor([&] { return server_->stats().open_connections == 0; }));
+}
+
+TEST_P(ServerTest, ReleasesAClosingHttp2ConnectionWhosePeerNeverCloses) {
+  options_.limits.idle_timeout = milliseconds(100);
+  options_.limits.linger_timeout = milliseconds(300);
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Send(Http2Preface()));
+  // Idle: GOAWAY, then our side closes; the client reads to the end but keeps its socket open.
+  std::string frames;
+  EXPECT_EQ(client->WaitForClose(kPromptly, &frames, /*allow_data=*/true), CloseOutcome::kEof);
+  EXPECT_NE(frames.find(std::string("\x07\0", 2)), std::string::npos) << "no GOAWAY";
+  ASSERT_TRUE(WaitFor([&] { return server_->stats().linger_timeouts == 1; }))
+      << server_->stats().linger_timeouts;
+  EXPECT_TRUE(WaitFor([&] { return server_->stats().open_connections == 0; }));
+}
+
 // A response far larger than the socket buffers, to a reader that pauses past the keep-alive
 // and linger timeouts before taking it: idleness counts from when the response was handed to
 // the kernel, and the close that follows is a FIN after the last byte, never a reset that
@@ -1224,11 +1260,11 @@ TEST_P(ServerTest, AReaderThatPausesGetsAllOfAResponseThatOutlastsTheTimeouts) {
   const std::string piece = TestPattern(64 * 1024, 7);  // what /stream repeats
   for (const bool close : {false, true}) {
     SCOPED_TRACE(close ? "Connection: close" : "keep-alive");
-    auto client = Connect(
-        HttpTestClient::Options{.timeout = milliseconds(20'000), .receive_buffer = 8192});
+    auto client =
+        Connect(HttpTestClient::Options{.timeout = milliseconds(20'000), .receive_buffer = 8192});
     ASSERT_NE(client, nullptr);
-    ASSERT_TRUE(client->Send(Get("/stream?bytes=" + std::to_string(kBytes),
-                                 close ? "Connection: close\r\n" : "")));
+    ASSERT_TRUE(client->Send(
+        Get("/stream?bytes=" + std::to_string(kBytes), close ? "Connection: close\r\n" : "")));
     poll(nullptr, 0, 600);  // the reader busy elsewhere: the scenario, not a sync
     auto r = client->ReadResponse();
     ASSERT_TRUE(r.ok()) << r.status().ToString();
