@@ -271,6 +271,7 @@ void Connection::Start() {
   preface_timer_ = loop_->RunAfter(options_.preface_timeout, [weak] {
     if (auto self = weak.lock()) {
       self->preface_timer_ = 0;
+      self->counters_->preface_timeouts.fetch_add(1, std::memory_order_relaxed);
       self->HandleError(
           Http2Error::Connection(ErrorCode::kSettingsTimeout, "no preface and SETTINGS in time"));
     }
@@ -1148,6 +1149,7 @@ void Connection::ScheduleIdleCheck(EventLoop::Clock::duration delay) {
       self->ScheduleIdleCheck(self->options_.idle_timeout);
       return;
     }
+    self->counters_->idle_timeouts.fetch_add(1, std::memory_order_relaxed);
     self->BeginShutdown();
   });
 }

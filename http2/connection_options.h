@@ -71,6 +71,11 @@ struct ConnectionCounters {
   std::atomic<uint64_t> transport_resets{0};
   // Closing connections released after lingering without the peer's close, as HTTP/1.1.
   std::atomic<uint64_t> linger_timeouts{0};
+  // Connections whose preface and first SETTINGS did not arrive within preface_timeout (GOAWAY
+  // SETTINGS_TIMEOUT): HTTP/1.1's header timeout.
+  std::atomic<uint64_t> preface_timeouts{0};
+  // Connections closed (GOAWAY NO_ERROR) after idle_timeout without streams.
+  std::atomic<uint64_t> idle_timeouts{0};
   std::atomic<uint64_t> refused_streams{0};    // over max_concurrent_streams
   // Answered streams whose request the client had not ended after unfinished_request_timeout.
   std::atomic<uint64_t> early_answer_resets{0};

@@ -588,8 +588,8 @@ ServerStats Server::stats() const {
   s.uri_too_long = get(counters_.uri_too_long);
   s.headers_too_large = get(counters_.headers_too_large);
   s.body_too_large = get(counters_.body_too_large);
-  s.header_timeouts = get(counters_.header_timeouts);
-  s.idle_timeouts = get(counters_.idle_timeouts);
+  s.header_timeouts = get(counters_.header_timeouts) + get(h2_counters_.preface_timeouts);
+  s.idle_timeouts = get(counters_.idle_timeouts) + get(h2_counters_.idle_timeouts);
   s.peer_resets = get(counters_.peer_resets) + get(h2_counters_.transport_resets);
   s.linger_timeouts = get(counters_.linger_timeouts) + get(h2_counters_.linger_timeouts);
   s.invalid_responses = get(counters_.invalid_responses);

@@ -139,7 +139,9 @@ struct ServerStats {
   uint64_t uri_too_long = 0;
   uint64_t headers_too_large = 0;
   uint64_t body_too_large = 0;
+  // Heads (HTTP/1.1) or prefaces (HTTP/2) that did not arrive within limits.header_timeout.
   uint64_t header_timeouts = 0;
+  // Connections closed for idleness, both protocols (and cleartext ones that never sent a byte).
   uint64_t idle_timeouts = 0;
   // Connections the peer reset (or whose transport failed), both protocols.
   uint64_t peer_resets = 0;

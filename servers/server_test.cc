@@ -1245,7 +1245,24 @@ TEST_P(ServerTest, ReleasesAClosingHttp2ConnectionWhosePeerNeverCloses) {
   EXPECT_NE(frames.find(std::string("\x07\0", 2)), std::string::npos) << "no GOAWAY";
   ASSERT_TRUE(WaitFor([&] { return server_->stats().linger_timeouts == 1; }))
       << server_->stats().linger_timeouts;
+  EXPECT_EQ(server_->stats().idle_timeouts, 1u);
   EXPECT_TRUE(WaitFor([&] { return server_->stats().open_connections == 0; }));
+}
+
+TEST_P(ServerTest, AnHttp2PrefaceWithoutSettingsInTimeIsAHeaderTimeout) {
+  options_.limits.header_timeout = milliseconds(100);
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  // The preface's first 24 bytes choose HTTP/2; the SETTINGS frame that must follow never comes.
+  ASSERT_TRUE(client->Send(Http2Preface().substr(0, 24)));
+  std::string frames;
+  EXPECT_EQ(client->WaitForClose(kPromptly, &frames, /*allow_data=*/true), CloseOutcome::kEof);
+  // GOAWAY (type 7, no flags, stream 0), last stream 0, error SETTINGS_TIMEOUT (0x4).
+  const std::string goaway("\x07" + std::string(12, '\0') + "\x04");
+  EXPECT_NE(frames.find(goaway), std::string::npos) << "no GOAWAY(SETTINGS_TIMEOUT)";
+  EXPECT_TRUE(WaitFor([&] { return server_->stats().header_timeouts == 1; }))
+      << server_->stats().header_timeouts;
 }
 
 // A response far larger than the socket buffers, to a reader that pauses past the keep-alive
