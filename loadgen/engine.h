@@ -44,135 +44,31 @@
 // schedule, the tickets, the timeout sweep, the histograms and the counters are
 // protocol-neutral.
 //
+// The parts: LoadSpec and the request's serialization are in loadgen/spec.h, RunResult and its
+// merge in loadgen/result.h (both included here). Inside the engine, each loop thread is a worker
+// (loadgen/worker.h: pacing, tickets, the sweep, the counters) that drives its connections through
+// one client interface (loadgen/client.h), implemented once per protocol
+// (loadgen/http1_client.h, loadgen/http2_client.h).
+//
 // Thread contract: Engine is thread-compatible, except Stop() and progress(), which are
 // thread-safe. Run() blocks its caller; the loops run on their own threads.
 #ifndef SLUICE_LOADGEN_ENGINE_H_
 #define SLUICE_LOADGEN_ENGINE_H_
 
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "core/memory_pool.h"
 #include "core/mutex.h"
-#include "core/tls.h"
 #include "core/status.h"
-#include "loadgen/histogram.h"
+#include "loadgen/result.h"
+#include "loadgen/spec.h"
 
 namespace sluice::loadgen {
-
-enum class Protocol : uint8_t { kHttp1, kHttp2 };
-
-// What to run. The gRPC agent receives exactly this.
-struct LoadSpec {
-  // Where to connect: SocketAddress syntax ("127.0.0.1:8080", "[::1]:8080").
-  std::string address;
-  // The Host header ("localhost:8080"); a Host among `headers` replaces it.
-  std::string authority;
-  std::string method = "GET";
-  // The request-target (origin-form, starts with '/').
-  std::string path = "/";
-  // Extra header fields, in order.
-  std::vector<std::pair<std::string, std::string>> headers;
-  // The request body; sent with a Content-Length unless `headers` sets one.
-  std::string body;
-
-  // Connections, spread over `threads` event loops (at least one connection per thread).
-  int connections = 10;
-  int threads = 1;
-  // Measured requests in total (after the warmup); 0: run for `duration` instead.
-  uint64_t requests = 0;
-  std::chrono::nanoseconds duration = std::chrono::seconds(10);
-  // Load before the measurement starts; nothing sent or completed in it is counted.
-  std::chrono::nanoseconds warmup{0};
-  // Requests per second over all connections; 0: closed loop (as fast as possible).
-  double rate = 0;
-  // Requests in flight per connection (HTTP/1.1 pipelining), written in one flush; 1: plain
-  // keep-alive.
-  int pipeline = 1;
-  // HTTP/1.1, or HTTP/2 (h2c by prior knowledge in cleartext, ALPN "h2" over TLS).
-  Protocol protocol = Protocol::kHttp1;
-  // HTTP/2: concurrent streams per connection (h2load's -m).
-  int max_streams = 1;
-  // TLS (https://). The server name (SNI, certificate check) is the host part of `authority`.
-  bool tls = false;
-  // Skip the certificate check (-k).
-  bool insecure = false;
-  // A request unanswered this long after it was written is a timeout: counted, its connection
-  // closed and reopened. Also the connect timeout, and how long the end of a run waits for the
-  // requests in flight.
-  std::chrono::nanoseconds timeout = std::chrono::seconds(2);
-};
-
-// Checks a spec: INVALID_ARGUMENT naming the bad field (counts out of range, a method that is not
-// a token, a path that is not origin-form, header names and values that are not valid fields).
-[[nodiscard]] Status ValidateSpec(const LoadSpec& spec);
-
-// The request bytes sent for every request of `spec` (valid per ValidateSpec).
-std::string SerializeRequest(const LoadSpec& spec);
-
-// Socket-level errors. connect: failed connection attempts. read: connections that failed while
-// reading or that the server closed (EOF or reset) with requests in flight. write: connections
-// that failed while writing. timeout: requests unanswered within the timeout. bad_response:
-// responses that could not be parsed (the connection is closed).
-struct ErrorCounts {
-  uint64_t connect = 0;
-  uint64_t read = 0;
-  uint64_t write = 0;
-  uint64_t timeout = 0;
-  uint64_t bad_response = 0;
-
-  uint64_t total() const { return connect + read + write + timeout + bad_response; }
-};
-
-struct RunResult {
-  // Accounting (see the file comment): sent == completed + failed + unfinished.
-  uint64_t requests_sent = 0;
-  uint64_t requests_completed = 0;
-  uint64_t requests_failed = 0;
-  uint64_t requests_unfinished = 0;
-  // Completed responses by status code (100..599; index = code).
-  std::array<uint64_t, 600> status_codes{};
-  // Request and response bytes (heads and bodies) of the measured period.
-  uint64_t bytes_written = 0;
-  uint64_t bytes_read = 0;
-  ErrorCounts errors;
-  // Connections established, and of those, the ones that replaced a closed one.
-  uint64_t connections_opened = 0;
-  uint64_t reconnects = 0;
-  // Connection setup, kept apart from request latency: TCP connect plus, over TLS, the
-  // handshake (ns), one sample per established connection.
-  Histogram connect_latency;
-  uint64_t tls_handshakes = 0;
-  // Interim (1xx) responses skipped.
-  uint64_t interim_responses = 0;
-  // The measured period: from the end of the warmup to the last response (or the stop).
-  std::chrono::nanoseconds duration{0};
-  // When the measured period started on the wall clock (ns since the Unix epoch; 0: unknown), so
-  // a tool sampling the server (CPU, memory) can cut its samples to [start, start + duration].
-  int64_t start_unix_ns = 0;
-  // Latency from the actual send to the complete response, ns.
-  Histogram latency;
-  // Latency from the intended send time (constant rate); equal to `latency` in a closed loop.
-  Histogram corrected_latency;
-  // The first socket or parse error seen, for diagnostics ("" if none).
-  std::string first_error;
-
-  // Responses of one class (1..5 for 1xx..5xx).
-  uint64_t StatusClass(int hundreds) const;
-  // Completed requests per second over `duration`.
-  double RequestsPerSecond() const;
-  // Adds `other` (another thread's or agent's result): counts add, histograms merge exactly.
-  // The period becomes the union of both: from the earlier start to the later end (with an
-  // unknown start on either side, simply the longer duration).
-  void Merge(const RunResult& other);
-};
 
 // Live numbers while a run goes on (thread-safe snapshots; relaxed).
 struct Progress {
@@ -189,6 +85,9 @@ struct Progress {
 // a bad address, or UNAVAILABLE / DEADLINE_EXCEEDED naming the address and the reason
 // ("connection refused"). For a CLI that wants to fail fast on an unreachable target.
 [[nodiscard]] Status CheckReachable(const std::string& address, std::chrono::nanoseconds timeout);
+
+class Worker;
+struct RunPlan;
 
 class Engine {
  public:
@@ -217,27 +116,13 @@ class Engine {
   const LoadSpec& spec() const { return spec_; }
 
  private:
-  class Worker;
-  friend class Worker;
-
   explicit Engine(LoadSpec spec);
   void WorkerFinished();
 
   const LoadSpec spec_;
-  // `pipeline` copies of the request, so n requests are one copy of its first n * request_size_.
-  const std::string request_batch_;
-  const size_t request_size_;
-  const bool head_request_;
-  // TLS (https): the client context, shared by every connection.
-  std::shared_ptr<TlsContext> tls_context_;
-  // HTTP/2: the request's header list (pseudo-headers first, lowercase names).
-  std::vector<std::pair<std::string, std::string>> h2_fields_;
-  MemoryPool pool_;
-  // Measured requests handed out so far (requests mode): a connection claims its tickets before
-  // sending, one atomic add per flush.
-  std::atomic<uint64_t> tickets_issued_{0};
-  int64_t start_ns_ = 0;          // steady_clock, ns
-  int64_t measure_start_ns_ = 0;  // start + warmup
+  // What the workers share: the request prepared once, the TLS context, the buffer pool, the
+  // schedule's origin and the tickets.
+  const std::unique_ptr<RunPlan> plan_;
   // The running workers (owned by Run), for Stop and progress.
   std::vector<Worker*> workers_ ABSL_GUARDED_BY(mu_);
   bool ran_ = false;

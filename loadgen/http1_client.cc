@@ -1,0 +1,175 @@
+#include "loadgen/http1_client.h"
+
+#include <algorithm>
+#include <string>
+
+#include "loadgen/worker.h"
+
+namespace sluice::loadgen {
+
+Http1Client::Http1Client(Worker* worker, int index)
+    : Client(worker, index, static_cast<size_t>(worker->spec().pipeline)),
+      pipeline_(static_cast<size_t>(worker->spec().pipeline)),
+      ring_(pipeline_),
+      // A client reads what servers send: no body-size or trailer policy to enforce.
+      chunked_(http1::ChunkedLimits{.max_body_bytes = UINT64_MAX}) {}
+
+uint64_t Http1Client::MeasuredInFlight() const {
+  uint64_t n = 0;
+  for (size_t i = 0; i < ring_size_; ++i) n += ring_[(ring_head_ + i) % pipeline_].measured;
+  return n;
+}
+
+size_t Http1Client::Sendable() const {
+  if (!reusable_) return 0;
+  // Closed loop: the next batch once the previous one is answered, so a connection costs one
+  // writev per `pipeline_` requests rather than one per read.
+  if (!paced() && ring_size_ > 0) return 0;
+  return pipeline_ - ring_size_;
+}
+
+Status Http1Client::WriteRequests(size_t count, int64_t now, uint64_t* bytes_each) {
+  const RunPlan& plan = w_->plan();
+  *bytes_each = plan.request_size;
+  if (Status s =
+          Out().Write(std::string_view(plan.request_batch).substr(0, count * plan.request_size));
+      !s.ok()) {
+    return s;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    const int64_t intended = IntendedTime(i, now);
+    size_t slot = ring_head_ + ring_size_;
+    if (slot >= pipeline_) slot -= pipeline_;
+    ring_[slot] = InFlight{intended, now, intended >= plan.measure_start_ns};
+    ++ring_size_;
+  }
+  return OkStatus();
+}
+
+bool Http1Client::OnInput(ReadResult& in, int64_t now) {
+  const uint64_t generation = this->generation();
+  const BufferSequence& buffer = in.buffer;
+  size_t offset = 0;
+  Status bad;
+  // Parse everything buffered before sending anything: one flush per pass.
+  while (reusable_) {
+    if (body_ == Body::kHead) {
+      if (offset == buffer.size()) break;
+      if (ring_size_ == 0) {
+        bad = InvalidArgumentError("response without a request");
+        break;
+      }
+      const http1::ResponseParseOutcome r =
+          parser_.Parse(buffer, offset, w_->plan().head_request, &head_);
+      if (r.incomplete()) break;
+      if (r.error()) {
+        bad = r.ToStatus();
+        break;
+      }
+      offset += r.consumed;
+      if (r.interim_responses > 0) w_->RecordInterim(r.interim_responses, now);
+      if (head_.status_code == 101) {
+        bad = InvalidArgumentError("unexpected 101 Switching Protocols");
+        break;
+      }
+      status_ = head_.status_code;
+      keep_alive_ = head_.keep_alive;
+      switch (head_.framing) {
+        case http1::ResponseFraming::kNone:
+          CompleteResponse(now);
+          break;
+        case http1::ResponseFraming::kContentLength:
+          if (head_.content_length == 0) {
+            CompleteResponse(now);
+          } else {
+            body_ = Body::kLength;
+            body_left_ = head_.content_length;
+          }
+          break;
+        case http1::ResponseFraming::kChunked:
+          chunked_.Reset();
+          body_ = Body::kChunked;
+          break;
+        case http1::ResponseFraming::kUntilClose:
+          body_ = Body::kUntilClose;
+          break;
+      }
+    } else if (body_ == Body::kLength) {
+      const uint64_t n = std::min<uint64_t>(body_left_, buffer.size() - offset);
+      offset += static_cast<size_t>(n);
+      body_left_ -= n;
+      if (body_left_ > 0) break;
+      body_ = Body::kHead;
+      CompleteResponse(now);
+    } else if (body_ == Body::kChunked) {
+      chunk_data_.clear();  // the data itself is not needed; the vector keeps its capacity
+      const http1::ChunkedOutcome c = chunked_.Decode(buffer, offset, &chunk_data_);
+      offset += c.consumed;
+      if (c.error()) {
+        bad = InvalidArgumentError("bad chunked body: " + std::string(c.reason));
+        break;
+      }
+      if (!c.done()) break;
+      body_ = Body::kHead;
+      CompleteResponse(now);
+    } else {  // kUntilClose: everything up to the end
+      offset = buffer.size();
+      break;
+    }
+  }
+  w_->RecordRead(offset, now);
+  // Examined everything: the next read waits for new bytes.
+  In().AdvanceTo(offset, buffer.size()).IgnoreError();
+  if (!bad.ok()) {
+    w_->CountError(&ErrorCounts::bad_response, bad, now);
+    Drop(now);
+    return false;
+  }
+  if (in.is_completed) {
+    if (body_ == Body::kUntilClose && in.status.ok()) {
+      body_ = Body::kHead;
+      CompleteResponse(now);
+    }
+    OnInputEnded(in, now, "server closed the connection with requests in flight");
+    return false;
+  }
+  if (!reusable_ && ring_size_ == 0) {
+    // The server announced the close and everything asked was answered: move on at once.
+    Drop(now);
+    return false;
+  }
+  FillPipeline(now);
+  return generation == this->generation();
+}
+
+Client::InFlight Http1Client::PopInFlight() {
+  const InFlight f = ring_[ring_head_];
+  ring_head_ = ring_head_ + 1 == pipeline_ ? 0 : ring_head_ + 1;
+  --ring_size_;
+  return f;
+}
+
+void Http1Client::CompleteResponse(int64_t now) {
+  const InFlight f = PopInFlight();
+  w_->RecordCompletion(f.intended_ns, f.sent_ns, f.measured, status_, now);
+  if (!keep_alive_) reusable_ = false;
+}
+
+const Client::InFlight* Http1Client::Overdue(int64_t now) const {
+  // The oldest request is the first to time out.
+  if (ring_size_ == 0 || now - ring_[ring_head_].sent_ns < w_->timeout_ns()) return nullptr;
+  return &ring_[ring_head_];
+}
+
+void Http1Client::FailInFlight() {
+  while (ring_size_ > 0) w_->RecordFailure(PopInFlight().measured);
+}
+
+void Http1Client::OnClosed() {
+  ring_head_ = ring_size_ = 0;
+  parser_.Reset();
+  body_ = Body::kHead;
+  reusable_ = true;
+}
+
+}  // namespace sluice::loadgen
