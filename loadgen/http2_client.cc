@@ -49,6 +49,7 @@ size_t Http2Client::Sendable() const {
 Status Http2Client::WriteRequests(size_t count, int64_t now, uint64_t* bytes_each) {
   const int64_t measure_start = w_->plan().measure_start_ns;
   const size_t before = out_.size();  // control frames (and the preface) come first
+  const uint32_t first_id = session_->next_stream_id();  // the batch's ids: first_id + 2 i
   for (size_t i = 0; i < count; ++i) {
     const int64_t intended = IntendedTime(i, now);
     const uint32_t id = session_->SendRequest(&out_);
@@ -58,6 +59,14 @@ Status Http2Client::WriteRequests(size_t count, int64_t now, uint64_t* bytes_eac
   *bytes_each = (out_.size() - before) / count;
   const Status s = Out().Write(out_);
   out_.clear();
+  if (!s.ok()) {
+    // None of the batch went out, and none of it was counted as sent: the drop that follows
+    // must not fail these streams (that would count failures of requests never sent).
+    for (size_t i = 0; i < count; ++i) {
+      slots_[SlotOf(first_id + 2 * static_cast<uint32_t>(i))] = StreamSlot{};
+    }
+    in_flight_ -= count;
+  }
   return s;
 }
 
