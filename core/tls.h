@@ -1,6 +1,6 @@
 // TLS over a SocketConnection: the adapter the HTTP/1.1 and HTTP/2 servers
 // and the load generator put between the socket's ciphertext pipes and the
-// application (docs/architecture.md §1, "Protocol selection").
+// application (docs/architecture.md §1, "Choosing the protocol").
 //
 //   socket ──▶ socket input Pipe ──SSL_read──▶ plaintext input Pipe  ──▶ tls->input()
 //   socket ◀── socket output Pipe ◀─SSL_write── plaintext output Pipe ◀── tls->output()

@@ -5,7 +5,7 @@
 // DateCache does that once per second and otherwise returns the same 29 bytes, after one coarse
 // clock read (a vDSO call, no system call).
 //
-//   sluice::http1::DateCache& dates = sluice::http1::DateCache::ForThisThread();
+//   sluice::http::DateCache& dates = sluice::http::DateCache::ForThisThread();
 //   std::string_view date = dates.Now();   // "Sun, 06 Nov 1994 08:49:37 GMT"
 //
 // Thread-safety: thread-compatible. Each thread uses its own cache (ForThisThread(), or one

@@ -34,9 +34,10 @@ struct ConnectionOptions {
   // connection can be kept; a larger one closes the connection instead.
   uint64_t max_discard_bytes = 1 << 20;
   // How long a closing connection keeps reading (and dropping) the peer's
-  // bytes after its last response, waiting for the peer to close. Past it
-  // the socket is released (with a reset if the peer still had not taken
-  // all of the response: ConnectionCounters::linger_timeouts).
+  // bytes after its last response, waiting for the peer to close. Past it, once all of the
+  // response was handed to the kernel, the socket is released without a reset
+  // (ConnectionCounters::linger_timeouts); while the peer is still taking it, lingering goes on
+  // (send_timeout below bounds a peer that stopped).
   std::chrono::milliseconds linger_timeout{2'000};
   // A closing or idle connection whose unsent output (the end of a response a slow reader is
   // still taking) has not moved this long is aborted with a reset: ConnectionCounters::

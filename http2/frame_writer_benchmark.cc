@@ -1,18 +1,19 @@
-// DATA frames per second through the HTTP/2 FrameWriter with 1, 2, 4 and 8
-// threads writing at once, for each output strategy (docs/architecture.md §3):
+// Writes (FrameWriter::SendData calls) per second through the HTTP/2 FrameWriter with 1, 2, 4
+// and 8 threads writing at once, for each output strategy (docs/architecture.md §3):
 //
 //   ./bazelw run -c opt //benchmarks:frame_writer_benchmark --
 //       --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true
 //
-// Each producer thread owns one stream (as a handler on a worker pool does)
-// and writes DATA frames through FrameWriter::SendData ("frames" below count
-// those calls: `queue` merges a stream's staged writes into fewer, larger
-// frames, which is part of what it buys); a consumer thread
-// reads the connection's output pipe (the socket's part). In `queue` the
-// connection's loop is a real EventLoopThread that drains the queue when
-// woken. After the table the run prints the ratios single_lock/two_locks and
-// queue/single_lock, and per benchmark the lock counters per frame and the
-// flush coalescing ratio (flushes requested / performed).
+// Each producer thread owns one stream (as a handler on a worker pool does) and writes its
+// payload through FrameWriter::SendData. Every count below is per SendData call, not per DATA
+// frame on the wire: with the windows kept open the lock strategies put each write in a frame of
+// its own, while `queue` merges a stream's staged writes into fewer, larger frames, which is part
+// of what it buys. A consumer thread reads the connection's output pipe (the socket's part). In
+// `queue` the connection's loop is a real EventLoopThread that drains the queue when woken.
+// After the table the run prints the ratios single_lock/two_locks and queue/single_lock of
+// writes per second; per benchmark, the lock acquisitions, contended acquisitions and performed
+// flushes per write (acq/write, contended/write, flushes/write) and the flush coalescing ratio
+// (flushes requested / performed).
 #include <benchmark/benchmark.h>
 
 #include <atomic>
@@ -32,8 +33,8 @@
 namespace sluice::http2 {
 namespace {
 
-// Frames per benchmark iteration, split over the producers.
-constexpr uint64_t kFramesPerRound = 4096;
+// SendData calls per benchmark iteration, split over the producers.
+constexpr uint64_t kWritesPerRound = 4096;
 // Windows start here and are topped up after every round, so flow control
 // never stops the producers (it is measured elsewhere).
 constexpr uint32_t kWindow = 1u << 30;
@@ -77,11 +78,11 @@ class Rig {
     writer_.reset();
   }
 
-  void RunRound(uint64_t frames_each) {
+  void RunRound(uint64_t writes_each) {
     target_.store(UINT64_MAX);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      frames_each_ = frames_each;
+      writes_each_ = writes_each;
       running_ = producers_.size();
       ++generation_;
     }
@@ -92,7 +93,7 @@ class Rig {
     // In `queue` the loop may still be framing what the producers staged
     // (and merges a stream's writes into larger frames): wait until every
     // payload byte is in a frame, then until the consumer read them all.
-    expected_payload_ += frames_each * payload_ * producers_.size();
+    expected_payload_ += writes_each * payload_ * producers_.size();
     while (stats_.Snapshot().data_bytes < expected_payload_) std::this_thread::yield();
     const ConcurrentPipeWriterCounters p = writer_->pipe_counters();
     lock.lock();
@@ -100,7 +101,7 @@ class Rig {
     done_cv_.wait(lock, [this] { return consumed_.load() >= target_.load(); });
     lock.unlock();
     // Give back the windows this round used.
-    const auto per_stream = static_cast<uint32_t>(frames_each * payload_);
+    const auto per_stream = static_cast<uint32_t>(writes_each * payload_);
     for (auto& s : streams_) (void)writer_->GrowStreamWindow(*s, per_stream);
     (void)writer_->GrowConnectionWindow(per_stream * static_cast<uint32_t>(streams_.size()));
   }
@@ -118,15 +119,15 @@ class Rig {
     const std::vector<uint8_t> payload(payload_, static_cast<uint8_t>('a' + id));
     uint64_t seen = 0;
     while (true) {
-      uint64_t frames;
+      uint64_t writes;
       {
         std::unique_lock<std::mutex> lock(mu_);
         round_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
         if (stop_) return;
         seen = generation_;
-        frames = frames_each_;
+        writes = writes_each_;
       }
-      for (uint64_t i = 0; i < frames; ++i) (void)writer_->SendData(*streams_[id], payload, false);
+      for (uint64_t i = 0; i < writes; ++i) (void)writer_->SendData(*streams_[id], payload, false);
       std::lock_guard<std::mutex> lock(mu_);
       if (--running_ == 0) done_cv_.notify_all();
     }
@@ -158,7 +159,7 @@ class Rig {
   std::condition_variable round_cv_;
   std::condition_variable done_cv_;
   uint64_t generation_ = 0;
-  uint64_t frames_each_ = 0;
+  uint64_t writes_each_ = 0;
   size_t running_ = 0;
   bool stop_ = false;
   uint64_t expected_payload_ = 0;  // RunRound's thread
@@ -171,25 +172,25 @@ class Rig {
 void RunStrategy(benchmark::State& state, OutputStrategy strategy) {
   const int producers = static_cast<int>(state.range(0));
   const size_t payload = static_cast<size_t>(state.range(1));
-  const uint64_t frames_each = kFramesPerRound / producers;
+  const uint64_t writes_each = kWritesPerRound / producers;
   Rig rig(strategy, producers, payload);
   const OutputCounters before = rig.counters();
-  for (auto _ : state) rig.RunRound(frames_each);
+  for (auto _ : state) rig.RunRound(writes_each);
   const OutputCounters c = rig.counters();
-  const double frames = static_cast<double>(state.iterations() * frames_each * producers);
-  state.SetItemsProcessed(static_cast<int64_t>(frames));
-  auto per = [&](uint64_t a, uint64_t b) { return static_cast<double>(a - b) / frames; };
-  state.counters["acq/frame"] =
+  const double writes = static_cast<double>(state.iterations() * writes_each * producers);
+  state.SetItemsProcessed(static_cast<int64_t>(writes));
+  auto per = [&](uint64_t a, uint64_t b) { return static_cast<double>(a - b) / writes; };
+  state.counters["acq/write"] =
       per(c.frame_lock.acquisitions + c.pipe_lock.acquisitions + c.queue_lock.acquisitions +
               c.stage_lock.acquisitions,
           before.frame_lock.acquisitions + before.pipe_lock.acquisitions +
               before.queue_lock.acquisitions + before.stage_lock.acquisitions);
-  state.counters["contended/frame"] =
+  state.counters["contended/write"] =
       per(c.frame_lock.contended + c.pipe_lock.contended + c.queue_lock.contended +
               c.stage_lock.contended,
           before.frame_lock.contended + before.pipe_lock.contended + before.queue_lock.contended +
               before.stage_lock.contended);
-  state.counters["flushes/frame"] = per(c.flushes_performed, before.flushes_performed);
+  state.counters["flushes/write"] = per(c.flushes_performed, before.flushes_performed);
   state.counters["coalescing"] =
       static_cast<double>(c.flushes_requested - before.flushes_requested) /
       static_cast<double>(std::max<uint64_t>(c.flushes_performed - before.flushes_performed, 1));
@@ -241,8 +242,8 @@ int main(int argc, char** argv) {
       queue_single.push_back({label, "BM_FrameWriterQueue" + args, "BM_FrameWriterSingleLock" + args});
     }
   }
-  reporter.PrintRatios("frames/s, single_lock / two_locks", single_two);
-  reporter.PrintRatios("frames/s, queue / single_lock", queue_single);
+  reporter.PrintRatios("writes/s, single_lock / two_locks", single_two);
+  reporter.PrintRatios("writes/s, queue / single_lock", queue_single);
   benchmark::Shutdown();
   return 0;
 }

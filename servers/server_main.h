@@ -7,15 +7,13 @@
 //                                  [](sluice::Server& server) { server.Get(...); });
 //   }
 //
-// Flags: --address, --port (0 = ephemeral), --threads, --handler-threads,
-// --tls, --tls-cert, --tls-key, --tls-self-signed, --tls-cert-out,
-// --header-timeout-ms, --keep-alive-timeout-ms, --max-body-bytes, --max-connections,
-// --deferred-response-timeout-ms, --send-timeout-ms, --no-h2,
-// --protocols,
-// --h2-output, --h2-max-streams, --h2-stall-timeout-ms, --h2-unfinished-request-timeout-ms,
-// --telemetry, --metrics,
-// --tracing-ratio, --otlp-endpoint, --otlp-protocol, --access-log, --access-log-format, --help,
-// --version.
+// Flags (ServerUsage describes each): --address, --port (0 = ephemeral), --threads,
+// --handler-threads, --tls, --tls-cert, --tls-key, --tls-self-signed, --tls-cert-out,
+// --header-timeout-ms, --keep-alive-timeout-ms, --max-body-bytes, --send-timeout-ms,
+// --max-connections, --pool-trim-interval-ms, --deferred-response-timeout-ms, --no-h2,
+// --protocols, --h2-output, --h2-max-streams, --h2-stall-timeout-ms,
+// --h2-unfinished-request-timeout-ms, --telemetry, --metrics, --tracing-ratio, --otlp-endpoint,
+// --otlp-protocol, --access-log, --access-log-format, --help (or -h), --version.
 // A bad flag prints a message and the usage to stderr and exits 2. Once
 // listening, the server prints Server::ReadyLine() on stdout.
 //

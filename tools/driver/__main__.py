@@ -26,11 +26,11 @@ VERSION = "sluice bench 1.0 (" + environment.SCHEMA_VERSION + ")"
 
 EXAMPLES = """examples:
   bench run benchmarks/scenarios/plaintext_keepalive.yaml
-  bench compare --variant two_locks --variant single_lock benchmarks/scenarios/h2_70x1.yaml
+  bench compare --variant two_locks --variant single_lock benchmarks/scenarios/h2_strategies.yaml
   bench compare --baseline main --branch WORKTREE benchmarks/scenarios/plaintext_keepalive.yaml
   bench compare bench-out/a/result-A.json bench-out/b/result-A.json
   bench micro --baseline HEAD~1 --branch HEAD //benchmarks:pipe_benchmark
-  bench report bench-out/20261201-120000-h2_70x1/comparison.json
+  bench report bench-out/20261201-120000-h2_strategies/comparison.json
 """
 
 

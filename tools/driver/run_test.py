@@ -1,5 +1,9 @@
 """The driver end to end with real processes: //servers:test_server as the server (an external
 command, so nothing is built), //loadgen as the load through a local gRPC agent, on 127.0.0.1.
+Every server the driver stopped (all but the one made to crash) must have exited 0 on its SIGTERM
+with no sanitizer report on its stderr (the driver records the exit status in each iteration and
+keeps the server's stderr in the iteration's directory), so `--config=asan` / `--config=tsan` test
+a sanitized server here too.
 
     run_test.py TEST_SERVER LOADGEN
 """
@@ -11,6 +15,11 @@ import sys
 import tempfile
 import textwrap
 import unittest
+
+# The markers of a sanitizer report are those the server tests of servers/http2 look for. Their
+# module imports its sibling h2_harness by name; the runfiles root is the working directory.
+sys.path.append(os.path.join(os.getcwd(), "servers", "http2"))
+from server_under_test import SANITIZER_MARKERS  # noqa: E402  pylint: disable=wrong-import-position
 
 SERVER = ""
 LOADGEN = ""
@@ -49,6 +58,20 @@ class DriverTest(unittest.TestCase):
         with open(os.path.join(out_dir, name), encoding="utf-8") as f:
             return json.load(f)
 
+    def assert_server_exited_cleanly(self, out_dir, iteration):
+        """The iteration's server exited 0 when the driver stopped it, and its stderr (the
+        driver's ITERATION_DIR/server.stderr) holds no sanitizer report."""
+        with open(os.path.join(out_dir, iteration["dir"], "server.stderr"), encoding="utf-8",
+                  errors="replace") as f:
+            stderr = f.read()
+        where = "%s #%d" % (iteration["side"], iteration["index"])
+        self.assertEqual(iteration.get("exit_status"), 0,
+                         "%s: the server's exit status; its stderr:\n%s" % (where, stderr))
+        reports = [line for line in stderr.splitlines()
+                   if any(marker in line for marker in SANITIZER_MARKERS)]
+        self.assertEqual(reports, [], "%s: sanitizer reports; the server's stderr:\n%s"
+                         % (where, stderr))
+
     def test_startup_and_first_request_match_known_delays_and_sides_interleave(self):
         scenario = write_scenario(self.dir, "delays.yaml", f"""\
             description: known artificial delays
@@ -73,6 +96,8 @@ class DriverTest(unittest.TestCase):
         self.assertEqual(code, 0, err)
         fast = self.load(out_dir, "result-A.json")
         slow = self.load(out_dir, "result-B.json")
+        for it in fast["iterations"] + slow["iterations"]:
+            self.assert_server_exited_cleanly(out_dir, it)
         for it in slow["iterations"]:
             self.assertEqual(it["status"], "ok", it.get("error"))
             # Tolerance: process start-up and Python's own timing, well under 150 / 100 ms.
@@ -140,7 +165,10 @@ class DriverTest(unittest.TestCase):
         crashed = self.load(out_dir, "result-B.json")["iterations"][0]
         self.assertEqual(steady["status"], "ok", steady.get("error"))
         self.assertGreater(steady["rps"], 0)
+        self.assert_server_exited_cleanly(out_dir, steady)
         self.assertEqual(crashed["status"], "failed")
+        # abort(): killed by SIGABRT, or a sanitizer's exit status after its report of it.
+        self.assertNotIn(crashed["exit_status"], (0, None))
         self.assertIn("exited", crashed["error"])
         self.assertIn("aborting at request 3000", crashed["error"])  # its stderr tail
         self.assertIn("FAILED", err)
@@ -216,6 +244,8 @@ class DriverTest(unittest.TestCase):
         self.assertEqual(code, 0, err)
         its = self.load(out_dir, "result.json")["iterations"]
         self.assertEqual([it["profiled"] for it in its], [False, True])
+        for it in its:
+            self.assert_server_exited_cleanly(out_dir, it)
         stacks = its[1]["folded_stacks"]
         self.assertTrue(any(k.startswith("test_server;") for k in stacks), list(stacks)[:3])
         self.assertGreater(sum(stacks.values()), 100)
@@ -242,6 +272,9 @@ class DriverTest(unittest.TestCase):
         self.assertEqual(self.run_bench("run", scenario, "--out", a_dir)[0], 0)
         self.assertEqual(self.run_bench("run", scenario, "--out", b_dir,
                                         "--duration", "400ms")[0], 0)
+        for run_dir in (a_dir, b_dir):
+            for it in self.load(run_dir, "result.json")["iterations"]:
+                self.assert_server_exited_cleanly(run_dir, it)
         a, b = os.path.join(a_dir, "result.json"), os.path.join(b_dir, "result.json")
         out_dir = os.path.join(self.dir, "cmp")
         code, _, err = self.run_bench("compare", a, b, "--out", out_dir)
