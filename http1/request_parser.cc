@@ -1,26 +1,10 @@
 #include "http1/request_parser.h"
 
-#include <algorithm>
-#include <cstring>
-#include <span>
+#include <string_view>
 
 namespace sluice::http1 {
 
 namespace {
-
-// The contiguous overload's input, shaped like a BufferSequence (iteration and CopyTo) so one
-// template serves both.
-struct ContiguousInput {
-  std::span<const uint8_t> bytes;
-  const std::span<const uint8_t>* begin() const { return &bytes; }
-  const std::span<const uint8_t>* end() const { return &bytes + (bytes.empty() ? 0 : 1); }
-  size_t CopyTo(size_t offset, std::span<uint8_t> out) const {
-    if (offset >= bytes.size()) return 0;
-    const size_t n = std::min(out.size(), bytes.size() - offset);
-    if (n > 0) std::memcpy(out.data(), bytes.data() + offset, n);
-    return n;
-  }
-};
 
 Method MethodFromToken(std::string_view m) {
   switch (m.size()) {
@@ -134,29 +118,9 @@ std::string_view SplitTarget(Method method, std::string_view target, TargetParts
   return {};
 }
 
-// 1*DIGIT into a uint64_t. False on an empty value, any other byte (a list such as "5, 6"
-// included), or overflow.
-bool ParseContentLength(std::string_view s, uint64_t* out) {
-  if (s.empty()) return false;
-  uint64_t v = 0;
-  for (char c : s) {
-    if (!IsDigit(c)) return false;
-    const uint64_t d = static_cast<uint64_t>(c - '0');
-    if (v > (UINT64_MAX - d) / 10) return false;
-    v = v * 10 + d;
-  }
-  *out = v;
-  return true;
-}
-
 }  // namespace
 
-std::string_view RequestHead::Find(std::string_view name) const {
-  for (const Header& h : headers) {
-    if (EqualsIgnoreCase(h.name, name)) return h.value;
-  }
-  return {};
-}
+std::string_view RequestHead::Find(std::string_view name) const { return FindField(headers, name); }
 
 void RequestHead::Clear() {
   method = Method::kOther;
@@ -169,160 +133,59 @@ void RequestHead::Clear() {
   expect_continue = false;
 }
 
-RequestParser::RequestParser(ParseLimits limits) : limits_(limits) {}
+struct RequestParser::RequestLine {
+  using Outcome = ParseOutcome;
+
+  Outcome Fail(HeadFault fault) { return parser->Fail(fault); }
+  Outcome CheckStartLine(std::string_view line) { return parser->CheckRequestLine(line); }
+  Outcome Head(const ScannedHead& scanned) { return parser->ParseHead(scanned, head); }
+
+  RequestParser* parser;
+  RequestHead* head;
+};
+
+RequestParser::RequestParser(ParseLimits limits)
+    : limits_(limits),
+      scanner_(HeadScanLimits{.max_start_line = limits.max_request_line,
+                              .max_header_bytes = limits.max_header_bytes,
+                              .max_header_count = limits.max_header_count,
+                              .max_leading_empty_lines = limits.max_leading_empty_lines}) {}
 
 ParseOutcome RequestParser::Parse(const BufferSequence& input, size_t offset, RequestHead* head) {
-  return ParseChunks(input, offset, input.size(), head);
+  RequestLine line{this, head};
+  return scanner_.Scan(input, offset, input.size(), line);
 }
 
 ParseOutcome RequestParser::Parse(std::string_view input, RequestHead* head) {
-  const ContiguousInput chunks{{reinterpret_cast<const uint8_t*>(input.data()), input.size()}};
-  return ParseChunks(chunks, 0, input.size(), head);
+  RequestLine line{this, head};
+  return scanner_.Scan(ContiguousInput(input), 0, input.size(), line);
 }
 
 ParseOutcome RequestParser::Fail(uint16_t code, std::string_view reason) {
   ++counters_.errors;
-  scan_ = ScanState();
   return ParseOutcome::Error(code, reason);
 }
 
-char* RequestParser::Scratch(size_t size) {
-  if (scratch_size_ < size) {
-    // Bounded by the limits: at most max_request_line + 2 + max_header_bytes.
-    scratch_size_ = std::max(size, 2 * scratch_size_);
-    scratch_.reset(new char[scratch_size_]);
-  }
-  return scratch_.get();
-}
-
-template <typename Chunks>
-ParseOutcome RequestParser::ParseChunks(const Chunks& chunks, size_t offset, size_t size,
-                                        RequestHead* head) {
-  if (offset > size) return Fail(500, "offset past the end of the input");
-  const size_t available = size - offset;
-  // Input that cannot continue what was scanned before: start over (see Parse's contract).
-  if (scan_.scanned > available) scan_ = ScanState();
-  if (scan_.scanned == available) return ParseOutcome::Incomplete();
-
-  size_t chunk_start = 0;  // relative to the start of `chunks`
-  for (std::span<const uint8_t> chunk : chunks) {
-    const size_t chunk_end = chunk_start + chunk.size();
-    if (chunk_end > offset + scan_.scanned) {
-      const size_t first = std::max(chunk_start, offset);
-      const char* data = reinterpret_cast<const char*>(chunk.data()) + (first - chunk_start);
-      ParseOutcome r = ScanChunk(chunks, offset, data, first - offset, chunk_end - first, head);
-      if (!r.incomplete()) return r;
-    }
-    chunk_start = chunk_end;
-  }
-
-  // Limits that fire on an incomplete head. The scan's window already caught a line or section
-  // that ran past its limit inside a chunk; these catch one that reaches it exactly at the end of
-  // the input.
-  const size_t pending = scan_.scanned - scan_.line_start;
-  if (!scan_.in_headers && pending > limits_.max_request_line &&
-      !(pending == limits_.max_request_line + 1 && scan_.last == '\r')) {
-    ++counters_.request_line_too_long;
-    return Fail(414, "request line too long");
-  }
-  if (scan_.in_headers && scan_.scanned - scan_.headers_start >= limits_.max_header_bytes) {
-    ++counters_.header_bytes_too_large;
-    return Fail(431, "header section too large");
-  }
-  return ParseOutcome::Incomplete();
-}
-
-template <typename Chunks>
-ParseOutcome RequestParser::ScanChunk(const Chunks& chunks, size_t offset, const char* data,
-                                      size_t chunk_first, size_t chunk_len, RequestHead* head) {
-  const size_t chunk_end = chunk_first + chunk_len;
-  ScanState& s = scan_;
-  size_t pos = s.scanned;
-  while (pos < chunk_end) {
-    // A legitimate line ends before this: a request line of max_request_line bytes has its LF at
-    // line_start + max_request_line + 1, and the header section's final LF is inside
-    // max_header_bytes. Bounding memchr by it also bounds the work on a hostile stream.
-    const size_t limit_end = s.in_headers ? s.headers_start + limits_.max_header_bytes
-                                          : s.line_start + limits_.max_request_line + 2;
-    const size_t window_end = std::min(chunk_end, limit_end);
-    const void* lf = pos < window_end
-                         ? std::memchr(data + (pos - chunk_first), '\n', window_end - pos)
-                         : nullptr;
-    if (lf == nullptr) {
-      if (window_end < chunk_end) {
-        if (s.in_headers) {
-          ++counters_.header_bytes_too_large;
-          return Fail(431, "header section too large");
-        }
-        ++counters_.request_line_too_long;
-        return Fail(414, "request line too long");
-      }
-      pos = chunk_end;
-      break;
-    }
-    const size_t lf_pos = chunk_first + static_cast<size_t>(static_cast<const char*>(lf) - data);
-    // Strict line endings: every line ends in CRLF. A bare LF is accepted by some parsers and not
-    // by others, which is what request smuggling feeds on, so it is rejected, not tolerated
-    // (RFC 9112 §2.2 allows either).
-    const char before = lf_pos > chunk_first ? data[lf_pos - 1 - chunk_first] : s.last;
-    // Errors are reported in stream order: a request line of max_request_line + 1 bytes before a
-    // bare LF was already too long (414) one byte before the LF arrived, as the incomplete check
-    // in ParseChunks says when the input stops there.
-    if (!s.in_headers && lf_pos - s.line_start == limits_.max_request_line + 1 && before != '\r') {
+ParseOutcome RequestParser::Fail(HeadFault fault) {
+  switch (fault) {
+    case HeadFault::kOffsetPastEnd:
+      return Fail(500, "offset past the end of the input");
+    case HeadFault::kStartLineTooLong:
       ++counters_.request_line_too_long;
       return Fail(414, "request line too long");
-    }
-    if (lf_pos == s.line_start || before != '\r') return Fail(400, "bare LF line ending");
-    const size_t line_len = lf_pos - 1 - s.line_start;  // without CRLF
-    pos = lf_pos + 1;
-    if (!s.in_headers) {
-      if (line_len == 0) {
-        if (++s.empty_lines > limits_.max_leading_empty_lines) {
-          ++counters_.leading_empty_lines_too_many;
-          return Fail(400, "too many empty lines before the request line");
-        }
-        s.line_start = s.request_line = pos;
-        continue;
-      }
-      const char* line;
-      if (s.line_start >= chunk_first) {
-        line = data + (s.line_start - chunk_first);
-      } else {
-        // The request line started in an earlier chunk: copy it (at most max_request_line).
-        char* copy = Scratch(line_len);
-        chunks.CopyTo(offset + s.line_start, {reinterpret_cast<uint8_t*>(copy), line_len});
-        line = copy;
-      }
-      ParseOutcome r = CheckRequestLine({line, line_len});
-      if (!r.incomplete()) return r;
-      s.in_headers = true;
-      s.headers_start = s.line_start = pos;
-      continue;
-    }
-    if (line_len == 0) {
-      // The empty line: the head is [request_line, pos).
-      const size_t size = pos - s.request_line;
-      const char* bytes;
-      if (s.request_line >= chunk_first) {
-        bytes = data + (s.request_line - chunk_first);
-      } else {
-        // Spans chunks: linearize only the head (bounded by the limits) and parse the copy.
-        ++counters_.linearized;
-        char* copy = Scratch(size);
-        chunks.CopyTo(offset + s.request_line, {reinterpret_cast<uint8_t*>(copy), size});
-        bytes = copy;
-      }
-      return ParseHead(bytes, size, head);
-    }
-    if (++s.field_lines > limits_.max_header_count) {
+    case HeadFault::kHeaderSectionTooLarge:
+      ++counters_.header_bytes_too_large;
+      return Fail(431, "header section too large");
+    case HeadFault::kTooManyFields:
       ++counters_.header_count_too_large;
       return Fail(431, "too many header fields");
-    }
-    s.line_start = pos;
+    case HeadFault::kTooManyEmptyLines:
+      ++counters_.leading_empty_lines_too_many;
+      return Fail(400, "too many empty lines before the request line");
+    case HeadFault::kBareLf:
+      break;
   }
-  s.scanned = pos;
-  s.last = data[pos - 1 - chunk_first];
-  return ParseOutcome::Incomplete();
+  return Fail(400, "bare LF line ending");
 }
 
 ParseOutcome RequestParser::CheckRequestLine(std::string_view line) {
@@ -360,20 +223,22 @@ ParseOutcome RequestParser::CheckRequestLine(std::string_view line) {
   const std::string_view bad_target = SplitTarget(method, target, &parts);
   if (!bad_target.empty()) return Fail(400, bad_target);
 
-  scan_.method = method;
-  scan_.method_len = method_len;
-  scan_.target_len = target.size();
-  scan_.version_minor = static_cast<uint8_t>(version[7] - '0');
+  line_.method = method;
+  line_.method_len = method_len;
+  line_.target_len = target.size();
+  line_.version_minor = static_cast<uint8_t>(version[7] - '0');
   return ParseOutcome::Incomplete();
 }
 
-ParseOutcome RequestParser::ParseHead(const char* bytes, size_t size, RequestHead* head) {
-  const ScanState& s = scan_;
+ParseOutcome RequestParser::ParseHead(const ScannedHead& scanned, RequestHead* head) {
+  if (scanned.linearized) ++counters_.linearized;
+  const LineParts& l = line_;
+  const char* const bytes = scanned.bytes;
   head->Clear();
-  head->method = s.method;
-  head->method_text = {bytes, s.method_len};
-  head->target = {bytes + s.method_len + 1, s.target_len};
-  head->version_minor = s.version_minor;
+  head->method = l.method;
+  head->method_text = {bytes, l.method_len};
+  head->target = {bytes + l.method_len + 1, l.target_len};
+  head->version_minor = l.version_minor;
   TargetParts parts;
   // Validated by CheckRequestLine on these very bytes.
   (void)SplitTarget(head->method, head->target, &parts);
@@ -382,124 +247,57 @@ ParseOutcome RequestParser::ParseHead(const char* bytes, size_t size, RequestHea
 
   size_t host_lines = 0;
   std::string_view host;
-  bool content_length_seen = false;
-  bool transfer_encoding_seen = false;
-  bool chunked_last = false;  // the last transfer coding seen so far is chunked
-  bool chunked_seen = false;
-  bool unknown_coding = false;
-  bool connection_close = false;
-  bool connection_keep_alive = false;
   bool bad_expect = false;
-
-  // The field lines, between the request line and the final CRLF.
-  size_t pos = s.headers_start - s.request_line;
-  const size_t end = size - 2;
-  while (pos < end) {
-    // The scan saw every LF of [pos, size) preceded by a CR; the checks keep a broken Parse
-    // contract (input that changed under a resumed scan) from reading out of bounds.
-    const void* lf = std::memchr(bytes + pos, '\n', size - pos);
-    if (lf == nullptr) return Fail(400, "malformed header section");
-    const size_t lf_pos = static_cast<size_t>(static_cast<const char*>(lf) - bytes);
-    if (lf_pos == pos || bytes[lf_pos - 1] != '\r') return Fail(400, "bare LF line ending");
-    Header h;
-    const std::string_view reason = ParseFieldLine({bytes + pos, lf_pos - 1 - pos}, &h);
-    if (!reason.empty()) return Fail(400, reason);
-    pos = lf_pos + 1;
-
-    // The fields the parser acts on, told apart by length first.
-    switch (h.name.size()) {
-      case 4:
-        if (EqualsIgnoreCase(h.name, "host")) {
-          if (++host_lines > 1) return Fail(400, "multiple Host fields");
-          if (!IsValidAuthority(h.value, /*for_connect=*/false)) {
-            return Fail(400, "invalid Host");
-          }
-          host = h.value;
-        }
-        break;
-      case 6:
-        // HTTP/1.0 has no Expect: ignored there (RFC 9110 §10.1.1).
-        if (s.version_minor == 1 && EqualsIgnoreCase(h.name, "expect")) {
-          if (EqualsIgnoreCase(h.value, "100-continue")) {
-            head->expect_continue = true;
-          } else {
-            bad_expect = true;
-          }
-        }
-        break;
-      case 10:
-        if (EqualsIgnoreCase(h.name, "connection")) {
-          std::string_view list = h.value;
-          while (!list.empty()) {
-            const std::string_view option = NextListElement(&list);
-            if (EqualsIgnoreCase(option, "close")) connection_close = true;
-            if (EqualsIgnoreCase(option, "keep-alive")) connection_keep_alive = true;
-          }
-        }
-        break;
-      case 14:
-        if (EqualsIgnoreCase(h.name, "content-length")) {
-          // Any repetition is refused, even of the same value: simpler and safer than
-          // comparing (RFC 9112 §6.3 allows either).
-          if (content_length_seen) return Fail(400, "repeated Content-Length");
-          if (!ParseContentLength(h.value, &head->content_length)) {
-            return Fail(400, "invalid Content-Length");
-          }
-          content_length_seen = true;
-        }
-        break;
-      case 17:
-        if (EqualsIgnoreCase(h.name, "transfer-encoding")) {
-          transfer_encoding_seen = true;
-          std::string_view list = h.value;
-          bool any = false;
-          while (!list.empty()) {
-            const std::string_view coding = NextListElement(&list);
-            if (coding.empty()) continue;  // empty list elements do not count (RFC 9110 §5.6.1)
-            any = true;
-            if (EqualsIgnoreCase(coding, "chunked")) {
-              if (chunked_seen) return Fail(400, "chunked applied more than once");
-              chunked_seen = chunked_last = true;
-              continue;
+  FramingFields framing(FramingFields::CodingAfterChunked::kRefused);
+  const std::string_view bad_field =
+      ParseFieldLines(scanned, &framing, &head->headers, [&](const Header& h) -> std::string_view {
+        // The fields only a request has, told apart by length first.
+        switch (h.name.size()) {
+          case 4:
+            if (EqualsIgnoreCase(h.name, "host")) {
+              if (++host_lines > 1) return "multiple Host fields";
+              if (!IsValidAuthority(h.value, /*for_connect=*/false)) return "invalid Host";
+              host = h.value;
             }
-            if (chunked_seen) return Fail(400, "chunked is not the final transfer coding");
-            if (!IsToken(TrimOws(coding.substr(0, coding.find(';'))))) {
-              return Fail(400, "invalid transfer coding");
+            break;
+          case 6:
+            // HTTP/1.0 has no Expect: ignored there (RFC 9110 §10.1.1).
+            if (l.version_minor == 1 && EqualsIgnoreCase(h.name, "expect")) {
+              if (EqualsIgnoreCase(h.value, "100-continue")) {
+                head->expect_continue = true;
+              } else {
+                bad_expect = true;
+              }
             }
-            unknown_coding = true;
-            chunked_last = false;
-          }
-          if (!any) return Fail(400, "empty Transfer-Encoding");
+            break;
+          default:
+            break;
         }
-        break;
-      default:
-        break;
-    }
-    head->headers.push_back(h);
-  }
+        return {};
+      });
+  if (!bad_field.empty()) return Fail(400, bad_field);
 
   // Framing (RFC 9112 §6.1, §6.3): the request smuggling defences.
-  if (transfer_encoding_seen) {
-    if (content_length_seen) return Fail(400, "Transfer-Encoding with Content-Length");
-    if (s.version_minor == 0) return Fail(400, "Transfer-Encoding in an HTTP/1.0 request");
-    if (!chunked_last) return Fail(400, "chunked is not the final transfer coding");
-    if (unknown_coding) return Fail(501, "unsupported transfer coding");
+  const std::string_view conflict =
+      framing.Conflict(l.version_minor, "Transfer-Encoding in an HTTP/1.0 request");
+  if (!conflict.empty()) return Fail(400, conflict);
+  if (framing.transfer_encoding_seen()) {
+    if (!framing.chunked_last()) return Fail(400, "chunked is not the final transfer coding");
+    if (framing.other_coding()) return Fail(501, "unsupported transfer coding");
     head->framing = BodyFraming::kChunked;
-  } else if (content_length_seen) {
+  } else if (framing.content_length_seen()) {
     head->framing = BodyFraming::kContentLength;
+    head->content_length = framing.content_length();
   }
-  if (s.version_minor == 1 && host_lines == 0) return Fail(400, "missing Host");
+  if (l.version_minor == 1 && host_lines == 0) return Fail(400, "missing Host");
   if (bad_expect) return Fail(417, "unsupported expectation");
 
   head->host = head->method == Method::kConnect ? head->target
                : !parts.authority.empty()       ? parts.authority
                                                 : host;
-  head->keep_alive =
-      s.version_minor == 1 ? !connection_close : connection_keep_alive && !connection_close;
-  const size_t consumed = s.request_line + size;
-  scan_ = ScanState();
+  head->keep_alive = framing.KeepAlive(l.version_minor);
   ++counters_.requests;
-  return ParseOutcome::Complete(consumed);
+  return ParseOutcome::Complete(scanned.end);
 }
 
 }  // namespace sluice::http1

@@ -6,7 +6,9 @@
 // case) it is parsed in place and every string_view of the RequestHead points into the input;
 // otherwise only the head is copied into the parser's scratch buffer (bounded by the limits) and
 // parsed there. Bodies are not touched: `consumed` is the size of the head, and the caller reads
-// `content_length` bytes or runs a ChunkedDecoder from there.
+// `content_length` bytes or runs a ChunkedDecoder from there. The scan, the field lines and the
+// framing fields are http1/head_scanner.h, which the response parser shares; this file adds the
+// request line and the fields only a request has (Host, Expect).
 //
 //   sluice::http1::RequestParser parser;          // one per connection
 //   sluice::http1::RequestHead head;              // reused: its header vector keeps capacity
@@ -43,12 +45,12 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <string_view>
 #include <vector>
 
 #include "core/pipe.h"
 #include "http1/field.h"
+#include "http1/head_scanner.h"
 
 namespace sluice::http1 {
 
@@ -194,54 +196,37 @@ class RequestParser {
   ParseOutcome Parse(std::string_view input, RequestHead* head);
 
   // Forgets the resume state of an incomplete head.
-  void Reset() { scan_ = ScanState(); }
+  void Reset() { scanner_.Reset(); }
 
   const ParseLimits& limits() const { return limits_; }
   const RequestParserCounters& counters() const { return counters_; }
 
  private:
-  // Where the search for the end of the head got to, relative to the head's first byte (the
-  // `offset` given to Parse). Kept between calls while the head is incomplete.
-  struct ScanState {
-    size_t scanned = 0;        // bytes examined so far
-    size_t line_start = 0;     // first byte of the line being scanned
-    size_t request_line = 0;   // first byte of the request line (after leading empty lines)
-    size_t headers_start = 0;  // first byte after the request line's CRLF (when in_headers)
-    size_t empty_lines = 0;    // leading empty lines skipped
-    size_t field_lines = 0;    // field lines seen
-    bool in_headers = false;   // the request line has been seen and validated
-    char last = 0;             // input[scanned - 1]: a CR before an LF in the next chunk
-    // The validated request line, as offsets from `request_line`.
+  // The start line the head scanner is given: the request line (request_parser.cc).
+  struct RequestLine;
+
+  // The request line of the head being scanned, validated by CheckRequestLine, as offsets from
+  // its first byte.
+  struct LineParts {
     size_t method_len = 0;
     size_t target_len = 0;  // the target starts at method_len + 1
     Method method = Method::kOther;
     uint8_t version_minor = 1;
   };
 
-  template <typename Chunks>
-  ParseOutcome ParseChunks(const Chunks& chunks, size_t offset, size_t size, RequestHead* head);
-  // Scans one chunk from scan_.scanned to its end. `data` holds the chunk's bytes from
-  // head-relative position `chunk_first` (<= scan_.scanned) on, `chunk_len` of them. Returns
-  // kIncomplete when the chunk ends first; a limit, line-ending or request-line error; or, when
-  // the empty line ends the head, the result of ParseHead on it (in place or linearized).
-  template <typename Chunks>
-  ParseOutcome ScanChunk(const Chunks& chunks, size_t offset, const char* data, size_t chunk_first,
-                         size_t chunk_len, RequestHead* head);
-  // Validates a complete request line (without CRLF) and records it in scan_. Returns
+  // Validates a complete request line (without CRLF) and records it in line_. Returns
   // kIncomplete (meaning "fine, go on") or the error.
   ParseOutcome CheckRequestLine(std::string_view line);
-  // Parses the complete head [scan_.request_line, scan_.request_line + size), contiguous at
-  // `bytes`, into *head.
-  ParseOutcome ParseHead(const char* bytes, size_t size, RequestHead* head);
+  // Parses the complete head `scanned`, whose request line is line_, into *head.
+  ParseOutcome ParseHead(const ScannedHead& scanned, RequestHead* head);
+  // The answer to what the scanner refused.
+  ParseOutcome Fail(HeadFault fault);
   ParseOutcome Fail(uint16_t code, std::string_view reason);
-  // Returns scratch of at least `size` bytes; views into earlier contents are invalidated.
-  char* Scratch(size_t size);
 
   const ParseLimits limits_;
-  ScanState scan_;
+  HeadScanner scanner_;
+  LineParts line_;
   RequestParserCounters counters_;
-  std::unique_ptr<char[]> scratch_;
-  size_t scratch_size_ = 0;
 };
 
 }  // namespace sluice::http1

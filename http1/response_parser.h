@@ -8,7 +8,9 @@
 // the ResponseHead points into the input; otherwise only the head is copied into the parser's
 // scratch buffer (bounded by the limits). Bodies are not touched: `consumed` ends at the head, and
 // the caller counts down `content_length` bytes, runs a ChunkedDecoder, or reads until the
-// connection closes, as `framing` says.
+// connection closes, as `framing` says. The scan, the field lines and the framing fields are
+// http1/head_scanner.h, shared with the request parser; this file adds the status line, the
+// interim heads and what a response's framing means.
 //
 //   sluice::http1::ResponseParser parser;         // one per connection
 //   sluice::http1::ResponseHead head;             // reused: its header vector keeps capacity
@@ -50,13 +52,13 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <string_view>
 #include <vector>
 
 #include "core/pipe.h"
 #include "core/status.h"
 #include "http1/field.h"
+#include "http1/head_scanner.h"
 
 namespace sluice::http1 {
 
@@ -168,52 +170,36 @@ class ResponseParser {
   ResponseParseOutcome Parse(std::string_view input, bool head_request, ResponseHead* head);
 
   // Forgets the resume state of an incomplete head.
-  void Reset() { scan_ = ScanState(); }
+  void Reset() { scanner_.Reset(); }
 
   const ResponseParseLimits& limits() const { return limits_; }
   const ResponseParserCounters& counters() const { return counters_; }
 
  private:
-  // Where the search for the end of the head got to, relative to the `offset` given to Parse.
-  // Kept between calls while the head is incomplete.
-  struct ScanState {
-    size_t scanned = 0;        // bytes examined so far
-    size_t line_start = 0;     // first byte of the line being scanned
-    size_t head_start = 0;     // first byte of the current head (after skipped interim heads)
-    size_t headers_start = 0;  // first byte after the status line's CRLF (when in_headers)
-    size_t field_lines = 0;    // field lines of the current head
-    uint32_t interim = 0;      // interim heads skipped
-    bool in_headers = false;   // the status line has been seen and validated
-    char last = 0;             // input[scanned - 1]: a CR before an LF in the next chunk
-    // The validated status line.
+  // The start line the head scanner is given: the status line (response_parser.cc).
+  struct StatusLine;
+
+  // The status line of the head being scanned, validated by CheckStatusLine.
+  struct LineParts {
     uint16_t status_code = 0;
     uint8_t version_minor = 1;
   };
 
-  template <typename Chunks>
-  ResponseParseOutcome ParseChunks(const Chunks& chunks, size_t offset, size_t size,
-                                   bool head_request, ResponseHead* head);
-  template <typename Chunks>
-  ResponseParseOutcome ScanChunk(const Chunks& chunks, size_t offset, const char* data,
-                                 size_t chunk_first, size_t chunk_len, bool head_request,
-                                 ResponseHead* head);
-  // Validates a complete status line (without CRLF) and records it in scan_. Returns
+  // Validates a complete status line (without CRLF) and records it in line_. Returns
   // kIncomplete (meaning "fine, go on") or the error.
   ResponseParseOutcome CheckStatusLine(std::string_view line);
-  // Parses the complete head [scan_.head_start, + size), contiguous at `bytes`, into *head.
-  // Returns kComplete (consumed not yet set) or the error.
-  ResponseParseOutcome ParseHead(const char* bytes, size_t size, bool head_request,
-                                 ResponseHead* head);
+  // Parses the complete head `scanned`, whose status line is line_, into *head. Returns kComplete
+  // for a final head, kIncomplete for an interim one (skipped: the scan goes on) or the error.
+  ResponseParseOutcome ParseHead(const ScannedHead& scanned, bool head_request, ResponseHead* head);
+  // The answer to what the scanner refused.
+  ResponseParseOutcome Fail(HeadFault fault);
   ResponseParseOutcome Fail(StatusCode code, std::string_view reason);
   ResponseParseOutcome LimitExceeded(uint64_t* counter, std::string_view reason);
-  // Returns scratch of at least `size` bytes; views into earlier contents are invalidated.
-  char* Scratch(size_t size);
 
   const ResponseParseLimits limits_;
-  ScanState scan_;
+  HeadScanner scanner_;
+  LineParts line_;
   ResponseParserCounters counters_;
-  std::unique_ptr<char[]> scratch_;
-  size_t scratch_size_ = 0;
 };
 
 }  // namespace sluice::http1

@@ -22,10 +22,10 @@
 #include <string_view>
 #include <vector>
 
-#include "core/memory_pool.h"
 #include "core/pipe.h"
 #include "http1/chunked_decoder.h"
 #include "http1/response_parser.h"
+#include "http1/testing/split_input.h"
 
 namespace sluice::http1 {
 namespace {
@@ -139,24 +139,12 @@ void Run(const BufferSequence& split, std::string_view input, bool head_request,
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace sluice;  // NOLINT: a fuzz entry point
   if (size < 2) return 0;
-  static MemoryPool* pool = new MemoryPool(MemoryPoolOptions{.block_size = 4096});
   const std::string_view input(reinterpret_cast<const char*>(data + 2), size - 2);
-  const size_t split = input.size() * data[0] / 255;
+  const http1::testing::SplitInput split(input, data[0]);
   const bool head_request = (data[1] & 1) != 0;
 
-  Pipe pipe(PipeOptions{.pool = pool, .pause_threshold = 0});
-  if (!pipe.writer().Write(input.substr(0, split)).ok()) std::abort();
-  (void)pipe.writer().GetSpan(pool->block_size());  // the rest starts a new segment
-  if (!pipe.writer().Write(input.substr(split)).ok()) std::abort();
-  FlushResult flushed;
-  if (!pipe.writer().Flush(&flushed, nullptr)) std::abort();
-  ReadResult read;
-  if (!input.empty()) {
-    if (!pipe.reader().Read(&read, nullptr) || read.buffer.ToString() != input) std::abort();
-  }
-
-  http1::Run(read.buffer, input, head_request, http1::ResponseParseLimits{});
-  http1::Run(read.buffer, input, head_request,
+  http1::Run(split.buffer(), input, head_request, http1::ResponseParseLimits{});
+  http1::Run(split.buffer(), input, head_request,
              http1::ResponseParseLimits{.max_status_line = 32,
                                         .max_header_bytes = 128,
                                         .max_header_count = 4,
