@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/mutex.h"
+#include "http/linger.h"
 #include "http/request_editor.h"
 #include "http1/response_writer.h"
 
@@ -52,6 +53,8 @@ Connection::Connection(std::unique_ptr<Transport> transport, const ConnectionOpt
       options_(options),
       dispatcher_(dispatcher),
       counters_(counters),
+      linger_(loop_, transport_.get(), &send_watch_, options.linger_timeout, options.send_timeout,
+              {&counters->send_timeouts, &counters->linger_timeouts}),
       parser_(options.limits),
       chunked_(WithBodyLimit(options.chunked, options.max_body_bytes)) {
   counters_->connections.fetch_add(1, std::memory_order_relaxed);
@@ -496,42 +499,19 @@ void Connection::CloseAfterFlush() {
   // Publishes what is left; the transport sends it, then half-closes.
   transport_->output().Complete();
   output_completed_ = true;
-  // Keep reading (and dropping) what the peer still sends for a while, so
-  // the response is not destroyed by a reset; then stop reading.
-  ArmLingerTimer();
-}
-
-void Connection::ArmLingerTimer() {
-  std::weak_ptr<Connection> weak = weak_from_this();
-  timer_ = loop_->RunAfter(options_.linger_timeout, [weak] {
-    if (auto self = weak.lock()) {
-      self->timer_ = 0;
-      self->OnLingerTimeout();
+  // Keep reading (and dropping) what the peer still sends for a while, so the response is not
+  // destroyed by a reset; then stop reading (http/linger.h).
+  linger_.Start(weak_from_this(), [this](http::Linger::End end) {
+    if (closed_) return;
+    CompleteInput();
+    if (end == http::Linger::End::kStalled) {
+      transport_->Close();
+    } else {
+      // The transport would notice our input's completion only at the peer's next byte: a
+      // peer that neither sends nor closes would hold the socket forever. Release it now.
+      transport_->Release();
     }
   });
-}
-
-void Connection::OnLingerTimeout() {
-  if (closed_) return;
-  switch (send_watch_.Check(*transport_, loop_->Now(), options_.send_timeout)) {
-    case SendWatch::State::kSending:
-      // A slow reader still taking the response: linger on, dropping what it sends.
-      ArmLingerTimer();
-      return;
-    case SendWatch::State::kStalled:
-      counters_->send_timeouts.fetch_add(1, std::memory_order_relaxed);
-      CompleteInput();
-      transport_->Close();
-      return;
-    case SendWatch::State::kSent:
-      break;
-  }
-  counters_->linger_timeouts.fetch_add(1, std::memory_order_relaxed);
-  CompleteInput();
-  // The transport would notice our input's completion only at the peer's next byte: a peer that
-  // neither sends nor closes would hold the socket forever. Release it now; everything was
-  // handed to the kernel, which still delivers it.
-  transport_->Release();
 }
 
 void Connection::CompleteInput() {
@@ -551,6 +531,7 @@ void Connection::MarkClosedWhenDone() {
   if (closed_ || !output_completed_ || !input_completed_) return;
   closed_ = true;
   CancelTimer();
+  linger_.Cancel();
   if (send_timer_ != 0) {
     loop_->CancelTimer(send_timer_);
     send_timer_ = 0;
@@ -602,13 +583,13 @@ void Connection::FlushOutput() {
 void Connection::WatchBlockedOutput() {
   // A quarter of the send timeout per check: a stall is cut within 1 to 1.25 send timeouts.
   std::weak_ptr<Connection> weak = weak_from_this();
-  send_timer_ = loop_->RunAfter(std::max(options_.send_timeout / 4, std::chrono::milliseconds(1)),
-                                [weak] {
-                                  if (auto self = weak.lock()) {
-                                    self->send_timer_ = 0;
-                                    self->OnBlockedOutputCheck();
-                                  }
-                                });
+  send_timer_ =
+      loop_->RunAfter(std::max(options_.send_timeout / 4, std::chrono::milliseconds(1)), [weak] {
+        if (auto self = weak.lock()) {
+          self->send_timer_ = 0;
+          self->OnBlockedOutputCheck();
+        }
+      });
 }
 
 void Connection::OnBlockedOutputCheck() {

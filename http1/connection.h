@@ -66,6 +66,7 @@
 #include "core/worker_pool.h"
 #include "http/dispatcher.h"
 #include "http/exchange.h"
+#include "http/linger.h"
 #include "http/protocol_connection.h"
 #include "http1/chunked_decoder.h"
 #include "http1/connection_options.h"
@@ -137,16 +138,13 @@ class Connection final : public http::ProtocolConnection,
   void CountError(uint16_t status);
   // Appends a complete error response with "Connection: close".
   void WriteErrorResponse(uint16_t status, std::string_view reason);
-  // Answers an error status with Connection: close, then closes.
-  // Answers `status` and closes: a request rejected before dispatch (reported to telemetry as
-  // one, with `type`: a malformed head is a protocol error, a head timeout a timeout, limits
-  // kNone). `head_parsed`: the method and version are known.
+  // Answers `status` with Connection: close, then closes: a request rejected before dispatch
+  // (reported to telemetry as one, with `type`: a malformed head is a protocol error, a head
+  // timeout a timeout, limits kNone). `head_parsed`: the method and version are known.
   void FailRequest(uint16_t status, std::string_view reason, telemetry::ErrorType type,
                    bool head_parsed);
   // Ends the connection after the output drains (lingering close).
   void CloseAfterFlush();
-  void ArmLingerTimer();
-  void OnLingerTimeout();
   // While a flush waits (the peer is not taking the output), checks now and then that the
   // unsent output still moves; past send_timeout without it the connection is aborted.
   void WatchBlockedOutput();
@@ -169,8 +167,8 @@ class Connection final : public http::ProtocolConnection,
   // The head and keep-alive timeouts share one loop timer that is checked when it fires
   // rather than re-armed for every request: ArmTimer records the deadline and schedules the
   // timer only if none is pending that fires no later; DisarmTimer forgets the deadline (a
-  // pending timer then finds nothing to do). CancelTimer also cancels the loop timer (before
-  // the linger timer takes it over, and at the close).
+  // pending timer then finds nothing to do). CancelTimer also cancels the loop timer (when the
+  // connection starts closing, and at the close).
   void ArmTimer(std::chrono::milliseconds after, bool header_timer);
   void ScheduleTimer(EventLoop::Clock::duration delay);
   void OnTimerFired();
@@ -217,6 +215,8 @@ class Connection final : public http::ProtocolConnection,
   http::RequestDispatcher* const dispatcher_;
   ConnectionCounters* const counters_;
   std::function<void()> on_closed_;
+  // The lingering close after the last response (shares send_watch_).
+  http::Linger linger_;
 
   RequestParser parser_;
   RequestHead head_;

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "http/date_cache.h"
+#include "http/linger.h"
 #include "http/request_editor.h"
 
 namespace sluice::http2 {
@@ -239,6 +240,8 @@ Connection::Connection(std::unique_ptr<Transport> transport, const ConnectionOpt
       options_(options),
       dispatcher_(dispatcher),
       counters_(counters),
+      linger_(loop_, transport_.get(), &send_watch_, options.linger_timeout, options.send_timeout,
+              {&counters->send_timeouts, &counters->linger_timeouts}),
       guard_(options.limits, &counters->abuse),
       decoder_(options.header_table_size),
       writer_(
@@ -1196,39 +1199,18 @@ void Connection::CloseAfterFlush() {
   streams_.clear();
   // What is written goes out, then the transport half-closes.
   writer_.Complete();
-  ArmLingerTimer();
-  if (input_done_) FinishClosed();
-}
-
-void Connection::ArmLingerTimer() {
-  std::weak_ptr<Connection> weak = weak_from_this();
-  linger_timer_ = loop_->RunAfter(options_.linger_timeout, [weak] {
-    if (auto self = weak.lock()) {
-      self->linger_timer_ = 0;
-      self->OnLingerTimeout();
-    }
-  });
-}
-
-void Connection::OnLingerTimeout() {
-  if (closed_) return;
-  switch (send_watch_.Check(*transport_, loop_->Now(), options_.send_timeout)) {
-    case SendWatch::State::kSending:
-      // A slow reader still taking our last responses: linger on, dropping what it sends.
-      ArmLingerTimer();
-      return;
-    case SendWatch::State::kStalled:
-      counters_->send_timeouts.fetch_add(1, std::memory_order_relaxed);
+  linger_.Start(weak_from_this(), [this](http::Linger::End end) {
+    if (closed_) return;
+    if (end == http::Linger::End::kStalled) {
       CloseNow();
       return;
-    case SendWatch::State::kSent:
-      break;
-  }
-  counters_->linger_timeouts.fetch_add(1, std::memory_order_relaxed);
-  // Everything was handed to the kernel, which still delivers it: no reset.
-  FinishClosed();
-  CompleteInput();
-  transport_->Release();
+    }
+    // Everything was handed to the kernel, which still delivers it: no reset.
+    FinishClosed();
+    CompleteInput();
+    transport_->Release();
+  });
+  if (input_done_) FinishClosed();
 }
 
 void Connection::CompleteInput() {
@@ -1250,7 +1232,8 @@ void Connection::CloseNow() {
 void Connection::FinishClosed() {
   if (closed_) return;
   closed_ = true;
-  for (EventLoop::TimerId* t : {&preface_timer_, &idle_timer_, &linger_timer_, &stall_timer_}) {
+  linger_.Cancel();
+  for (EventLoop::TimerId* t : {&preface_timer_, &idle_timer_, &stall_timer_}) {
     if (*t != 0) loop_->CancelTimer(*t);
     *t = 0;
   }

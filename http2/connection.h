@@ -43,6 +43,7 @@
 #include "core/transport.h"
 #include "http/dispatcher.h"
 #include "http/exchange.h"
+#include "http/linger.h"
 #include "http/protocol_connection.h"
 #include "http2/abuse_guard.h"
 #include "http2/connection_options.h"
@@ -169,11 +170,9 @@ class Connection final : public http::ProtocolConnection,
   void ArmIdleTimer();
   void ScheduleIdleCheck(EventLoop::Clock::duration delay);
   void CancelIdleTimer();
+  // Completes our output and lingers (http/linger.h): the transport is released once everything
+  // was handed to the kernel, and aborted if a reader stopped taking it.
   void CloseAfterFlush();
-  void ArmLingerTimer();
-  // Lingering ended: the transport is released once everything was handed to the kernel, and
-  // aborted if a reader stopped taking it; while it moves, lingering goes on.
-  void OnLingerTimeout();
   // Aborts the transport (a reset) and finishes.
   void CloseNow();
   // Marks the connection closed, ends its streams and notifies; the
@@ -196,6 +195,8 @@ class Connection final : public http::ProtocolConnection,
   http::RequestDispatcher* const dispatcher_;
   ConnectionCounters* const counters_;
   std::function<void()> on_closed_;
+  // The lingering close (shares send_watch_).
+  http::Linger linger_;
   AbuseGuard guard_;
   HpackDecoder decoder_;
   FrameWriter writer_;
@@ -234,7 +235,6 @@ class Connection final : public http::ProtocolConnection,
   EventLoop::TimerId idle_timer_ = 0;
   bool idle_ = false;
   EventLoop::Clock::time_point idle_since_;
-  EventLoop::TimerId linger_timer_ = 0;
   SendWatch send_watch_;  // unsent output while idle or lingering
   EventLoop::TimerId stall_timer_ = 0;
   // Exchanges whose response has not ended, with kClosedBit (connection.cc)
