@@ -86,17 +86,11 @@ class Connection final : public http::ProtocolConnection,
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  // Starts reading. Loop thread.
+  // The lifecycle (http/protocol_connection.h). BeginShutdown: an idle connection closes now, a
+  // busy one after its current response, which carries "Connection: close".
   void Start() override;
-  // Graceful: an idle connection closes now; a busy one after its current
-  // response, which carries "Connection: close". Loop thread.
   void BeginShutdown() override;
-  // Closes at once (server shutdown past its grace period) and lets go of a
-  // deferred response still open: its Request/Response become invalid.
-  // Loop thread.
   void Abort() override;
-  // Called once, on the loop thread, when the connection has closed and its
-  // last exchange is over (a deferred response ended, or Abort).
   void SetOnClosed(std::function<void()> on_closed) override { on_closed_ = std::move(on_closed); }
   bool closed() const { return closed_; }
 

@@ -15,10 +15,8 @@
 #include <string_view>
 
 #include "benchmarks/allocations.h"
-#include "core/event_loop.h"
-#include "core/memory_pool.h"
-#include "core/memory_transport.h"
-#include "http/router_dispatcher.h"
+#include "core/pipe.h"
+#include "http/connection_rig.h"
 #include "http1/connection.h"
 
 namespace sluice::http1 {
@@ -26,63 +24,26 @@ namespace {
 
 constexpr std::string_view kRequest =
     "GET /plaintext HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: wrk\r\nAccept: */*\r\n\r\n";
-constexpr std::string_view kBody = "Hello, World!";
-
-class PlaintextDispatcher final : public http::RouterDispatcher {
- public:
-  PlaintextDispatcher() {
-    Status added = Add("GET", "/plaintext", [](http::Request&, http::Response& res) {
-      res.SetHeader("content-type", "text/plain");
-      res.Write(kBody);
-    });
-    if (!added.ok()) throw std::runtime_error(std::string(added.message()));
-  }
-};
+constexpr std::string_view kBody = http::ConnectionRig<ConnectionCounters>::kBody;
 
 // One connection and its client, on the calling thread (which runs as the connection's loop).
-class Rig {
+class Rig : public http::ConnectionRig<ConnectionCounters> {
  public:
   explicit Rig(int batch) : batch_(batch) {
-    auto loop = EventLoop::Create();
-    if (!loop.ok()) throw std::runtime_error(std::string(loop.status().message()));
-    loop_ = std::move(*loop);
-    auto transport = std::make_unique<MemoryTransport>(loop_.get(), &pool_);
-    transport_ = transport.get();
-    conn_ = std::make_shared<Connection>(std::move(transport), ConnectionOptions{}, &dispatcher_,
-                                         &counters_);
     for (int i = 0; i < batch_; ++i) batch_bytes_ += kRequest;
-    loop_->Post([this] { conn_->Start(); });
-    RunLoopOnce();
-  }
-
-  ~Rig() {
-    // As a socket's end would: the peer's side completes (which runs and drops the
-    // connection's pending read, and with it the reference that read holds), then the abort,
-    // then what the connection posted while it ended.
-    loop_->Post([this] {
-      transport_->client_out().Complete();
-      conn_->Abort();
-    });
-    RunLoopOnce();
-    RunLoopOnce();
-  }
-
-  // Runs `body` as a task of the loop (the connection's thread), then returns.
-  template <typename Body>
-  void OnLoop(Body body) {
-    loop_->Post([&body] { body(); });
-    RunLoopOnce();
+    Serve(std::make_shared<Connection>(TakeTransport(), ConnectionOptions{}, dispatcher(),
+                                       counters()));
   }
 
   // One batch of requests, sent and answered; fails the run if an answer is missing.
   void RoundTrip() {
-    PipeWriter& out = transport_->client_out();
+    PipeWriter& out = transport()->client_out();
     if (!out.Write(batch_bytes_).ok()) throw std::runtime_error("input pipe refused bytes");
     FlushResult flushed;
     (void)out.Flush(&flushed, [](FlushResult) {});  // runs the connection's pass
     // The answers are posted to the loop's task queue at the end of the pass only when the
     // connection defers its flush; run what is queued.
-    PipeReader& in = transport_->client_in();
+    PipeReader& in = transport()->client_in();
     ReadResult read;
     if (!in.Read(&read, nullptr)) throw std::runtime_error("no response in the output pipe");
     const std::string text = read.buffer.ToString();
@@ -100,18 +61,7 @@ class Rig {
   int batch() const { return batch_; }
 
  private:
-  void RunLoopOnce() {
-    loop_->Post([this] { loop_->Stop(); });
-    loop_->Run();
-  }
-
   const int batch_;
-  MemoryPool pool_;
-  PlaintextDispatcher dispatcher_;
-  ConnectionCounters counters_;
-  std::unique_ptr<EventLoop> loop_;
-  MemoryTransport* transport_ = nullptr;
-  std::shared_ptr<Connection> conn_;
   std::string batch_bytes_;
 };
 

@@ -17,55 +17,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 
 #include "core/event_loop.h"
 #include "core/memory_pool.h"
 #include "core/memory_transport.h"
-#include "http/router_dispatcher.h"
+#include "http/fuzz_dispatcher.h"
 #include "http1/connection.h"
 
 namespace sluice::http1 {
 namespace {
 
-void Check(bool ok, const char* what) {
-  if (ok) return;
-  std::fprintf(stderr, "connection_fuzz: invariant violated: %s\n", what);
-  std::abort();
-}
-
-class Dispatcher final : public http::RouterDispatcher {
- public:
-  Dispatcher() {
-    AddRoute("GET", "/plaintext", [](http::Request&, http::Response& res) {
-      res.SetHeader("content-type", "text/plain");
-      res.Write("Hello, World!");
-    });
-    AddRoute("POST", "/echo", [](http::Request& req, http::Response& res) {
-      res.DeferEnd();
-      req.ReadBody([&res](std::span<const uint8_t> data) { res.Write(data); },
-                   [&res](Status) { res.End(); });
-    });
-    AddRoute("GET", "/big", [](http::Request&, http::Response& res) {
-      const std::string piece(16 * 1024, 'b');
-      for (int i = 0; i < 8; ++i) {
-        if (!res.Write(piece)) break;
-      }
-    });
-    AddRoute("GET", "/throw", [](http::Request& req, http::Response& res) {
-      // ?late: past the stream threshold, so the head leaves before the throw.
-      res.Write(std::string(req.query() == "late" ? 20000 : 10, 't'));
-      throw std::runtime_error("connection_fuzz");
-    });
-  }
-
- private:
-  void AddRoute(std::string_view method, std::string_view path, http::Handler h) {
-    Check(Add(method, path, std::move(h)).ok(), "route");
-  }
-};
+using http::FuzzCheck;
 
 class Program {
  public:
@@ -89,7 +53,7 @@ class Client {
  public:
   explicit Client(bool reads) : reads_(reads) {
     auto loop = EventLoop::Create();
-    Check(loop.ok(), "event loop");
+    FuzzCheck(loop.ok(), "event loop");
     loop_ = std::move(*loop);
     auto transport = std::make_unique<MemoryTransport>(loop_.get(), &pool_);
     transport_ = transport.get();
@@ -113,7 +77,7 @@ class Client {
     conn_.reset();
     Status clean = pool_.CheckClean();
     if (!clean.ok()) std::fprintf(stderr, "%s\n", clean.ToString().c_str());
-    Check(clean.ok(), "pool blocks outstanding after the connection ended");
+    FuzzCheck(clean.ok(), "pool blocks outstanding after the connection ended");
   }
 
   // What the connection posted while it ended (the release of a deferred exchange's hold on
@@ -134,8 +98,8 @@ class Client {
       switch (op & 0x0f) {
         case 0: {  // a request without a body
           static constexpr std::array<std::string_view, 6> kTargets = {
-              "GET /plaintext", "HEAD /plaintext", "GET /big", "GET /throw", "GET /throw?late",
-              "GET /nowhere"};
+              "GET /plaintext", "HEAD /plaintext", "GET /big",
+              "GET /throw",     "GET /throw?late", "GET /nowhere"};
           pending_ += kTargets[arg % kTargets.size()];
           pending_ += (arg & 8) != 0 ? " HTTP/1.0\r\n" : " HTTP/1.1\r\nHost: fuzz\r\n";
           if ((arg & 4) != 0) pending_ += "Connection: close\r\n";
@@ -202,7 +166,7 @@ class Client {
     if (!in.Read(&read, nullptr)) return;
     if (!started_ && read.buffer.size() >= 9) {
       std::string head = read.buffer.ToString().substr(0, 9);
-      Check(head == "HTTP/1.1 " || head == "HTTP/1.0 ", "the output is not an HTTP response");
+      FuzzCheck(head == "HTTP/1.1 " || head == "HTTP/1.0 ", "the output is not an HTTP response");
       started_ = true;
     }
     (void)in.AdvanceTo(read.buffer.size());
@@ -210,7 +174,8 @@ class Client {
 
   const bool reads_;
   MemoryPool pool_{MemoryPoolOptions{.block_size = 4096, .diagnostic = true}};
-  Dispatcher dispatcher_;
+  http::FuzzDispatcher dispatcher_{
+      [](const http::Request& req) -> size_t { return req.query() == "late" ? 20000 : 10; }};
   ConnectionCounters counters_;
   std::unique_ptr<EventLoop> loop_;
   MemoryTransport* transport_ = nullptr;

@@ -65,16 +65,11 @@ class Connection final : public http::ProtocolConnection,
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  // Sends our SETTINGS and starts reading. Loop thread.
+  // The lifecycle (http/protocol_connection.h). Start sends our SETTINGS first; BeginShutdown
+  // sends GOAWAY(NO_ERROR) with the last stream id, and the streams in flight finish.
   void Start() override;
-  // Graceful: GOAWAY(NO_ERROR) with the last stream id; in-flight streams
-  // finish, then the connection closes. Loop thread.
   void BeginShutdown() override;
-  // Closes at once; deferred responses still open see their writes fail.
-  // Loop thread.
   void Abort() override;
-  // Called once, on the loop thread, when the connection has closed and no
-  // exchange is in flight (or after Abort).
   void SetOnClosed(std::function<void()> on_closed) override { on_closed_ = std::move(on_closed); }
   bool closed() const { return closed_; }
 

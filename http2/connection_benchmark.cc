@@ -19,12 +19,9 @@
 #include <vector>
 
 #include "benchmarks/allocations.h"
-#include "core/event_loop.h"
-#include "core/memory_transport.h"
-#include "core/memory_pool.h"
 #include "core/pipe.h"
 #include "core/transport.h"
-#include "http/router_dispatcher.h"
+#include "http/connection_rig.h"
 #include "http2/connection.h"
 #include "http2/frame.h"
 #include "http2/hpack.h"
@@ -32,32 +29,16 @@
 namespace sluice::http2 {
 namespace {
 
-constexpr std::string_view kBody = "Hello, World!";
-
-class PlaintextDispatcher final : public http::RouterDispatcher {
- public:
-  PlaintextDispatcher() {
-    Status added = Add("GET", "/plaintext", [](http::Request&, http::Response& res) {
-      res.SetHeader("content-type", "text/plain");
-      res.Write(kBody);
-    });
-    if (!added.ok()) throw std::runtime_error(std::string(added.message()));
-  }
-};
+constexpr std::string_view kBody = http::ConnectionRig<ConnectionCounters>::kBody;
 
 // One connection and its client, on the calling thread (which runs as the connection's loop).
-class Rig {
+class Rig : public http::ConnectionRig<ConnectionCounters> {
  public:
   Rig(OutputStrategy strategy, int batch) : batch_(batch) {
-    auto loop = EventLoop::Create();
-    if (!loop.ok()) throw std::runtime_error(std::string(loop.status().message()));
-    loop_ = std::move(*loop);
-    auto transport = std::make_unique<MemoryTransport>(loop_.get(), &pool_);
-    transport_ = transport.get();
     ConnectionOptions options;
     options.output.strategy = strategy;
-    conn_ = std::make_shared<Connection>(std::move(transport), options, &dispatcher_,
-                                         &counters_, &pool_);
+    auto conn =
+        std::make_shared<Connection>(TakeTransport(), options, dispatcher(), counters(), pool());
     // Our windows as a load generator opens them, so flow control never waits.
     std::string hello(kClientPreface);
     const std::array<Setting, 2> settings = {
@@ -68,9 +49,9 @@ class Rig {
     // The header block h2load sends; encoded twice, as the second request of a connection is
     // encoded (every field indexed by then): the first block goes once, before measuring.
     const std::array<HeaderField, 6> fields = {
-        HeaderField{":method", "GET"},       HeaderField{":path", "/plaintext"},
-        HeaderField{":scheme", "http"},      HeaderField{":authority", "127.0.0.1:8080"},
-        HeaderField{"accept", "*/*"},        HeaderField{"user-agent", "h2load nghttp2/1.52.0"}};
+        HeaderField{":method", "GET"},  HeaderField{":path", "/plaintext"},
+        HeaderField{":scheme", "http"}, HeaderField{":authority", "127.0.0.1:8080"},
+        HeaderField{"accept", "*/*"},   HeaderField{"user-agent", "h2load nghttp2/1.52.0"}};
     std::string first;
     if (!encoder_.Encode(fields, &first).ok() || !encoder_.Encode(fields, &block_).ok()) {
       throw std::runtime_error("HPACK encoding failed");
@@ -81,31 +62,10 @@ class Rig {
       id_offsets_.push_back(batch_bytes_.size() + 5);
       AppendHeaders(0, AsBytes(block_), /*end_stream=*/true, kMinMaxFrameSize, &batch_bytes_);
     }
-    loop_->Post([this, hello = std::move(hello)] {
-      conn_->Start();
+    Serve(std::move(conn), [&] {
       Send(hello);
       Receive(1);
     });
-    RunLoopOnce();
-  }
-
-  ~Rig() {
-    // As a socket's end would: the peer's side completes (which runs and drops the
-    // connection's pending read, and with it the reference that read holds), then the abort,
-    // then what the connection posted while it ended.
-    loop_->Post([this] {
-      transport_->client_out().Complete();
-      conn_->Abort();
-    });
-    RunLoopOnce();
-    RunLoopOnce();
-  }
-
-  // Runs `body` as a task of the loop (the connection's thread), then returns.
-  template <typename Body>
-  void OnLoop(Body body) {
-    loop_->Post([this, &body] { body(); });
-    RunLoopOnce();
   }
 
   // One batch of requests, sent and answered; fails the run if an answer is missing.
@@ -134,13 +94,8 @@ class Rig {
     return id;
   }
 
-  void RunLoopOnce() {
-    loop_->Post([this] { loop_->Stop(); });
-    loop_->Run();
-  }
-
   void Send(std::string_view bytes) {
-    PipeWriter& out = transport_->client_out();
+    PipeWriter& out = transport()->client_out();
     if (!out.Write(bytes).ok()) throw std::runtime_error("input pipe refused bytes");
     FlushResult flushed;
     // Flushing runs the connection's pass (the read it has pending) before it returns.
@@ -150,7 +105,7 @@ class Rig {
   // Reads the connection's output: `responses` streams must have ended (HEADERS, then DATA with
   // END_STREAM carrying the body).
   void Receive(int responses) {
-    PipeReader& in = transport_->client_in();
+    PipeReader& in = transport()->client_in();
     ReadResult read;
     if (!in.Read(&read, nullptr)) throw std::runtime_error("no response in the output pipe");
     size_t at = 0;
@@ -174,12 +129,6 @@ class Rig {
   }
 
   const int batch_;
-  MemoryPool pool_;
-  PlaintextDispatcher dispatcher_;
-  ConnectionCounters counters_;
-  std::unique_ptr<EventLoop> loop_;
-  MemoryTransport* transport_ = nullptr;
-  std::shared_ptr<Connection> conn_;
   HpackEncoder encoder_;
   std::string block_;
   std::string batch_bytes_;

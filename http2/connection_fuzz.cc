@@ -20,7 +20,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,7 +27,7 @@
 #include "core/event_loop.h"
 #include "core/memory_pool.h"
 #include "core/memory_transport.h"
-#include "http/router_dispatcher.h"
+#include "http/fuzz_dispatcher.h"
 #include "http2/connection.h"
 #include "http2/frame.h"
 #include "http2/hpack.h"
@@ -36,42 +35,7 @@
 namespace sluice::http2 {
 namespace {
 
-void Check(bool ok, const char* what) {
-  if (ok) return;
-  std::fprintf(stderr, "connection_fuzz: invariant violated: %s\n", what);
-  std::abort();
-}
-
-class Dispatcher final : public http::RouterDispatcher {
- public:
-  Dispatcher() {
-    AddRoute("GET", "/plaintext", [](http::Request&, http::Response& res) {
-      res.SetHeader("content-type", "text/plain");
-      res.Write("Hello, World!");
-    });
-    AddRoute("POST", "/echo", [](http::Request& req, http::Response& res) {
-      res.DeferEnd();
-      req.ReadBody([&res](std::span<const uint8_t> data) { res.Write(data); },
-                   [&res](Status) { res.End(); });
-    });
-    AddRoute("GET", "/big", [](http::Request&, http::Response& res) {
-      const std::string piece(16 * 1024, 'b');
-      for (int i = 0; i < 8; ++i) {
-        if (!res.Write(piece)) break;
-      }
-    });
-    AddRoute("GET", "/throw", [](http::Request&, http::Response& res) {
-      // Past the stream threshold: the head leaves before the throw.
-      res.Write(std::string(20000, 't'));
-      throw std::runtime_error("connection_fuzz");
-    });
-  }
-
- private:
-  void AddRoute(std::string_view method, std::string_view path, http::Handler h) {
-    Check(Add(method, path, std::move(h)).ok(), "route");
-  }
-};
+using http::FuzzCheck;
 
 // The input, read from the front; past its end every read is zero.
 class Program {
@@ -101,7 +65,7 @@ class Client {
  public:
   Client(OutputStrategy strategy, bool reads) : reads_(reads) {
     auto loop = EventLoop::Create();
-    Check(loop.ok(), "event loop");
+    FuzzCheck(loop.ok(), "event loop");
     loop_ = std::move(*loop);
     auto transport = std::make_unique<MemoryTransport>(loop_.get(), &pool_);
     transport_ = transport.get();
@@ -129,7 +93,7 @@ class Client {
     conn_.reset();
     Status clean = pool_.CheckClean();
     if (!clean.ok()) std::fprintf(stderr, "%s\n", clean.ToString().c_str());
-    Check(clean.ok(), "pool blocks outstanding after the connection ended");
+    FuzzCheck(clean.ok(), "pool blocks outstanding after the connection ended");
   }
 
   // What the connection posted while it ended (the release of a deferred exchange's hold on
@@ -159,9 +123,8 @@ class Client {
       switch (op & 0x0f) {
         case 0:
         case 1: {  // a request: GET /plaintext, /big, /throw, /nowhere, or POST /echo
-          static constexpr std::array<std::string_view, 5> kPaths = {"/plaintext", "/big",
-                                                                      "/throw", "/nowhere",
-                                                                      "/echo"};
+          static constexpr std::array<std::string_view, 5> kPaths = {"/plaintext", "/big", "/throw",
+                                                                     "/nowhere", "/echo"};
           const std::string_view path = kPaths[arg % kPaths.size()];
           const bool post = path == "/echo";
           std::vector<HeaderField> fields = {{":method", post ? "POST" : "GET"},
@@ -170,7 +133,7 @@ class Client {
                                              {":authority", "fuzz"}};
           if ((arg & 8) != 0) fields.push_back({"content-length", "5"});
           std::string block;
-          Check(encoder_.Encode(fields, &block).ok(), "encode");
+          FuzzCheck(encoder_.Encode(fields, &block).ok(), "encode");
           const bool end = !post && (op & 1) == 0;
           AppendHeaders(next_stream_, AsBytes(block), end, kMinMaxFrameSize, &pending_);
           next_stream_ += 2;
@@ -226,17 +189,19 @@ class Client {
         case 9: {  // trailers on a recent stream
           std::string block;
           const std::vector<HeaderField> fields = {{(arg & 1) != 0 ? ":path" : "x-trailer", "1"}};
-          Check(encoder_.Encode(fields, &block).ok(), "encode");
+          FuzzCheck(encoder_.Encode(fields, &block).ok(), "encode");
           AppendHeaders(RecentStream(arg >> 1), AsBytes(block), (arg & 2) == 0, kMinMaxFrameSize,
                         &pending_);
           break;
         }
         case 10: {  // a request head split over HEADERS and CONTINUATIONs of a few bytes each
           std::string block;
-          const std::vector<HeaderField> fields = {{":method", "GET"}, {":scheme", "http"},
+          const std::vector<HeaderField> fields = {{":method", "GET"},
+                                                   {":scheme", "http"},
                                                    {":path", "/plaintext"},
-                                                   {":authority", "fuzz"}, {"x-pad", "padding"}};
-          Check(encoder_.Encode(fields, &block).ok(), "encode");
+                                                   {":authority", "fuzz"},
+                                                   {"x-pad", "padding"}};
+          FuzzCheck(encoder_.Encode(fields, &block).ok(), "encode");
           // HEADERS then CONTINUATIONs of at most arg + 1 bytes of the block each.
           AppendHeaders(next_stream_, AsBytes(block), true, 1 + arg, &pending_);
           next_stream_ += 2;
@@ -288,26 +253,25 @@ class Client {
     while (received_.size() - at >= kFrameHeaderSize) {
       Frame frame;
       size_t consumed = 0;
-      const DecodeStatus s =
-          DecodeFrame(AsBytes(std::string_view(received_).substr(at)), kMaxMaxFrameSize, &frame,
-                      &consumed);
+      const DecodeStatus s = DecodeFrame(AsBytes(std::string_view(received_).substr(at)),
+                                         kMaxMaxFrameSize, &frame, &consumed);
       if (s.result == DecodeResult::kNeedMore) break;
       if (s.result != DecodeResult::kFrame) {
         uint8_t header[kFrameHeaderSize];
         std::memcpy(header, received_.data() + at, kFrameHeaderSize);
         const FrameHeader h = ReadFrameHeader(header);
-        std::fprintf(stderr, "frame type %u flags 0x%x stream %u length %u: %s\n", h.type,
-                     h.flags, h.stream_id, h.length,
+        std::fprintf(stderr, "frame type %u flags 0x%x stream %u length %u: %s\n", h.type, h.flags,
+                     h.stream_id, h.length,
                      s.result == DecodeResult::kError ? s.error.debug().c_str() : "?");
       }
-      Check(s.result == DecodeResult::kFrame, "the server wrote a frame that does not decode");
+      FuzzCheck(s.result == DecodeResult::kFrame, "the server wrote a frame that does not decode");
       // Within the largest SETTINGS_MAX_FRAME_SIZE the client announced (unless junk it sent
       // may have announced another).
       if (!junk_sent_ && consumed - kFrameHeaderSize > max_frame_size_) {
         std::fprintf(stderr, "frame type %u of %zu bytes, the client allows %u\n",
                      static_cast<unsigned>(frame.header.type), consumed - kFrameHeaderSize,
                      max_frame_size_);
-        Check(false, "the server wrote a frame larger than the client allows");
+        FuzzCheck(false, "the server wrote a frame larger than the client allows");
       }
       at += consumed;
     }
@@ -316,7 +280,7 @@ class Client {
 
   const bool reads_;
   MemoryPool pool_{MemoryPoolOptions{.block_size = 4096, .diagnostic = true}};
-  Dispatcher dispatcher_;
+  http::FuzzDispatcher dispatcher_{[](const http::Request&) -> size_t { return 20000; }};
   ConnectionCounters counters_;
   std::unique_ptr<EventLoop> loop_;
   MemoryTransport* transport_ = nullptr;
