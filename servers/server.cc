@@ -299,6 +299,7 @@ Status Server::Start() {
     TcpListenerOptions listener_options;
     listener_options.reuse_port = options_.threads > 1;
     listener_options.connection.pool = pool_;
+    listener_options.connection.send_buffer_size = options_.socket_send_buffer;
     Status listen_status;
     EventLoop* loop = raw->thread->loop();
     Status posted = loop->PostAndWait([&] {

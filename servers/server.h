@@ -94,6 +94,10 @@ struct ServerOptions {
   int threads = 1;
   // 0: handlers run inline on the loop thread; N: on a pool of N workers.
   int handler_threads = 0;
+  // SO_SNDBUF of every accepted socket, in bytes; 0 keeps the kernel's autotuning (which, on
+  // loopback, lets one socket take megabytes a reader has not read). Smaller means less memory
+  // in the kernel per slow reader, and that what it has not taken waits in the server's pool.
+  int socket_send_buffer = 0;
   ServerTlsOptions tls;
   // Limits common to both protocols (body size, head/preface, idle, linger, send and deferred
   // timeouts): set them here. The Server writes them into http1/http2; a copy there set to
