@@ -157,7 +157,7 @@ struct [[nodiscard]] ParseOutcome {
 };
 
 // What a parser has done since it was made. Plain counters owned by the parser's thread, read by
-// its tests and fuzz driver; the server counts its rejections itself, by answer (ServerStats).
+// its tests; the server counts its rejections itself, by answer (ServerStats).
 struct RequestParserCounters {
   uint64_t requests = 0;                // heads parsed completely
   uint64_t linearized = 0;              // of which spanned segments and were copied to scratch
