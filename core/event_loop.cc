@@ -62,6 +62,7 @@ EventLoop::EventLoop(EventLoopOptions options, int epoll_fd, int wake_fd)
 EventLoop::~EventLoop() {
   // The eventfd stays open with the inbox: a thread holding it may still wake it.
   inbox_->Close();
+  deferred_.clear();
   close(epoll_fd_);
 }
 
@@ -202,6 +203,7 @@ EventLoopStats EventLoop::stats() const {
   s.passes = passes_.load(std::memory_order_relaxed);
   s.io_events = io_events_.load(std::memory_order_relaxed);
   s.tasks_run = tasks_run_.load(std::memory_order_relaxed);
+  s.deferred_run = deferred_run_.load(std::memory_order_relaxed);
   s.timers_fired = timers_fired_.load(std::memory_order_relaxed);
   s.wakeup_writes = inbox_->wakeup_writes_.load(std::memory_order_relaxed);
   return s;
@@ -222,7 +224,7 @@ void EventLoop::Inbox::Wake() {
 }
 
 int EventLoop::ComputeTimeoutMs() {
-  if (inbox_->HasTasks()) return 0;
+  if (!deferred_.empty() || inbox_->HasTasks()) return 0;
   if (stop_requested_.load()) return 0;
   while (!timer_heap_.empty() && timers_.count(timer_heap_.front().id) == 0) {
     std::pop_heap(timer_heap_.begin(), timer_heap_.end(), TimerLater());
@@ -257,6 +259,7 @@ void EventLoop::RunPass() {
   io_events_.fetch_add(dispatched, std::memory_order_relaxed);
   RunExpiredTimers();
   RunTasks();
+  RunDeferred();
 }
 
 void EventLoop::RunExpiredTimers() {
@@ -285,6 +288,20 @@ void EventLoop::RunTasks() {
   }
   tasks_run_.fetch_add(running_tasks_.size(), std::memory_order_relaxed);
   running_tasks_.clear();
+}
+
+void EventLoop::RunDeferred() {
+  uint64_t ran = 0;
+  while (!deferred_.empty()) {
+    running_deferred_.swap(deferred_);
+    for (Task& task : running_deferred_) {
+      task();
+      task = nullptr;
+    }
+    ran += running_deferred_.size();
+    running_deferred_.clear();
+  }
+  if (ran != 0) deferred_run_.fetch_add(ran, std::memory_order_relaxed);
 }
 
 void EventLoop::AddTimer(TimerId id, Clock::time_point deadline, Task callback) {

@@ -1,5 +1,6 @@
 #include "core/event_loop.h"
 
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/eventfd.h>
@@ -114,6 +115,67 @@ TEST(EventLoop, TaskPostedByATaskRunsInTheNextPass) {
   });
   loop->Run();
   EXPECT_EQ(second_pass, first_pass + 1);
+}
+
+TEST(EventLoop, DeferredTasksRunLaterInTheSamePassEvenWhenDeferredByOneAnother) {
+  auto loop = MakeLoop();
+  std::vector<std::string> order;
+  std::vector<uint64_t> passes;
+  loop->Post([&] {
+    loop->Defer([&] {
+      order.push_back("deferred 1");
+      passes.push_back(loop->stats().passes);
+      loop->Defer([&] {
+        order.push_back("deferred 2");
+        passes.push_back(loop->stats().passes);
+        loop->Stop();
+      });
+    });
+    order.push_back("task 1 returns");
+    passes.push_back(loop->stats().passes);
+  });
+  loop->Post([&] { order.push_back("task 2"); });
+  loop->Run();
+  // Not inside the caller's frame; after the pass's posted tasks; all in one pass.
+  EXPECT_EQ(order, (std::vector<std::string>{"task 1 returns", "task 2", "deferred 1",
+                                             "deferred 2"}));
+  ASSERT_EQ(passes.size(), 3u);
+  EXPECT_EQ(passes[0], passes[1]);
+  EXPECT_EQ(passes[1], passes[2]);
+  EXPECT_EQ(loop->stats().deferred_run, 2u);
+  EXPECT_EQ(loop->stats().wakeup_writes, 0u);
+}
+
+TEST(EventLoop, DeferFromAnotherThreadIsAPost) {
+  auto thread = EventLoopThread::Start();
+  ASSERT_TRUE(thread.ok()) << thread.status().ToString();
+  EventLoop* loop = (*thread)->loop();
+  std::atomic<bool> on_loop{false};
+  Mutex mu;
+  CondVar done;
+  bool ran = false;
+  loop->Defer([&] {
+    on_loop = loop->IsInLoopThread();
+    MutexLock lock(&mu);
+    ran = true;
+    done.SignalAll();
+  });
+  MutexLock lock(&mu);
+  while (!ran) done.Wait(&mu);
+  EXPECT_TRUE(on_loop);
+  EXPECT_EQ(loop->stats().deferred_run, 0u);  // it went through the inbox
+}
+
+TEST(EventLoop, DeferredTasksOfALoopNeverRunAreDestroyedUnrunWithIt) {
+  auto loop = MakeLoop();  // the creating thread is the loop thread until Run
+  auto token = std::make_shared<int>(0);
+  std::weak_ptr<int> watch = token;
+  bool ran = false;
+  loop->Defer([token = std::move(token), &ran] { ran = true; });
+  EXPECT_FALSE(watch.expired());
+  loop.reset();
+  EXPECT_TRUE(watch.expired());
+  EXPECT_FALSE(ran);
 }
 
 TEST(EventLoop, TimersFireInDeadlineOrderNotBeforeTheirDelay) {

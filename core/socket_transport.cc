@@ -364,12 +364,14 @@ FlushCallback SocketConnection::MakeInputFlushCallback() {
 }
 
 ReadCallback SocketConnection::MakeOutputReadCallback() {
-  // Runs on the thread that flushed output (often a worker).
+  // Runs on the thread that flushed output: a worker posts to the loop; the loop thread (an
+  // inline handler, the TLS layer sealing records) defers to later in the same pass, so every
+  // flush of the pass goes out in one writev at the pass's end and no pass is added.
   return [weak = weak_from_this()](ReadResult) {
     std::shared_ptr<SocketConnection> self = weak.lock();
     if (self == nullptr) return;
     EventLoop* loop = self->loop_;
-    loop->Post([self = std::move(self)] { self->OnOutputReadable(); });
+    loop->Defer([self = std::move(self)] { self->OnOutputReadable(); });
   };
 }
 

@@ -303,13 +303,19 @@ TlsConnectionStats TlsConnection::stats() const {
 // Pipe callbacks run on whichever thread made the operation ready (often a
 // worker writing output); the connection continues on its loop. Weak
 // references: the callbacks are stored in pipes this connection reaches.
+// Data becoming readable (ciphertext from the socket, plaintext from the
+// application) is deferred when it happens on the loop thread, so a request
+// is read, decrypted, answered, sealed and written in one loop pass, as it is
+// in cleartext; a flush resuming after backpressure is posted (it waits its
+// turn behind the loop's other work), so that a fast peer cannot keep the
+// loop on one connection.
 
 ReadCallback TlsConnection::MakeCiphertextReadCallback() {
   return [weak = weak_from_this()](ReadResult) {
     std::shared_ptr<TlsConnection> self = weak.lock();
     if (self == nullptr) return;
     EventLoop* loop = self->loop();
-    loop->Post([self = std::move(self)] { self->OnCiphertextReadable(); });
+    loop->Defer([self = std::move(self)] { self->OnCiphertextReadable(); });
   };
 }
 
@@ -336,7 +342,7 @@ ReadCallback TlsConnection::MakePlaintextOutputReadCallback() {
     std::shared_ptr<TlsConnection> self = weak.lock();
     if (self == nullptr) return;
     EventLoop* loop = self->loop();
-    loop->Post([self = std::move(self)] { self->OnPlaintextOutputReadable(); });
+    loop->Defer([self = std::move(self)] { self->OnPlaintextOutputReadable(); });
   };
 }
 
