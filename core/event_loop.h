@@ -270,6 +270,43 @@ class EventLoop {
   std::atomic<uint64_t> timers_fired_{0};
 };
 
+// Continues an object's work on its loop from a pipe callback, which runs on whichever thread
+// made the pipe ready: on the loop thread the call is deferred to later in the pass (Defer),
+// elsewhere it is posted. The deferred task captures only this hand-off (no heap allocation per
+// call; a std::function stores a capture that small in place) and the object is kept alive by
+// a reference the hand-off holds until the task ran. While a deferred call is pending, another
+// on the loop thread is dropped: the pending one runs after it and does the same work.
+//
+//   class Conn : public std::enable_shared_from_this<Conn> {
+//     void OnReadable();
+//     LoopHandOff<Conn, &Conn::OnReadable> readable_;
+//     ...  // in a pipe callback: readable_.Run(loop_, weak_from_this().lock());
+//   };
+//
+// Thread contract: Run is thread-safe; the held reference is loop-thread state. Must live inside
+// the object it continues (the deferred task reaches it through that object's reference).
+template <typename T, void (T::*Method)()>
+class LoopHandOff {
+ public:
+  // `self`: a reference to the object (null: it is being destroyed; nothing happens).
+  void Run(EventLoop* loop, std::shared_ptr<T> self) {
+    if (self == nullptr) return;
+    if (!loop->IsInLoopThread()) {
+      loop->Post([self = std::move(self)] { ((*self).*Method)(); });
+      return;
+    }
+    if (held_ != nullptr) return;
+    held_ = std::move(self);
+    loop->Defer([this] {
+      std::shared_ptr<T> self = std::move(held_);
+      ((*self).*Method)();
+    });
+  }
+
+ private:
+  std::shared_ptr<T> held_;
+};
+
 // A thread running one EventLoop.
 //
 // Thread contract: thread-compatible (start and destroy from one thread); the

@@ -178,6 +178,52 @@ TEST(EventLoop, DeferredTasksOfALoopNeverRunAreDestroyedUnrunWithIt) {
   EXPECT_FALSE(ran);
 }
 
+class HandOffTarget : public std::enable_shared_from_this<HandOffTarget> {
+ public:
+  void Continue() {
+    ++runs;
+    on_loop = loop != nullptr && loop->IsInLoopThread();
+  }
+  EventLoop* loop = nullptr;
+  int runs = 0;
+  bool on_loop = false;
+  LoopHandOff<HandOffTarget, &HandOffTarget::Continue> hand_off;
+};
+
+TEST(EventLoop, HandOffOnTheLoopIsDeferredOnceAndKeepsItsObjectAlive) {
+  auto loop = MakeLoop();
+  auto target = std::make_shared<HandOffTarget>();
+  target->loop = loop.get();
+  std::weak_ptr<HandOffTarget> watch = target;
+  int runs_seen_in_task = -1;
+  loop->Post([&] {
+    target->hand_off.Run(loop.get(), target);
+    target->hand_off.Run(loop.get(), target);  // pending: the first one does the work
+    runs_seen_in_task = target->runs;
+    target.reset();  // the hand-off's reference keeps it alive until it ran
+    loop->Defer([&] { loop->Stop(); });
+  });
+  loop->Run();
+  EXPECT_EQ(runs_seen_in_task, 0);  // not inside the caller's frame
+  EXPECT_TRUE(watch.expired());     // ran, then let go
+  EXPECT_EQ(loop->stats().deferred_run, 2u);
+}
+
+TEST(EventLoop, HandOffFromAnotherThreadIsPostedAndANullObjectIsIgnored) {
+  auto thread = EventLoopThread::Start();
+  ASSERT_TRUE(thread.ok()) << thread.status().ToString();
+  EventLoop* loop = (*thread)->loop();
+  auto target = std::make_shared<HandOffTarget>();
+  target->loop = loop;
+  target->hand_off.Run(loop, nullptr);
+  target->hand_off.Run(loop, target);
+  ASSERT_TRUE(loop->PostAndWait([] {}).ok());  // after the hand-off's task (one poster, FIFO)
+  ASSERT_TRUE(loop->PostAndWait([&] {
+                    EXPECT_EQ(target->runs, 1);
+                    EXPECT_TRUE(target->on_loop);
+                  }).ok());
+}
+
 TEST(EventLoop, TimersFireInDeadlineOrderNotBeforeTheirDelay) {
   auto loop = MakeLoop();
   std::vector<int> order;

@@ -351,15 +351,17 @@ void SocketConnection::OnIoEvents(uint32_t events) {
   PumpOutput();
 }
 
+// The pipe callbacks capture only `this`, which a std::function stores without allocating (one
+// is made for every read and flush): they are stored in this connection's own pipes, so the
+// connection exists whenever they run, and whether it is still owned is asked then.
+
 FlushCallback SocketConnection::MakeInputFlushCallback() {
-  // Runs on the thread whose AdvanceTo (or Complete) released the flush;
-  // the connection continues on its loop. A weak reference: the callback is
-  // stored in a pipe this connection owns.
-  return [weak = weak_from_this()](FlushResult result) {
-    std::shared_ptr<SocketConnection> self = weak.lock();
+  // Runs on the thread whose AdvanceTo (or Complete) released the flush; the connection
+  // continues on its loop, behind the loop's other work (a fast sender does not keep the loop).
+  return [this](FlushResult result) {
+    std::shared_ptr<SocketConnection> self = weak_from_this().lock();
     if (self == nullptr) return;
-    EventLoop* loop = self->loop_;
-    loop->Post([self = std::move(self), result] { self->OnInputFlushed(result); });
+    loop_->Post([self = std::move(self), result] { self->OnInputFlushed(result); });
   };
 }
 
@@ -367,12 +369,7 @@ ReadCallback SocketConnection::MakeOutputReadCallback() {
   // Runs on the thread that flushed output: a worker posts to the loop; the loop thread (an
   // inline handler, the TLS layer sealing records) defers to later in the same pass, so every
   // flush of the pass goes out in one writev at the pass's end and no pass is added.
-  return [weak = weak_from_this()](ReadResult) {
-    std::shared_ptr<SocketConnection> self = weak.lock();
-    if (self == nullptr) return;
-    EventLoop* loop = self->loop_;
-    loop->Defer([self = std::move(self)] { self->OnOutputReadable(); });
-  };
+  return [this](ReadResult) { output_readable_.Run(loop_, weak_from_this().lock()); };
 }
 
 void SocketConnection::ReadInput() {

@@ -265,6 +265,7 @@ class SocketConnection : public std::enable_shared_from_this<SocketConnection>, 
   bool output_ended_ = false;    // output reader completed
   bool release_when_output_ends_ = false;  // Release() came first
   bool closed_ = false;
+  LoopHandOff<SocketConnection, &SocketConnection::OnOutputReadable> output_readable_;
 
   std::atomic<uint64_t> bytes_read_{0};
   std::atomic<uint64_t> bytes_written_{0};

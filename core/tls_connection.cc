@@ -301,21 +301,22 @@ TlsConnectionStats TlsConnection::stats() const {
 }
 
 // Pipe callbacks run on whichever thread made the operation ready (often a
-// worker writing output); the connection continues on its loop. Weak
-// references: the callbacks are stored in pipes this connection reaches.
-// Data becoming readable (ciphertext from the socket, plaintext from the
-// application) is deferred when it happens on the loop thread, so a request
-// is read, decrypted, answered, sealed and written in one loop pass, as it is
-// in cleartext; a flush resuming after backpressure is posted (it waits its
-// turn behind the loop's other work), so that a fast peer cannot keep the
-// loop on one connection.
+// worker writing output); the connection continues on its loop. Data becoming
+// readable (ciphertext from the socket, plaintext from the application) is
+// deferred when it happens on the loop thread (LoopHandOff), so a request is
+// read, decrypted, answered, sealed and written in one loop pass, as it is in
+// cleartext; a flush resuming after backpressure is posted (it waits its turn
+// behind the loop's other work), so that a fast peer cannot keep the loop on
+// one connection. The socket's pipes may outlive this connection, so their
+// callbacks hold a weak reference; the plaintext pipes are members, so theirs
+// capture only `this` (stored by std::function without allocating).
 
 ReadCallback TlsConnection::MakeCiphertextReadCallback() {
   return [weak = weak_from_this()](ReadResult) {
     std::shared_ptr<TlsConnection> self = weak.lock();
     if (self == nullptr) return;
-    EventLoop* loop = self->loop();
-    loop->Defer([self = std::move(self)] { self->OnCiphertextReadable(); });
+    TlsConnection* const connection = self.get();
+    connection->ciphertext_readable_.Run(connection->loop(), std::move(self));
   };
 }
 
@@ -329,21 +330,15 @@ FlushCallback TlsConnection::MakeCiphertextFlushCallback() {
 }
 
 FlushCallback TlsConnection::MakePlaintextInputFlushCallback() {
-  return [weak = weak_from_this()](FlushResult result) {
-    std::shared_ptr<TlsConnection> self = weak.lock();
+  return [this](FlushResult result) {
+    std::shared_ptr<TlsConnection> self = weak_from_this().lock();
     if (self == nullptr) return;
-    EventLoop* loop = self->loop();
-    loop->Post([self = std::move(self), result] { self->OnPlaintextInputFlushed(result); });
+    loop()->Post([self = std::move(self), result] { self->OnPlaintextInputFlushed(result); });
   };
 }
 
 ReadCallback TlsConnection::MakePlaintextOutputReadCallback() {
-  return [weak = weak_from_this()](ReadResult) {
-    std::shared_ptr<TlsConnection> self = weak.lock();
-    if (self == nullptr) return;
-    EventLoop* loop = self->loop();
-    loop->Defer([self = std::move(self)] { self->OnPlaintextOutputReadable(); });
-  };
+  return [this](ReadResult) { plaintext_output_readable_.Run(loop(), weak_from_this().lock()); };
 }
 
 // ---------------------------------------------------------------------------

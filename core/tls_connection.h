@@ -284,6 +284,8 @@ class TlsConnection : public std::enable_shared_from_this<TlsConnection> {
   bool terminated_ = false;
   bool finished_ = false;
   Status end_status_;
+  LoopHandOff<TlsConnection, &TlsConnection::OnCiphertextReadable> ciphertext_readable_;
+  LoopHandOff<TlsConnection, &TlsConnection::OnPlaintextOutputReadable> plaintext_output_readable_;
 
   std::atomic<int64_t> handshake_ns_{0};
   std::atomic<uint64_t> plaintext_bytes_read_{0};
