@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/allocations.h"
 #include "core/event_loop.h"
 #include "core/socket_transport.h"
 #include "core/tls.h"
@@ -262,6 +263,9 @@ void RoundTrip(benchmark::State& state, bool use_tls) {
     return;
   }
   const std::string message(kMessageSize, 'm');
+  // Both sides' allocations: the client's flushes come from this thread (posted to its loop),
+  // the server answers on its loop (deferred hand-offs).
+  AllocationsPerIteration allocations(state);
   for (auto _ : state) {
     client.output().Write(message).IgnoreError();
     (void)client.output().FlushAndWait();
