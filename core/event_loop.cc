@@ -62,7 +62,10 @@ EventLoop::EventLoop(EventLoopOptions options, int epoll_fd, int wake_fd)
 EventLoop::~EventLoop() {
   // The eventfd stays open with the inbox: a thread holding it may still wake it.
   inbox_->Close();
-  deferred_.clear();
+  // Outside a pass Defer posts, and the inbox is closed: nothing joins these while they go.
+  std::vector<Task> deferred;
+  deferred.swap(deferred_);
+  deferred.clear();
   close(epoll_fd_);
 }
 
@@ -243,6 +246,7 @@ void EventLoop::RunPass() {
   int n = epoll_wait(epoll_fd_, events_.data(), options_.max_events, timeout_ms);
   passes_.fetch_add(1, std::memory_order_relaxed);
   now_ = Clock::now();
+  in_pass_ = true;
   if (n < 0) n = 0;  // EINTR; nothing else is possible with valid arguments
   dispatch_count_ = n;
   uint64_t dispatched = 0;
@@ -260,6 +264,7 @@ void EventLoop::RunPass() {
   RunExpiredTimers();
   RunTasks();
   RunDeferred();
+  in_pass_ = false;
 }
 
 void EventLoop::RunExpiredTimers() {

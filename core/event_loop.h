@@ -170,15 +170,22 @@ class EventLoop {
   // For hand-offs that must not run inside the caller's frame (a pipe callback
   // firing inside the pipe call that released it), not for fairness: work
   // that should let other connections run first is Posted, which runs in the
-  // next pass when posted by a task. Before the first Run(), the task runs in
-  // the first pass. From any other thread this is Post.
+  // next pass when posted by a task. Posted tasks of the pass run before its
+  // deferred ones, so a task posted by an I/O handler runs before a task the
+  // same handler deferred earlier. From any other thread, and on the loop
+  // thread outside a pass (before the first Run, after Run returned, while the
+  // loop is destroyed), this is Post: a deferred task is only ever queued
+  // where the pass that runs it is under way.
   void Defer(Task task) {
-    if (!IsInLoopThread()) {
+    if (!IsInPass()) {
       Post(std::move(task));
       return;
     }
     deferred_.push_back(std::move(task));
   }
+
+  // True on the loop thread while it runs a pass (where Defer queues rather than posts).
+  bool IsInPass() const { return IsInLoopThread() && in_pass_; }
 
   // Runs `task` on the loop thread and waits for it: inline when called on
   // the loop thread, otherwise posted. Returns OK once it ran, or CANCELLED
@@ -250,6 +257,7 @@ class EventLoop {
   // Loop-thread state.
   Clock::time_point now_ = Clock::now();  // the last pass's wake-up (creation before the first)
   std::vector<Task> running_tasks_;
+  bool in_pass_ = false;  // between epoll_wait's return and the end of the pass
   // Defer's queue, and the batch of it being run.
   std::vector<Task> deferred_;
   std::vector<Task> running_deferred_;
@@ -271,8 +279,9 @@ class EventLoop {
 };
 
 // Continues an object's work on its loop from a pipe callback, which runs on whichever thread
-// made the pipe ready: on the loop thread the call is deferred to later in the pass (Defer),
-// elsewhere it is posted. The deferred task captures only this hand-off (no heap allocation per
+// made the pipe ready: during a pass of the loop the call is deferred to later in the pass
+// (Defer), elsewhere it is posted (the posted task holds the object; a task dropped unrun with
+// its loop lets it go). The deferred task captures only this hand-off (no heap allocation per
 // call; a std::function stores a capture that small in place) and the object is kept alive by
 // a reference the hand-off holds until the task ran. While a deferred call is pending, another
 // on the loop thread is dropped: the pending one runs after it and does the same work.
@@ -291,7 +300,7 @@ class LoopHandOff {
   // `self`: a reference to the object (null: it is being destroyed; nothing happens).
   void Run(EventLoop* loop, std::shared_ptr<T> self) {
     if (self == nullptr) return;
-    if (!loop->IsInLoopThread()) {
+    if (!loop->IsInPass()) {
       loop->Post([self = std::move(self)] { ((*self).*Method)(); });
       return;
     }

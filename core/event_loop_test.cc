@@ -166,16 +166,30 @@ TEST(EventLoop, DeferFromAnotherThreadIsAPost) {
   EXPECT_EQ(loop->stats().deferred_run, 0u);  // it went through the inbox
 }
 
-TEST(EventLoop, DeferredTasksOfALoopNeverRunAreDestroyedUnrunWithIt) {
+TEST(EventLoop, DeferOutsideAPassIsAPostAndDroppedUnrunWithALoopNeverRun) {
   auto loop = MakeLoop();  // the creating thread is the loop thread until Run
   auto token = std::make_shared<int>(0);
   std::weak_ptr<int> watch = token;
   bool ran = false;
+  EXPECT_FALSE(loop->IsInPass());
   loop->Defer([token = std::move(token), &ran] { ran = true; });
   EXPECT_FALSE(watch.expired());
   loop.reset();
   EXPECT_TRUE(watch.expired());
   EXPECT_FALSE(ran);
+}
+
+TEST(EventLoop, DeferBeforeRunRunsInTheFirstPass) {
+  auto loop = MakeLoop();
+  uint64_t pass = 0;
+  loop->Defer([&] {
+    pass = loop->stats().passes;
+    EXPECT_TRUE(loop->IsInPass());
+    loop->Stop();
+  });
+  loop->Run();
+  EXPECT_EQ(pass, 1u);
+  EXPECT_EQ(loop->stats().deferred_run, 0u);  // it was posted
 }
 
 class HandOffTarget : public std::enable_shared_from_this<HandOffTarget> {
@@ -207,6 +221,17 @@ TEST(EventLoop, HandOffOnTheLoopIsDeferredOnceAndKeepsItsObjectAlive) {
   EXPECT_EQ(runs_seen_in_task, 0);  // not inside the caller's frame
   EXPECT_TRUE(watch.expired());     // ran, then let go
   EXPECT_EQ(loop->stats().deferred_run, 2u);
+}
+
+TEST(EventLoop, HandOffOutsideAPassLetsItsObjectGoWhenTheLoopDropsIt) {
+  auto loop = MakeLoop();  // never run: the hand-off is posted, not held
+  auto target = std::make_shared<HandOffTarget>();
+  std::weak_ptr<HandOffTarget> watch = target;
+  target->hand_off.Run(loop.get(), target);
+  target.reset();
+  EXPECT_FALSE(watch.expired());  // the posted task holds it
+  loop.reset();
+  EXPECT_TRUE(watch.expired());  // dropped unrun, and with it the reference: no cycle
 }
 
 TEST(EventLoop, HandOffFromAnotherThreadIsPostedAndANullObjectIsIgnored) {
