@@ -62,10 +62,6 @@ EventLoop::EventLoop(EventLoopOptions options, int epoll_fd, int wake_fd)
 EventLoop::~EventLoop() {
   // The eventfd stays open with the inbox: a thread holding it may still wake it.
   inbox_->Close();
-  // Outside a pass Defer posts, and the inbox is closed: nothing joins these while they go.
-  std::vector<Task> deferred;
-  deferred.swap(deferred_);
-  deferred.clear();
   close(epoll_fd_);
 }
 
@@ -227,7 +223,7 @@ void EventLoop::Inbox::Wake() {
 }
 
 int EventLoop::ComputeTimeoutMs() {
-  if (!deferred_.empty() || inbox_->HasTasks()) return 0;
+  if (inbox_->HasTasks()) return 0;
   if (stop_requested_.load()) return 0;
   while (!timer_heap_.empty() && timers_.count(timer_heap_.front().id) == 0) {
     std::pop_heap(timer_heap_.begin(), timer_heap_.end(), TimerLater());

@@ -258,7 +258,9 @@ class EventLoop {
   Clock::time_point now_ = Clock::now();  // the last pass's wake-up (creation before the first)
   std::vector<Task> running_tasks_;
   bool in_pass_ = false;  // between epoll_wait's return and the end of the pass
-  // Defer's queue, and the batch of it being run.
+  // Defer's queue, and the batch of it being run. Empty between passes: a pass runs it until
+  // nothing is left, and outside a pass Defer posts instead (so neither the wait's timeout nor
+  // the destructor has to look at it).
   std::vector<Task> deferred_;
   std::vector<Task> running_deferred_;
   std::vector<epoll_event> events_;
