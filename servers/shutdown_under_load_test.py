@@ -55,18 +55,17 @@ class ShutdownUnderLoadTest(unittest.TestCase):
                  f"http://127.0.0.1:{port}/plaintext"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
-            # Until the load is under way (the server has answered a few thousand requests).
-            def served():
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=2) as r:
-                    stats = dict(re.findall(r"(\w+)=(\d+)", r.read().decode()))
-                return int(stats["requests"]) > 2000
+            # Until the load is under way: the server has answered a few thousand of the load's
+            # requests (its count includes our /stats polls, this one too).
             polls = 0
 
-            def counted_poll():
+            def served():
                 nonlocal polls
                 polls += 1
-                return served()
-            wait_for(counted_poll, "the load to get going")
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=2) as r:
+                    stats = dict(re.findall(r"(\w+)=(\d+)", r.read().decode()))
+                return int(stats["requests"]) - polls > 2000
+            wait_for(served, "the load to get going")
             server.send_signal(signal.SIGTERM)
             code = server.wait(timeout=STEP)
             load_err = load.communicate(timeout=STEP)[1].decode()

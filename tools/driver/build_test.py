@@ -2,7 +2,7 @@
 
 A small git repository made here holds a Bazel workspace with a tiny HTTP server (a Python
 script behind an sh_binary) and a google-benchmark binary, in three commits: the baseline, a
-branch whose server answers its first request 150 ms late and whose benchmark does twice the
+branch whose server answers its first request 150 ms late and whose benchmark does four times the
 work, and a commit that does not build. The driver must build each ref in its own worktree with
 the same flags and publish it the same way, find the branch's first-request regression and the
 benchmark's slowdown, and report a ref that fails to build by name.
@@ -146,7 +146,7 @@ class BuildTest(unittest.TestCase):
         write(repo, "scenario.yaml", SCENARIO)
         git(repo, "init", "-q")
         cls.baseline = commit(repo, 0, 20000, "baseline")
-        cls.branch = commit(repo, 150, 40000, "branch: slow first request, twice the work")
+        cls.branch = commit(repo, 150, 80000, "branch: slow first request, four times the work")
         cls.broken = commit(repo, 0, 20000, "does not build", broken=True)
 
     @classmethod
@@ -222,7 +222,9 @@ class BuildTest(unittest.TestCase):
         self.assertIn("6/6", row)
         micro = read_json(os.path.join(out, "micro.json"))
         delta = micro["rows"][0]["real_time"]["delta_pct"]
-        self.assertGreater(delta, 50)  # twice the work: about +100 %
+        # Four times the work: about +300 %. The bound leaves room for a loaded machine (two
+        # cores shared with other tests), where one side's repetitions can be slowed by half.
+        self.assertGreater(delta, 100)
 
 
 if __name__ == "__main__":
