@@ -114,14 +114,14 @@ void AsyncListener::OnRequestStop(const ExchangeRecord& record) {
 }
 
 size_t AsyncListener::Drain() {
-  thread_local std::vector<ExchangeSnapshot> batch;
+  SnapshotConsumer* const consumer = consumer_.get();
+  auto add = [consumer](const ExchangeSnapshot& snapshot) { consumer->Add(snapshot); };
   size_t total = 0;
   for (;;) {
-    batch.resize(options_.batch);
     size_t n = 0;
-    while (n < batch.size() && queue_.TryPop(&batch[n])) ++n;
+    while (n < options_.batch && queue_.TryConsume(add)) ++n;
     if (n == 0) return total;
-    consumer_->Consume(std::span<const ExchangeSnapshot>(batch.data(), n));
+    consumer->EndBatch();
     delivered_.fetch_add(n, std::memory_order_relaxed);
     total += n;
     MutexLock lock(&mu_);

@@ -7,7 +7,9 @@
 //
 // The request path does one copy into a preallocated cell and never waits: when the queue is full
 // the exchange is dropped and counted (dropped()). A consumer may be as slow as it likes; it only
-// makes drops more likely. Strings longer than their field are cut (and end with "...").
+// makes drops more likely. Strings longer than their field are cut (and end with "..."). A
+// consumer that takes snapshots one at a time (SnapshotConsumer::Add) reads them in the queue's
+// cells, with no second copy.
 //
 // Thread contract: thread-safe. Consume runs on the listener's own thread, one batch at a time.
 #ifndef SLUICE_TELEMETRY_ASYNC_LISTENER_H_
@@ -22,6 +24,7 @@
 #include <span>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "core/mutex.h"
 #include "telemetry/bounded_queue.h"
@@ -92,12 +95,25 @@ class ExchangeSnapshot {
   char arena_[kArena];
 };
 
+// Takes the exchanges an AsyncListener drains, on its thread, a batch at a time: Add for each
+// snapshot of the batch, then EndBatch. Add reads the snapshot where it was queued (the reference
+// is valid during the call only); by default it copies it into a batch that EndBatch hands to
+// Consume. A consumer that can work a snapshot at a time (encode it, format it) overrides Add and
+// EndBatch and saves that copy.
 class SnapshotConsumer {
  public:
   virtual ~SnapshotConsumer() = default;
+  virtual void Add(const ExchangeSnapshot& snapshot) { batch_.push_back(snapshot); }
+  virtual void EndBatch() {
+    Consume(batch_);
+    batch_.clear();
+  }
   virtual void Consume(std::span<const ExchangeSnapshot> batch) = 0;
   // Called about every poll interval when nothing arrived (flush files, retry exports).
   virtual void Idle() {}
+
+ private:
+  std::vector<ExchangeSnapshot> batch_;  // the default Add's; its capacity is kept
 };
 
 struct AsyncListenerOptions {

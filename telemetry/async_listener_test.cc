@@ -85,6 +85,51 @@ TEST(AsyncListener, DestructionDeliversWhatIsQueued) {
   EXPECT_EQ(statuses.size(), 10u);
 }
 
+// Takes snapshots one at a time, as a span exporter does.
+class OneAtATime : public SnapshotConsumer {
+ public:
+  void Add(const ExchangeSnapshot& snapshot) override {
+    statuses.push_back(snapshot.status);
+    ++in_batch_;
+  }
+  void EndBatch() override {
+    batches.push_back(in_batch_);
+    in_batch_ = 0;
+  }
+  void Consume(std::span<const ExchangeSnapshot>) override { ADD_FAILURE() << "not called"; }
+
+  std::vector<uint16_t> statuses;
+  std::vector<size_t> batches;
+
+ private:
+  size_t in_batch_ = 0;
+};
+
+TEST(AsyncListener, AConsumerTakingSnapshotsOneAtATimeGetsEachInOrderInBoundedBatches) {
+  auto owned = std::make_unique<OneAtATime>();
+  OneAtATime* consumer = owned.get();
+  {
+    AsyncListener listener(std::move(owned), {.capacity = 64, .batch = 16});
+    ExchangeRecord r;
+    for (uint16_t i = 0; i < 40; ++i) {
+      r.status = i;
+      listener.OnRequestStop(r);
+    }
+    listener.Flush();
+    ASSERT_EQ(listener.dropped(), 0u);
+    std::vector<uint16_t> expected(40);
+    for (uint16_t i = 0; i < 40; ++i) expected[i] = i;
+    EXPECT_EQ(consumer->statuses, expected);
+    size_t total = 0;
+    for (size_t n : consumer->batches) {
+      EXPECT_GE(n, 1u);
+      EXPECT_LE(n, 16u);
+      total += n;
+    }
+    EXPECT_EQ(total, 40u);
+  }
+}
+
 TEST(ExchangeSnapshot, CutsLongValuesVisiblyAndCopiesWhatItHolds) {
   http::Request req;
   http::RequestEditor edit(req);
@@ -145,6 +190,27 @@ TEST(BoundedQueue, ManyProducersOneConsumerLoseNothingThatWasAccepted) {
   EXPECT_EQ(popped, pushed.load());
   EXPECT_EQ(popped_sum, pushed_sum.load());
   EXPECT_EQ(q.capacity(), 1024u);
+}
+
+TEST(BoundedQueue, ACellBeingConsumedInPlaceIsNotReusedUntilTheReadReturns) {
+  BoundedQueue<uint64_t> q(2);
+  ASSERT_TRUE(q.TryPush(1));
+  ASSERT_TRUE(q.TryPush(2));
+  uint64_t seen = 0;
+  bool pushed_during_read = true;
+  ASSERT_TRUE(q.TryConsume([&](const uint64_t& v) {
+    seen = v;
+    pushed_during_read = q.TryPush(3);  // the ring is full until this cell is released
+  }));
+  EXPECT_EQ(seen, 1u);
+  EXPECT_FALSE(pushed_during_read);
+  EXPECT_TRUE(q.TryPush(3));
+  uint64_t v = 0;
+  ASSERT_TRUE(q.TryPop(&v));
+  EXPECT_EQ(v, 2u);
+  ASSERT_TRUE(q.TryPop(&v));
+  EXPECT_EQ(v, 3u);
+  EXPECT_FALSE(q.TryConsume([](const uint64_t&) { ADD_FAILURE() << "the queue is empty"; }));
 }
 
 }  // namespace

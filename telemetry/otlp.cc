@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -460,17 +461,32 @@ PostOutcome PostOn(int fd, const OtlpEndpoint& endpoint, std::string_view path,
     return OkStatus();
   };
   PostOutcome outcome;
-  std::string request;
-  request.reserve(200 + body.size());
-  request.append("POST ").append(endpoint.base_path).append(path);
-  request.append(" HTTP/1.1\r\nHost: ").append(endpoint.authority);
-  request.append("\r\nContent-Type: ").append(content_type);
-  request.append("\r\nContent-Length: ").append(std::to_string(body.size()));
-  request.append(keep_alive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n");
-  request.append(body);
+  // The head, then the body where it is (one sendmsg for both; the body is not copied).
+  std::string head;
+  head.append("POST ").append(endpoint.base_path).append(path);
+  head.append(" HTTP/1.1\r\nHost: ").append(endpoint.authority);
+  head.append("\r\nContent-Type: ").append(content_type);
+  head.append("\r\nContent-Length: ").append(std::to_string(body.size()));
+  head.append(keep_alive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n");
+  const std::string_view parts[2] = {head, body};
+  const size_t total = head.size() + body.size();
   size_t sent = 0;
-  while (sent < request.size()) {
-    const ssize_t n = send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+  while (sent < total) {
+    iovec iov[2];
+    int count = 0;
+    size_t skip = sent;
+    for (std::string_view part : parts) {
+      if (skip >= part.size()) {
+        skip -= part.size();
+        continue;
+      }
+      iov[count++] = {const_cast<char*>(part.data() + skip), part.size() - skip};
+      skip = 0;
+    }
+    msghdr msg = {};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(count);
+    const ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (n > 0) {
       sent += static_cast<size_t>(n);
       continue;
@@ -604,85 +620,102 @@ std::string SpansJson(std::span<const ExchangeSnapshot> spans, std::string_view 
   return out;
 }
 
-std::string_view EncodeSpansProtobuf(std::span<const ExchangeSnapshot> spans,
-                                     std::string_view service_name, SpanEncoding* scratch) {
-  // ExportTraceServiceRequest{resource_spans = 1: ResourceSpans{resource = 1: Resource{
-  // attributes = 1}, scope_spans = 2: ScopeSpans{scope = 1: {name = 1, version = 2}, spans = 2}}}
-  // The spans go after a gap big enough for what precedes them, which is written last, ending
-  // where they start: the message is one contiguous view without a copy of the spans.
-  std::string resource;
+// ExportTraceServiceRequest{resource_spans = 1: ResourceSpans{resource = 1: Resource{
+// attributes = 1}, scope_spans = 2: ScopeSpans{scope = 1: {name = 1, version = 2}, spans = 2}}}
+// The spans go after a gap big enough for what precedes them, which is written last, ending where
+// they start: the message is one contiguous view without a copy of the spans.
+void SpanBatchEncoder::Begin(std::string_view service_name) {
+  resource_.clear();
   {
-    ProtoOut r(&resource);
+    ProtoOut r(&resource_);
     ProtoAttributes a(1, &r);
     a.String("service.name", service_name);
     a.String("telemetry.sdk.name", "sluice");
     a.String("telemetry.sdk.language", "cpp");
   }
-  std::string scope;
+  scope_.clear();
   {
-    ProtoOut sc(&scope);
+    ProtoOut sc(&scope_);
     sc.Need(2 * ProtoOut::Field(0) + kScopeName.size() + kScopeVersion.size());
     sc.Bytes(1, kScopeName);
     sc.Bytes(2, kScopeVersion);
   }
-  const size_t gap = 4 * ProtoOut::Field(0) + resource.size() + scope.size();
-  std::string& buffer = scratch->buffer;
-  std::string& one = scratch->span;
-  buffer.assign(gap, '\0');
+  gap_ = 4 * ProtoOut::Field(0) + resource_.size() + scope_.size();
+  buffer_.assign(gap_, '\0');
+  spans_ = 0;
+}
+
+void SpanBatchEncoder::Add(const ExchangeSnapshot& s) {
+  span_.clear();
   {
-    ProtoOut all(&buffer);
-    for (const ExchangeSnapshot& s : spans) {
-      one.clear();
-      {
-        ProtoOut o(&one);
-        char name[128];
-        const std::string_view span_name = SpanName(s, name);
-        // Room for the fixed fields and typical attributes at once (one growth per span at most).
-        o.Need(ProtoOut::Field(16) + ProtoOut::Field(8) + ProtoOut::Field(s.tracestate().size()) +
-               ProtoOut::Field(8) + ProtoOut::Field(span_name.size()) + 3 * ProtoOut::Field(8) +
-               1024);
-        o.Bytes(1, AsChars(s.trace.trace_id.data(), 16));
-        o.Bytes(2, AsChars(s.trace.span_id.data(), 8));
-        if (!s.tracestate().empty()) o.Bytes(3, s.tracestate());
-        if (!IsRoot(s.trace)) o.Bytes(4, AsChars(s.trace.parent_span_id.data(), 8));
-        o.Bytes(5, span_name);
-        o.Tag(6, kVarint);
-        o.Varint(2);  // SPAN_KIND_SERVER
-        o.Fixed64(7, static_cast<uint64_t>(s.start_unix_ns));
-        o.Fixed64(8, static_cast<uint64_t>(s.start_unix_ns) + s.duration_ns);
-        ProtoAttributes attributes(9, &o);
-        SpanAttributes(s, attributes);
-        // Status{code = 3: STATUS_CODE_ERROR (2)} for a 5xx or a failed exchange; else unset.
-        o.Need(ProtoOut::Field(2));
-        if (!s.error_type().empty()) o.Bytes(15, std::string_view("\x18\x02", 2));
-      }
-      all.Need(ProtoOut::Field(one.size()));
-      all.Bytes(2, one);
-    }
+    ProtoOut o(&span_);
+    char name[128];
+    const std::string_view span_name = SpanName(s, name);
+    // Room for the fixed fields and typical attributes at once (one growth per span at most).
+    o.Need(ProtoOut::Field(16) + ProtoOut::Field(8) + ProtoOut::Field(s.tracestate().size()) +
+           ProtoOut::Field(8) + ProtoOut::Field(span_name.size()) + 3 * ProtoOut::Field(8) + 1024);
+    o.Bytes(1, AsChars(s.trace.trace_id.data(), 16));
+    o.Bytes(2, AsChars(s.trace.span_id.data(), 8));
+    if (!s.tracestate().empty()) o.Bytes(3, s.tracestate());
+    if (!IsRoot(s.trace)) o.Bytes(4, AsChars(s.trace.parent_span_id.data(), 8));
+    o.Bytes(5, span_name);
+    o.Tag(6, kVarint);
+    o.Varint(2);  // SPAN_KIND_SERVER
+    o.Fixed64(7, static_cast<uint64_t>(s.start_unix_ns));
+    o.Fixed64(8, static_cast<uint64_t>(s.start_unix_ns) + s.duration_ns);
+    ProtoAttributes attributes(9, &o);
+    SpanAttributes(s, attributes);
+    // Status{code = 3: STATUS_CODE_ERROR (2)} for a 5xx or a failed exchange; else unset.
+    o.Need(ProtoOut::Field(2));
+    if (!s.error_type().empty()) o.Bytes(15, std::string_view("\x18\x02", 2));
   }
-  const size_t spans_bytes = buffer.size() - gap;
-  const size_t scope_spans = 1 + VarintSize(scope.size()) + scope.size() + spans_bytes;
-  const size_t resource_spans = 1 + VarintSize(resource.size()) + resource.size() + 1 +
+  // ScopeSpans.spans (2), length-delimited. Appended, not through a ProtoOut on buffer_: a writer
+  // made per span would grow the whole buffer (zero-filled) each time it needs room.
+  char prefix[1 + 10];
+  size_t n = 0;
+  prefix[n++] = static_cast<char>((2 << 3) | kLengthDelimited);
+  for (uint64_t v = span_.size();; v >>= 7) {
+    if (v < 0x80) {
+      prefix[n++] = static_cast<char>(v);
+      break;
+    }
+    prefix[n++] = static_cast<char>(v | 0x80);
+  }
+  buffer_.append(prefix, n).append(span_);
+  ++spans_;
+}
+
+std::string_view SpanBatchEncoder::Finish() {
+  const size_t spans_bytes = buffer_.size() - gap_;
+  const size_t scope_spans = 1 + VarintSize(scope_.size()) + scope_.size() + spans_bytes;
+  const size_t resource_spans = 1 + VarintSize(resource_.size()) + resource_.size() + 1 +
                                 VarintSize(scope_spans) + scope_spans;
   std::string head;
   {
     ProtoOut h(&head);
-    h.Need(gap);
+    h.Need(gap_);
     h.Tag(1, kLengthDelimited);
     h.Varint(resource_spans);
-    h.Bytes(1, resource);
+    h.Bytes(1, resource_);
     h.Tag(2, kLengthDelimited);
     h.Varint(scope_spans);
-    h.Bytes(1, scope);
+    h.Bytes(1, scope_);
   }
-  const size_t start = gap - head.size();
-  std::memcpy(buffer.data() + start, head.data(), head.size());
-  return std::string_view(buffer).substr(start);
+  const size_t start = gap_ - head.size();
+  std::memcpy(buffer_.data() + start, head.data(), head.size());
+  return std::string_view(buffer_).substr(start);
+}
+
+std::string_view EncodeSpansProtobuf(std::span<const ExchangeSnapshot> spans,
+                                     std::string_view service_name, SpanBatchEncoder* scratch) {
+  scratch->Begin(service_name);
+  for (const ExchangeSnapshot& s : spans) scratch->Add(s);
+  return scratch->Finish();
 }
 
 std::string SpansProtobuf(std::span<const ExchangeSnapshot> spans,
                           std::string_view service_name) {
-  SpanEncoding scratch;
+  SpanBatchEncoder scratch;
   return std::string(EncodeSpansProtobuf(spans, service_name, &scratch));
 }
 
@@ -814,15 +847,38 @@ StatusOr<std::unique_ptr<OtlpSpanExporter>> OtlpSpanExporter::Create(OtlpOptions
       new OtlpSpanExporter(std::move(*endpoint), std::move(options)));
 }
 
+void OtlpSpanExporter::Add(const ExchangeSnapshot& span) {
+  if (!protobuf()) {
+    SnapshotConsumer::Add(span);
+    return;
+  }
+  encoder_.Add(span);
+}
+
+void OtlpSpanExporter::EndBatch() {
+  if (!protobuf()) {
+    SnapshotConsumer::EndBatch();  // Consume
+    return;
+  }
+  SendEncoded();
+}
+
 void OtlpSpanExporter::Consume(std::span<const ExchangeSnapshot> batch) {
-  if (sender_.options().protocol == OtlpProtocol::kJson) {
+  if (!protobuf()) {
     sender_.Send("/v1/traces", "application/json",
                  SpansJson(batch, sender_.options().service_name), batch.size());
-  } else {
-    sender_.Send("/v1/traces", "application/x-protobuf",
-                 EncodeSpansProtobuf(batch, sender_.options().service_name, &encoding_),
-                 batch.size());
+    return;
   }
+  for (const ExchangeSnapshot& s : batch) encoder_.Add(s);
+  SendEncoded();
+}
+
+void OtlpSpanExporter::SendEncoded() {
+  const size_t spans = encoder_.spans();
+  if (spans == 0) return;
+  const std::string_view body = encoder_.Finish();
+  sender_.Send("/v1/traces", "application/x-protobuf", body, spans);
+  encoder_.Begin(sender_.options().service_name);
 }
 
 StatusOr<std::unique_ptr<OtlpMetricExporter>> OtlpMetricExporter::Create(

@@ -82,15 +82,34 @@ struct OtlpCounters {
 std::string SpansJson(std::span<const ExchangeSnapshot> spans, std::string_view service_name);
 std::string SpansProtobuf(std::span<const ExchangeSnapshot> spans, std::string_view service_name);
 
-// The buffers EncodeSpansProtobuf reuses from one batch to the next (no allocation, no page
-// faults once they have grown to the batch size).
-struct SpanEncoding {
-  std::string buffer;
-  std::string span;
+// The protobuf ExportTraceServiceRequest built one span at a time, so that an exporter can encode
+// each span where it was queued (AsyncListener's SnapshotConsumer::Add) instead of copying the
+// batch out first. Its buffers live from one batch to the next (no allocation, no page faults once
+// they have grown to the batch size).
+//
+//   encoder.Begin("my-service");
+//   for (const ExchangeSnapshot& s : spans) encoder.Add(s);
+//   std::string_view body = encoder.Finish();   // valid until the next Begin
+//
+// Thread contract: one thread at a time.
+class SpanBatchEncoder {
+ public:
+  void Begin(std::string_view service_name);
+  void Add(const ExchangeSnapshot& span);
+  size_t spans() const { return spans_; }
+  std::string_view Finish();
+
+ private:
+  std::string resource_;  // the Resource and InstrumentationScope messages of this batch
+  std::string scope_;
+  size_t gap_ = 0;        // room left before the spans for what encloses them
+  std::string buffer_;    // the gap, then the spans
+  std::string span_;      // one span, before its length is known
+  size_t spans_ = 0;
 };
 // The same message as SpansProtobuf, in `scratch` (the view is valid until its next use).
 std::string_view EncodeSpansProtobuf(std::span<const ExchangeSnapshot> spans,
-                                     std::string_view service_name, SpanEncoding* scratch);
+                                     std::string_view service_name, SpanBatchEncoder* scratch);
 // ExportMetricsServiceRequest of a snapshot (cumulative temporality) in OTLP/JSON.
 std::string MetricsJson(const MetricsSnapshot& metrics, int64_t now_unix_ns,
                         std::string_view service_name);
@@ -126,14 +145,23 @@ class OtlpSender {
 class OtlpSpanExporter : public SnapshotConsumer {
  public:
   [[nodiscard]] static StatusOr<std::unique_ptr<OtlpSpanExporter>> Create(OtlpOptions options);
+  // In protobuf, each span is encoded as it is added, read where it was queued; in JSON, the
+  // batch is collected (SnapshotConsumer's default) and encoded whole.
+  void Add(const ExchangeSnapshot& span) override;
+  void EndBatch() override;
   void Consume(std::span<const ExchangeSnapshot> batch) override;
   const OtlpSender& sender() const { return sender_; }
 
  private:
   OtlpSpanExporter(OtlpEndpoint endpoint, OtlpOptions options)
-      : sender_(std::move(endpoint), std::move(options)) {}
+      : sender_(std::move(endpoint), std::move(options)) {
+    encoder_.Begin(sender_.options().service_name);
+  }
+  bool protobuf() const { return sender_.options().protocol == OtlpProtocol::kProtobuf; }
+  void SendEncoded();
+
   OtlpSender sender_;
-  SpanEncoding encoding_;  // Consume's thread only
+  SpanBatchEncoder encoder_;  // the consuming thread's only; always begun
 };
 
 class OtlpMetricExporter {

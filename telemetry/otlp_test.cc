@@ -441,6 +441,54 @@ TEST(Otlp, SpanExporterPostsProtobufOverOneKeptConnection) {
   EXPECT_EQ((*exporter)->sender().counters().attempts_failed, 0u);
 }
 
+TEST(Otlp, SpanExporterEncodesSpansAsTheyAreAddedAndPostsEachBatchAtItsEnd) {
+  Receiver receiver;
+  OtlpOptions options;
+  options.endpoint = receiver.url();
+  auto exporter = OtlpSpanExporter::Create(options);
+  ASSERT_TRUE(exporter.ok());
+  ExchangeSnapshot spans[3] = {Span(), Span(), Span()};
+  spans[1].status = 201;
+  (*exporter)->EndBatch();  // nothing added: nothing posted
+  for (const ExchangeSnapshot& s : spans) (*exporter)->Add(s);
+  (*exporter)->EndBatch();
+  (*exporter)->Add(spans[1]);  // the encoder starts over for the next batch
+  (*exporter)->EndBatch();
+  const auto posts = receiver.posts();
+  ASSERT_EQ(posts.size(), 2u);
+  EXPECT_EQ(posts[0].body, SpansProtobuf(spans, options.service_name));
+  EXPECT_EQ(posts[1].body, SpansProtobuf({&spans[1], 1}, options.service_name));
+  EXPECT_EQ((*exporter)->sender().counters().items_sent, 4u);
+}
+
+TEST(Otlp, SpanExporterInJsonCollectsTheAddedSpansIntoOneBatch) {
+  Receiver receiver;
+  OtlpOptions options;
+  options.endpoint = receiver.url();
+  options.protocol = OtlpProtocol::kJson;
+  auto exporter = OtlpSpanExporter::Create(options);
+  ASSERT_TRUE(exporter.ok());
+  const ExchangeSnapshot spans[2] = {Span(), Span()};
+  for (const ExchangeSnapshot& s : spans) (*exporter)->Add(s);
+  (*exporter)->EndBatch();
+  const auto posts = receiver.posts();
+  ASSERT_EQ(posts.size(), 1u);
+  EXPECT_EQ(posts[0].content_type, "application/json");
+  EXPECT_EQ(posts[0].body, SpansJson(spans, options.service_name));
+}
+
+TEST(Otlp, ABodyLargerThanTheSocketTakesArrivesWholeAfterPartialSends) {
+  Receiver receiver;
+  OtlpSender sender(Endpoint(receiver.url()), Options(1, std::chrono::milliseconds(1)));
+  std::string body(6 << 20, '\0');  // far above a loopback socket's buffer: several sendmsg
+  for (size_t i = 0; i < body.size(); ++i) body[i] = static_cast<char>('a' + i % 23);
+  ASSERT_TRUE(sender.Send("/v1/traces", "application/x-protobuf", body, 1));
+  const auto posts = receiver.posts();
+  ASSERT_EQ(posts.size(), 1u);
+  EXPECT_EQ(posts[0].path, "/v1/traces");
+  EXPECT_TRUE(posts[0].body == body) << posts[0].body.size() << " bytes arrived";
+}
+
 TEST(Otlp, AKeptConnectionTheCollectorClosedIsReplacedWithoutLosingTheBatch) {
   Receiver receiver({}, /*close_after_each=*/true);
   OtlpSender sender(Endpoint(receiver.url()), Options(1, std::chrono::milliseconds(1)));

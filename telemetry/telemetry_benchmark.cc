@@ -182,7 +182,7 @@ void BM_EncodeSpans(benchmark::State& state, bool protobuf) {
   for (ExchangeSnapshot& s : spans) s.CopyFrom(r);
   size_t bytes = 0;
   AllocationsPerIteration allocations(state, static_cast<int64_t>(spans.size()));
-  SpanEncoding scratch;  // as the exporter does: its buffers live from batch to batch
+  SpanBatchEncoder scratch;  // as the exporter does: its buffers live from batch to batch
   for (auto _ : state) {
     if (protobuf) {
       const std::string_view body = EncodeSpansProtobuf(spans, "sluice", &scratch);
