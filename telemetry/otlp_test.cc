@@ -265,15 +265,23 @@ TEST(Otlp, ASilentCollectorTimesOut) {
   EXPECT_LT(took, std::chrono::milliseconds(1000));
 }
 
-TEST(Otlp, SpanExporterPostsEachBatchInJsonWhenAsked) {
-  Receiver receiver;
+// A span exporter that posts to `receiver` in `protocol`.
+std::unique_ptr<OtlpSpanExporter> ExporterTo(const Receiver& receiver,
+                                             OtlpProtocol protocol = OtlpProtocol::kProtobuf) {
   OtlpOptions options;
   options.endpoint = receiver.url();
-  options.protocol = OtlpProtocol::kJson;
+  options.protocol = protocol;
   auto exporter = OtlpSpanExporter::Create(options);
-  ASSERT_TRUE(exporter.ok());
+  EXPECT_TRUE(exporter.ok()) << exporter.status().ToString();
+  return exporter.ok() ? std::move(*exporter) : nullptr;
+}
+
+TEST(Otlp, SpanExporterPostsEachBatchInJsonWhenAsked) {
+  Receiver receiver;
+  auto exporter = ExporterTo(receiver, OtlpProtocol::kJson);
+  ASSERT_NE(exporter, nullptr);
   const ExchangeSnapshot spans[2] = {Span(), Span()};
-  (*exporter)->Consume(spans);
+  exporter->Consume(spans);
   ASSERT_EQ(receiver.posts().size(), 1u);
   EXPECT_EQ(receiver.posts()[0].content_type, "application/json");
   const std::string body = receiver.posts()[0].body;
@@ -283,7 +291,7 @@ TEST(Otlp, SpanExporterPostsEachBatchInJsonWhenAsked) {
     ++span_ids;
   }
   EXPECT_EQ(span_ids, 2u);
-  EXPECT_EQ((*exporter)->sender().counters().items_sent, 2u);
+  EXPECT_EQ(exporter->sender().counters().items_sent, 2u);
 }
 
 // A protobuf reader for the test: the fields of one message, by number.
@@ -423,58 +431,52 @@ TEST(Otlp, SpansJsonAndProtobufListTheSameAttributes) {
 
 TEST(Otlp, SpanExporterPostsProtobufOverOneKeptConnection) {
   Receiver receiver;
-  OtlpOptions options;
-  options.endpoint = receiver.url();
-  auto exporter = OtlpSpanExporter::Create(options);
-  ASSERT_TRUE(exporter.ok());
+  auto exporter = ExporterTo(receiver);
+  ASSERT_NE(exporter, nullptr);
   const ExchangeSnapshot spans[3] = {Span(), Span(), Span()};
-  for (int i = 0; i < 4; ++i) (*exporter)->Consume(spans);
+  for (int i = 0; i < 4; ++i) exporter->Consume(spans);
   const auto posts = receiver.posts();
   ASSERT_EQ(posts.size(), 4u);
   for (const auto& post : posts) {
     EXPECT_EQ(post.path, "/v1/traces");
     EXPECT_EQ(post.content_type, "application/x-protobuf");
-    EXPECT_EQ(post.body, SpansProtobuf(spans, options.service_name));
+    EXPECT_EQ(post.body, SpansProtobuf(spans, OtlpOptions().service_name));
   }
   EXPECT_EQ(receiver.connections(), 1);
-  EXPECT_EQ((*exporter)->sender().counters().items_sent, 12u);
-  EXPECT_EQ((*exporter)->sender().counters().attempts_failed, 0u);
+  EXPECT_EQ(exporter->sender().counters().items_sent, 12u);
+  EXPECT_EQ(exporter->sender().counters().attempts_failed, 0u);
 }
 
 TEST(Otlp, SpanExporterEncodesSpansAsTheyAreAddedAndPostsEachBatchAtItsEnd) {
   Receiver receiver;
-  OtlpOptions options;
-  options.endpoint = receiver.url();
-  auto exporter = OtlpSpanExporter::Create(options);
-  ASSERT_TRUE(exporter.ok());
+  auto exporter = ExporterTo(receiver);
+  ASSERT_NE(exporter, nullptr);
+  const std::string service = OtlpOptions().service_name;
   ExchangeSnapshot spans[3] = {Span(), Span(), Span()};
   spans[1].status = 201;
-  (*exporter)->EndBatch();  // nothing added: nothing posted
-  for (const ExchangeSnapshot& s : spans) (*exporter)->Add(s);
-  (*exporter)->EndBatch();
-  (*exporter)->Add(spans[1]);  // the encoder starts over for the next batch
-  (*exporter)->EndBatch();
+  exporter->EndBatch();  // nothing added: nothing posted
+  for (const ExchangeSnapshot& s : spans) exporter->Add(s);
+  exporter->EndBatch();
+  exporter->Add(spans[1]);  // the encoder starts over for the next batch
+  exporter->EndBatch();
   const auto posts = receiver.posts();
   ASSERT_EQ(posts.size(), 2u);
-  EXPECT_EQ(posts[0].body, SpansProtobuf(spans, options.service_name));
-  EXPECT_EQ(posts[1].body, SpansProtobuf({&spans[1], 1}, options.service_name));
-  EXPECT_EQ((*exporter)->sender().counters().items_sent, 4u);
+  EXPECT_EQ(posts[0].body, SpansProtobuf(spans, service));
+  EXPECT_EQ(posts[1].body, SpansProtobuf({&spans[1], 1}, service));
+  EXPECT_EQ(exporter->sender().counters().items_sent, 4u);
 }
 
 TEST(Otlp, SpanExporterInJsonCollectsTheAddedSpansIntoOneBatch) {
   Receiver receiver;
-  OtlpOptions options;
-  options.endpoint = receiver.url();
-  options.protocol = OtlpProtocol::kJson;
-  auto exporter = OtlpSpanExporter::Create(options);
-  ASSERT_TRUE(exporter.ok());
+  auto exporter = ExporterTo(receiver, OtlpProtocol::kJson);
+  ASSERT_NE(exporter, nullptr);
   const ExchangeSnapshot spans[2] = {Span(), Span()};
-  for (const ExchangeSnapshot& s : spans) (*exporter)->Add(s);
-  (*exporter)->EndBatch();
+  for (const ExchangeSnapshot& s : spans) exporter->Add(s);
+  exporter->EndBatch();
   const auto posts = receiver.posts();
   ASSERT_EQ(posts.size(), 1u);
   EXPECT_EQ(posts[0].content_type, "application/json");
-  EXPECT_EQ(posts[0].body, SpansJson(spans, options.service_name));
+  EXPECT_EQ(posts[0].body, SpansJson(spans, OtlpOptions().service_name));
 }
 
 TEST(Otlp, ABodyLargerThanTheSocketTakesArrivesWholeAfterPartialSends) {
