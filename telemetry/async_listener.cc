@@ -122,7 +122,7 @@ size_t AsyncListener::Drain() {
     while (n < options_.batch && queue_.TryConsume(add)) ++n;
     if (n == 0) return total;
     consumer->EndBatch();
-    delivered_.fetch_add(n, std::memory_order_relaxed);
+    delivered_.fetch_add(n, std::memory_order_release);  // pairs with delivered()
     total += n;
     MutexLock lock(&mu_);
     cv_.SignalAll();  // a Flush may be waiting

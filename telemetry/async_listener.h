@@ -11,7 +11,8 @@
 // consumer that takes snapshots one at a time (SnapshotConsumer::Add) reads them in the queue's
 // cells, with no second copy.
 //
-// Thread contract: thread-safe. Consume runs on the listener's own thread, one batch at a time.
+// Thread contract: thread-safe. The consumer's Add, EndBatch, Consume and Idle run on the
+// listener's own thread, one batch at a time; Add runs while the snapshot's queue cell is held.
 #ifndef SLUICE_TELEMETRY_ASYNC_LISTENER_H_
 #define SLUICE_TELEMETRY_ASYNC_LISTENER_H_
 
@@ -118,7 +119,7 @@ class SnapshotConsumer {
 
 struct AsyncListenerOptions {
   size_t capacity = 2048;  // snapshots queued at most (about 1.7 KiB each, mostly unused)
-  size_t batch = 256;      // snapshots handed over per Consume
+  size_t batch = 256;      // snapshots handed over per batch (Add calls before one EndBatch)
   // How often the thread looks for work when the queue was empty. The request path wakes it only
   // when the queue passes a quarter of its capacity (one wake-up per many exchanges), so a fast
   // stream of exchanges is drained before it overflows and a slow one costs no wake-ups at all.
@@ -138,7 +139,8 @@ class AsyncListener : public Listener {
 
   uint64_t queued() const { return queued_.load(std::memory_order_relaxed); }
   uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
-  uint64_t delivered() const { return delivered_.load(std::memory_order_relaxed); }
+  // Acquire: what the consumer did with a counted snapshot is visible to the caller.
+  uint64_t delivered() const { return delivered_.load(std::memory_order_acquire); }
   // Blocks until everything queued before the call has been consumed (tests, shutdown).
   void Flush();
 

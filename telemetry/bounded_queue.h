@@ -52,7 +52,7 @@ class BoundedQueue {
         if (enqueue_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
           fill(cell.value);
           cell.sequence.store(pos + 1, std::memory_order_release);
-          Prefetch(pos + 1, /*for_write=*/true);
+          Prefetch(pos + 1);
           return true;
         }
       } else if (diff < 0) {
@@ -68,7 +68,8 @@ class BoundedQueue {
 
   // Takes the oldest element, or returns false if the queue is empty. TryConsume calls
   // read(element) where it was queued (no copy out); the cell is reused only after read returned,
-  // so a slow read makes the queue look fuller to producers meanwhile.
+  // so a slow read makes the queue look fuller to producers meanwhile. `read` must not throw (the
+  // cell would stay claimed).
   template <typename Read>
   bool TryConsume(Read read) {
     size_t pos = dequeue_.load(std::memory_order_relaxed);
@@ -78,7 +79,7 @@ class BoundedQueue {
       const intptr_t diff = static_cast<intptr_t>(seq) - static_cast<intptr_t>(pos + 1);
       if (diff == 0) {
         if (dequeue_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
-          Prefetch(pos + 1, /*for_write=*/false);
+          Prefetch(pos + 1);
           read(static_cast<const T&>(cell.value));
           cell.sequence.store(pos + mask_ + 1, std::memory_order_release);
           return true;
@@ -100,28 +101,19 @@ class BoundedQueue {
     T value{};
   };
 
-  // Asks for the head of the cell at `pos` while the caller is done with this one. A cell is
-  // touched again only a whole ring later, by then usually out of the cache: without this, the
-  // next TryEmplace stalls on a miss to its cell's sequence before it can claim it (a large ring
-  // of large elements made that miss most of a push's cost). Only the first lines: an element's
-  // used part is usually at its start (ExchangeSnapshot writes only what it holds). Always
-  // inlined: GCC finds a function that only prefetches free of side effects and drops its calls.
-  [[gnu::always_inline]] void Prefetch(size_t pos, bool for_write) const {
-    static_assert(sizeof(Cell) >= 256 || sizeof(Cell) <= 64, "prefetches past a small cell");
+  // Asks for the first lines of the cell at `pos` while the caller is done with this one. A cell
+  // is touched again only a whole ring later, by then usually out of the cache: without this, the
+  // next TryEmplace stalled on a miss to its cell's sequence before it could claim it (with a ring
+  // of 2048 ExchangeSnapshots, most of a push's cost). Only the first lines: an element's used
+  // part is usually at its start (ExchangeSnapshot writes only what it holds). With a write hint
+  // for the consumer too: it writes the sequence when it releases the cell. It helps the thread
+  // that takes the next cell; with producers on several cores, that may be another one.
+  // Always inlined: GCC 12 at -O2 dropped the calls to it otherwise (it found a function that
+  // only prefetches free of side effects).
+  [[gnu::always_inline]] void Prefetch(size_t pos) const {
+    constexpr size_t kBytes = sizeof(Cell) < 256 ? sizeof(Cell) : 256;
     const char* head = reinterpret_cast<const char*>(cells_.get() + (pos & mask_));
-    if (sizeof(Cell) <= 64) {
-      __builtin_prefetch(head, 1, 3);  // a write hint serves a reader as well
-    } else if (for_write) {
-      __builtin_prefetch(head, 1, 3);
-      __builtin_prefetch(head + 64, 1, 3);
-      __builtin_prefetch(head + 128, 1, 3);
-      __builtin_prefetch(head + 192, 1, 3);
-    } else {
-      __builtin_prefetch(head, 0, 3);
-      __builtin_prefetch(head + 64, 0, 3);
-      __builtin_prefetch(head + 128, 0, 3);
-      __builtin_prefetch(head + 192, 0, 3);
-    }
+    for (size_t at = 0; at < kBytes; at += 64) __builtin_prefetch(head + at, 1, 3);
   }
   size_t mask_ = 0;
   std::unique_ptr<Cell[]> cells_;

@@ -89,7 +89,7 @@ std::string SpansProtobuf(std::span<const ExchangeSnapshot> spans, std::string_v
 //
 //   encoder.Begin("my-service");
 //   for (const ExchangeSnapshot& s : spans) encoder.Add(s);
-//   std::string_view body = encoder.Finish();   // valid until the next Begin
+//   std::string_view body = encoder.Finish();   // valid until the next Begin or Add
 //
 // Thread contract: one thread at a time.
 class SpanBatchEncoder {
@@ -146,7 +146,8 @@ class OtlpSpanExporter : public SnapshotConsumer {
  public:
   [[nodiscard]] static StatusOr<std::unique_ptr<OtlpSpanExporter>> Create(OtlpOptions options);
   // In protobuf, each span is encoded as it is added, read where it was queued; in JSON, the
-  // batch is collected (SnapshotConsumer's default) and encoded whole.
+  // batch is collected (SnapshotConsumer's default) and encoded whole. Consume posts a batch given
+  // whole; it is not meant to be mixed with Add within one batch.
   void Add(const ExchangeSnapshot& span) override;
   void EndBatch() override;
   void Consume(std::span<const ExchangeSnapshot> batch) override;
