@@ -669,19 +669,16 @@ void SpanBatchEncoder::Add(const ExchangeSnapshot& s) {
     o.Need(ProtoOut::Field(2));
     if (!s.error_type().empty()) o.Bytes(15, std::string_view("\x18\x02", 2));
   }
-  // ScopeSpans.spans (2), length-delimited. Appended, not through a ProtoOut on buffer_: a writer
-  // made per span would grow the whole buffer (zero-filled) each time it needs room.
-  char prefix[1 + 10];
-  size_t n = 0;
-  prefix[n++] = static_cast<char>((2 << 3) | kLengthDelimited);
-  for (uint64_t v = span_.size();; v >>= 7) {
-    if (v < 0x80) {
-      prefix[n++] = static_cast<char>(v);
-      break;
-    }
-    prefix[n++] = static_cast<char>(v | 0x80);
+  // ScopeSpans.spans (2): its tag and length, then the span, appended (a writer made on buffer_
+  // per span would grow the whole buffer, zero-filled, each time it needs room).
+  prefix_.clear();
+  {
+    ProtoOut p(&prefix_);
+    p.Need(ProtoOut::Field(0));
+    p.Tag(2, kLengthDelimited);
+    p.Varint(span_.size());
   }
-  buffer_.append(prefix, n).append(span_);
+  buffer_.append(prefix_).append(span_);
   ++spans_;
 }
 

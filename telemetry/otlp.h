@@ -105,6 +105,7 @@ class SpanBatchEncoder {
   size_t gap_ = 0;        // room left before the spans for what encloses them
   std::string buffer_;    // the gap, then the spans
   std::string span_;      // one span, before its length is known
+  std::string prefix_;    // its tag and length
   size_t spans_ = 0;
 };
 // The same message as SpansProtobuf, in `scratch` (the view is valid until its next use).
