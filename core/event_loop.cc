@@ -1,10 +1,13 @@
 #include "core/event_loop.h"
 
+#include <liburing.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -26,7 +29,38 @@ Status EpollCtlError(const char* what, int err) {
 // and more than half stale.
 constexpr size_t kMinHeapToCompact = 64;
 
+// A loop whose ring still has requests in flight as it is destroyed waits for their
+// completions (connections that closed in its last pass, a listener's cancelled accept) for at
+// most this many rounds of 1 ms without progress.
+constexpr int kDrainIdleRounds = 3;
+
+IoBackend ResolveBackend(IoBackend backend) {
+  if (backend != IoBackend::kDefault) return backend;
+  const char* env = std::getenv("SLUICE_TRANSPORT");
+  if (env != nullptr && std::string_view(env) == "io_uring") return IoBackend::kIoUring;
+  return IoBackend::kEpoll;
+}
+
 }  // namespace
+
+const char* IoBackendName(IoBackend backend) {
+  switch (backend) {
+    case IoBackend::kEpoll:
+      return "epoll";
+    case IoBackend::kIoUring:
+      return "io_uring";
+    case IoBackend::kDefault:
+      break;
+  }
+  return "default";
+}
+
+StatusOr<IoBackend> ParseIoBackend(std::string_view name) {
+  if (name == "epoll") return IoBackend::kEpoll;
+  if (name == "io_uring") return IoBackend::kIoUring;
+  return InvalidArgumentError("unknown transport \"" + std::string(name) +
+                              "\" (expected epoll or io_uring)");
+}
 
 StatusOr<std::unique_ptr<EventLoop>> EventLoop::Create(EventLoopOptions options) {
   if (options.max_events <= 0) return InvalidArgumentError("max_events must be positive");
@@ -49,20 +83,70 @@ StatusOr<std::unique_ptr<EventLoop>> EventLoop::Create(EventLoopOptions options)
     close(epoll_fd);
     return UnavailableError(ErrnoText("epoll_ctl(eventfd)", err));
   }
-  return std::unique_ptr<EventLoop>(new EventLoop(options, epoll_fd, wake_fd));
+  std::unique_ptr<Uring> uring;
+  std::string note;
+  if (ResolveBackend(options.backend) == IoBackend::kIoUring) {
+    StatusOr<std::unique_ptr<Uring>> created = Uring::Create(options.uring);
+    if (created.ok()) {
+      uring = std::move(*created);
+    } else {
+      note = "io_uring unavailable (" + created.status().ToString() + "), using epoll";
+    }
+  }
+  auto loop = std::unique_ptr<EventLoop>(
+      new EventLoop(options, epoll_fd, wake_fd, std::move(uring), std::move(note)));
+  if (loop->uring_ != nullptr) loop->ArmEpollPoll();
+  return loop;
 }
 
-EventLoop::EventLoop(EventLoopOptions options, int epoll_fd, int wake_fd)
+EventLoop::EventLoop(EventLoopOptions options, int epoll_fd, int wake_fd,
+                     std::unique_ptr<Uring> uring, std::string backend_note)
     : options_(options),
       epoll_fd_(epoll_fd),
       inbox_(new Inbox(wake_fd)),
+      uring_(std::move(uring)),
+      backend_note_(std::move(backend_note)),
       now_(Clock::now()),
       events_(static_cast<size_t>(options.max_events)) {}
 
 EventLoop::~EventLoop() {
+  // Only from the thread that ran the loop (EventLoopThread drains on its own thread before it
+  // exits): a thread that enters a ring is among those the kernel interrupts, with a signal-like
+  // notification, when the ring is torn down, which would fail a blocking system call of it
+  // with EINTR.
+  if (inbox_->IsInLoopThread()) DrainUring();
   // The eventfd stays open with the inbox: a thread holding it may still wake it.
   inbox_->Close();
   close(epoll_fd_);
+}
+
+void EventLoop::DrainUring() {
+  if (uring_ == nullptr) return;
+  // Requests still in flight belong to objects that keep themselves alive until their last
+  // completion (a connection closed in the last pass, a destroyed listener's accept): let
+  // those completions arrive, so nothing is left holding memory. Open connections leak here as
+  // they do with epoll (see SocketConnection). Best on the thread that ran the loop: the kernel
+  // completes a request through the thread that submitted it, and once that thread has exited
+  // only later, from a worker of its own.
+  if (epoll_poll_armed_) uring_->Cancel(&epoll_ready_op_);
+  int idle = 0;
+  while (uring_->in_flight() > 0 && idle < kDrainIdleRounds) {
+    uring_->SubmitAndWait(1);
+    idle = uring_->DispatchCompletions() == 0 ? idle + 1 : 0;
+  }
+}
+
+void EventLoop::ArmEpollPoll() {
+  io_uring_sqe* sqe = uring_->NewSqe(&epoll_ready_op_);
+  io_uring_prep_poll_multishot(sqe, epoll_fd_, POLLIN);
+  epoll_poll_armed_ = true;
+}
+
+void EventLoop::EpollReady::OnCompletion(int32_t result, uint32_t flags) {
+  if ((flags & IORING_CQE_F_MORE) == 0) loop_->epoll_poll_armed_ = false;
+  if (result == -ECANCELED) return;  // the loop is being destroyed
+  loop_->epoll_ready_ = true;
+  if (!loop_->epoll_poll_armed_) loop_->ArmEpollPoll();
 }
 
 void EventLoop::Run() {
@@ -204,6 +288,8 @@ EventLoopStats EventLoop::stats() const {
   s.tasks_run = tasks_run_.load(std::memory_order_relaxed);
   s.deferred_run = deferred_run_.load(std::memory_order_relaxed);
   s.timers_fired = timers_fired_.load(std::memory_order_relaxed);
+  s.uring_enters = uring_enters_.load(std::memory_order_relaxed);
+  s.uring_completions = uring_completions_.load(std::memory_order_relaxed);
   s.wakeup_writes = inbox_->wakeup_writes_.load(std::memory_order_relaxed);
   return s;
 }
@@ -238,11 +324,39 @@ int EventLoop::ComputeTimeoutMs() {
 }
 
 void EventLoop::RunPass() {
-  int timeout_ms = ComputeTimeoutMs();
+  const int timeout_ms = ComputeTimeoutMs();
+  if (uring_ != nullptr) {
+    // What the previous pass queued goes to the kernel in the same call that waits.
+    const UringStats before = uring_->stats();
+    uring_->SubmitAndWait(epoll_ready_ ? 0 : timeout_ms);
+    passes_.fetch_add(1, std::memory_order_relaxed);
+    now_ = Clock::now();
+    in_pass_ = true;
+    uring_->DispatchCompletions();
+    const UringStats after = uring_->stats();
+    uring_enters_.fetch_add(after.enters - before.enters, std::memory_order_relaxed);
+    uring_completions_.fetch_add(after.completions - before.completions,
+                                 std::memory_order_relaxed);
+    if (epoll_ready_) {
+      // A full batch may have left events behind: look again next pass, without waiting.
+      epoll_ready_ = DispatchEpoll(0) == options_.max_events;
+    }
+  } else {
+    DispatchEpoll(timeout_ms);
+  }
+  RunExpiredTimers();
+  RunTasks();
+  RunDeferred();
+  in_pass_ = false;
+}
+
+int EventLoop::DispatchEpoll(int timeout_ms) {
   int n = epoll_wait(epoll_fd_, events_.data(), options_.max_events, timeout_ms);
-  passes_.fetch_add(1, std::memory_order_relaxed);
-  now_ = Clock::now();
-  in_pass_ = true;
+  if (uring_ == nullptr) {
+    passes_.fetch_add(1, std::memory_order_relaxed);
+    now_ = Clock::now();
+    in_pass_ = true;
+  }
   if (n < 0) n = 0;  // EINTR; nothing else is possible with valid arguments
   dispatch_count_ = n;
   uint64_t dispatched = 0;
@@ -257,10 +371,7 @@ void EventLoop::RunPass() {
   dispatch_count_ = 0;
   dispatch_index_ = 0;
   io_events_.fetch_add(dispatched, std::memory_order_relaxed);
-  RunExpiredTimers();
-  RunTasks();
-  RunDeferred();
-  in_pass_ = false;
+  return n;
 }
 
 void EventLoop::RunExpiredTimers() {
@@ -326,7 +437,10 @@ StatusOr<std::unique_ptr<EventLoopThread>> EventLoopThread::Start(EventLoopOptio
 }
 
 EventLoopThread::EventLoopThread(std::unique_ptr<EventLoop> loop) : loop_(std::move(loop)) {
-  thread_ = std::thread([this] { loop_->Run(); });
+  thread_ = std::thread([this] {
+    loop_->Run();
+    loop_->DrainUring();
+  });
   // Run() binds the loop to its thread too, but the creating thread must
   // stop counting as the loop thread before this constructor returns.
   loop_->inbox_->loop_thread_.store(thread_.get_id());

@@ -48,12 +48,15 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "core/mutex.h"
 #include "core/status.h"
+#include "core/uring.h"
 
 namespace sluice {
 
@@ -69,14 +72,38 @@ class IoHandler {
   virtual void OnIoEvents(uint32_t events) = 0;
 };
 
+// How a loop learns about I/O (docs/architecture.md §9).
+enum class IoBackend {
+  // SLUICE_TRANSPORT from the environment ("epoll" or "io_uring"), else epoll: lets a whole
+  // test suite or an embedding application switch without code changes.
+  kDefault,
+  // Readiness from epoll; sockets read and write with system calls of their own.
+  kEpoll,
+  // An io_uring per loop: sockets queue their receives (multishot, into provided buffers),
+  // sends and accepts, and the loop submits them and waits for completions with one
+  // io_uring_enter per pass. File descriptors registered with Register are still watched by
+  // epoll, whose descriptor the ring polls. Falls back to epoll when the kernel refuses.
+  kIoUring,
+};
+
+// "epoll" / "io_uring" ("default" for kDefault).
+const char* IoBackendName(IoBackend backend);
+// Parses "epoll" or "io_uring"; INVALID_ARGUMENT otherwise.
+[[nodiscard]] StatusOr<IoBackend> ParseIoBackend(std::string_view name);
+
 struct EventLoopOptions {
   // Events fetched per epoll_wait.
   int max_events = 256;
+  IoBackend backend = IoBackend::kDefault;
+  // For kIoUring.
+  UringOptions uring = {};
 };
 
 // Counters since creation; relaxed snapshots, readable from any thread.
 struct EventLoopStats {
-  uint64_t passes = 0;         // epoll_wait calls
+  uint64_t passes = 0;         // epoll_wait calls (io_uring: waits for completions)
+  uint64_t uring_enters = 0;   // io_uring_enter calls (io_uring loops)
+  uint64_t uring_completions = 0;  // io_uring completions dispatched
   uint64_t io_events = 0;      // events handed to IoHandlers
   uint64_t tasks_run = 0;      // posted tasks run
   uint64_t deferred_run = 0;   // deferred tasks run (Defer on the loop thread)
@@ -224,8 +251,25 @@ class EventLoop {
 
   EventLoopStats stats() const;
 
+  // The backend in use: kEpoll or kIoUring (never kDefault). An io_uring loop has uring().
+  IoBackend backend() const { return uring_ != nullptr ? IoBackend::kIoUring : IoBackend::kEpoll; }
+  // Why an io_uring loop was asked for and epoll is in use ("" otherwise), for ready lines.
+  const std::string& backend_note() const { return backend_note_; }
+  // The loop's ring (null with epoll). Loop thread only.
+  Uring* uring() const { return uring_.get(); }
+
  private:
   friend class EventLoopThread;
+
+  // The ring's poll of the epoll descriptor: readiness of registered descriptors is waiting.
+  class EpollReady : public UringOperation {
+   public:
+    explicit EpollReady(EventLoop* loop) : loop_(loop) {}
+    void OnCompletion(int32_t result, uint32_t flags) override;
+
+   private:
+    EventLoop* const loop_;
+  };
 
   struct TimerEntry {
     Clock::time_point deadline;
@@ -237,10 +281,17 @@ class EventLoop {
     }
   };
 
-  EventLoop(EventLoopOptions options, int epoll_fd, int wake_fd);
+  EventLoop(EventLoopOptions options, int epoll_fd, int wake_fd, std::unique_ptr<Uring> uring,
+            std::string backend_note);
 
   int ComputeTimeoutMs();
   void RunPass();
+  // epoll_wait (for an epoll loop, the pass's wait) and the handlers of what it fetched.
+  // Returns how many events it fetched.
+  int DispatchEpoll(int timeout_ms);
+  void ArmEpollPoll();
+  // io_uring: waits briefly for the completions of requests in flight (see the destructor).
+  void DrainUring();
   void RunExpiredTimers();
   void RunTasks();
   void RunDeferred();
@@ -250,6 +301,11 @@ class EventLoop {
   const EventLoopOptions options_;
   const int epoll_fd_;
   const std::shared_ptr<Inbox> inbox_;
+  const std::unique_ptr<Uring> uring_;
+  const std::string backend_note_;
+  EpollReady epoll_ready_op_{this};
+  bool epoll_poll_armed_ = false;
+  bool epoll_ready_ = false;  // io_uring: the epoll descriptor reported readiness
 
   std::atomic<bool> stop_requested_{false};
   std::atomic<TimerId> next_timer_id_{1};
@@ -278,6 +334,8 @@ class EventLoop {
   std::atomic<uint64_t> tasks_run_{0};
   std::atomic<uint64_t> deferred_run_{0};
   std::atomic<uint64_t> timers_fired_{0};
+  std::atomic<uint64_t> uring_enters_{0};
+  std::atomic<uint64_t> uring_completions_{0};
 };
 
 // Continues an object's work on its loop from a pipe callback, which runs on whichever thread

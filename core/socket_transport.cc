@@ -1,8 +1,10 @@
 #include "core/socket_transport.h"
 
 #include <arpa/inet.h>
+#include <liburing.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -20,6 +22,10 @@ constexpr uint32_t kSocketEvents = EPOLLIN | EPOLLOUT | EPOLLRDHUP;
 
 // writev takes at most IOV_MAX segments per call.
 constexpr size_t kMaxIovecs = IOV_MAX;
+
+// Segments per io_uring send (the iovecs live in the connection while the send is in flight; a
+// longer output goes in several sends).
+constexpr size_t kUringIovecs = 64;
 
 std::string ErrnoText(std::string_view what, int err) {
   std::string text(what);
@@ -170,6 +176,51 @@ std::string SocketAddress::ToString() const {
 // ---------------------------------------------------------------------------
 // SocketConnection
 
+// The connection's requests on an io_uring loop. Loop thread.
+struct SocketConnection::UringIo {
+  struct Receive final : UringOperation {
+    explicit Receive(SocketConnection* c) : conn(c) {}
+    void OnCompletion(int32_t result, uint32_t flags) override { conn->OnReceived(result, flags); }
+    SocketConnection* const conn;
+  };
+  struct Send final : UringOperation {
+    explicit Send(SocketConnection* c) : conn(c) {}
+    void OnCompletion(int32_t result, uint32_t flags) override { conn->OnSent(result, flags); }
+    SocketConnection* const conn;
+  };
+  struct Watch final : UringOperation {
+    explicit Watch(SocketConnection* c) : conn(c) {}
+    void OnCompletion(int32_t result, uint32_t) override { conn->OnWatched(result); }
+    SocketConnection* const conn;
+  };
+
+  UringIo(Uring* u, SocketConnection* conn, size_t block_size)
+      : uring(u),
+        receive(conn),
+        send(conn),
+        watch(conn),
+        receive_size(static_cast<unsigned>(std::min(u->buffer_size(), block_size))) {}
+
+  Uring* const uring;
+  Receive receive;
+  Send send;
+  Watch watch;
+  // Bytes one receive may take: no more than a pipe block, so that input stops within a block
+  // of its pause threshold, as with epoll.
+  const unsigned receive_size;
+  bool receiving = false;  // a receive is armed
+  bool watching = false;   // while input is paused, a poll for a socket error
+  bool sending = false;    // a send is in flight: the output read is outstanding
+  int requests = 0;        // requests whose last completion has not arrived
+  size_t send_wanted = 0;
+  // The output ended while a send was in flight: the pipe's reader is completed once the
+  // kernel is done with the pipe's memory.
+  bool complete_output_after_send = false;
+  Status output_status;
+  struct iovec iov[kUringIovecs];
+  struct msghdr msg = {};
+};
+
 SocketConnection::SocketConnection(EventLoop* loop, int fd, const SocketConnectionOptions& options)
     : loop_(loop),
       options_(options),
@@ -195,6 +246,17 @@ SocketConnection::~SocketConnection() {
 StatusOr<std::shared_ptr<SocketConnection>> SocketConnection::Adopt(
     EventLoop* loop, int fd, const SocketConnectionOptions& options) {
   std::shared_ptr<SocketConnection> conn(new SocketConnection(loop, fd, options));
+  if (loop->uring() != nullptr) {
+    // What a failed epoll registration would have reported; the ring finds other bad
+    // descriptors on the first receive.
+    if (fd < 0) return InvalidArgumentError("Adopt: invalid file descriptor");
+    conn->uring_io_ = std::make_unique<UringIo>(loop->uring(), conn.get(), conn->block_size());
+    conn->self_ = conn;
+    conn->FetchAddresses();
+    conn->StartReceive();
+    conn->PumpOutput();  // arms the output read callback
+    return conn;
+  }
   Status registered = loop->Register(fd, kSocketEvents, conn.get());
   if (!registered.ok()) return registered;  // ~SocketConnection closes fd
   conn->self_ = conn;
@@ -276,6 +338,13 @@ void SocketConnection::FinishConnect(uint32_t events) {
   }
   FetchAddresses();
   writable_ = true;
+  if (loop_->uring() != nullptr) {
+    // Connected: from here on the ring does this socket's I/O.
+    loop_->Unregister(fd_, this).IgnoreError();
+    uring_io_ = std::make_unique<UringIo>(loop_->uring(), this, block_size());
+    StartReceive();
+    PumpOutput();
+  }
   ConnectCallback callback = std::move(connect_callback_);
   connect_callback_ = nullptr;
   callback(shared_from_this());
@@ -335,7 +404,7 @@ void SocketConnection::OnIoEvents(uint32_t events) {
   if (closed_) return;
   if (connecting_) {
     FinishConnect(events);
-    if (connecting_ || closed_) return;
+    if (connecting_ || closed_ || uring_io_ != nullptr) return;
   }
   if ((events & EPOLLERR) != 0) {
     int err = SocketError(fd_);
@@ -438,12 +507,35 @@ void SocketConnection::OnInputFlushed(FlushResult result) {
     EndInput(OkStatus());
     return;
   }
+  if (uring_io_ != nullptr) {
+    // Completions that arrived while paused were written, not published: publish them now.
+    if (input_.writer().unflushed_bytes() > 0) {
+      FlushResult flushed;
+      if (!input_.writer().Flush(&flushed, MakeInputFlushCallback())) {
+        input_paused_ = true;
+        input_pauses_.fetch_add(1, std::memory_order_relaxed);
+        WatchWhilePaused();
+        return;
+      }
+      if (flushed.is_completed) {
+        EndInput(OkStatus());
+        return;
+      }
+    }
+    if (uring_io_->watching) uring_io_->uring->Cancel(&uring_io_->watch);
+    StartReceive();
+    return;
+  }
   ReadInput();
 }
 
 void SocketConnection::EndInput(Status status) {
   if (input_ended_) return;
   input_ended_ = true;
+  if (uring_io_ != nullptr) {
+    if (uring_io_->receiving) uring_io_->uring->Cancel(&uring_io_->receive);
+    if (uring_io_->watching) uring_io_->uring->Cancel(&uring_io_->watch);
+  }
   input_.writer().Complete(std::move(status));
   MaybeClose();
 }
@@ -459,6 +551,10 @@ void SocketConnection::OnOutputReadable() {
 }
 
 void SocketConnection::PumpOutput() {
+  if (uring_io_ != nullptr) {
+    SendOutput();
+    return;
+  }
   if (output_ended_ || output_waiting_ || !writable_ || connecting_ || closed_) return;
   struct iovec iov[kMaxIovecs];
   while (true) {
@@ -537,6 +633,7 @@ void SocketConnection::EndOutput(Status status) {
     FlushResult flushed;
     if (!input_.writer().Flush(&flushed, MakeInputFlushCallback())) {
       input_paused_ = true;
+      if (uring_io_ != nullptr) WatchWhilePaused();
     } else if (flushed.is_completed) {
       EndInput(OkStatus());
       return;
@@ -557,7 +654,13 @@ void SocketConnection::Terminate(Status status, bool reset) {
   }
   if (!output_ended_) {
     output_ended_ = true;
-    output_.reader().Complete(status);
+    if (uring_io_ != nullptr && uring_io_->sending) {
+      // The kernel may still read the pipe's memory: complete once the send is back.
+      uring_io_->complete_output_after_send = true;
+      uring_io_->output_status = status;
+    } else {
+      output_.reader().Complete(status);
+    }
   }
   // Completing the pipes ran application callbacks, which cannot close us
   // synchronously (Close posts), but check anyway.
@@ -570,15 +673,173 @@ void SocketConnection::CloseSocket(bool reset) {
     loop_->CancelTimer(connect_timer_);
     connect_timer_ = 0;
   }
-  loop_->Unregister(fd_, this).IgnoreError();
+  if (uring_io_ == nullptr) {
+    loop_->Unregister(fd_, this).IgnoreError();
+  } else {
+    // The requests hold the socket open until they end; their completions release us.
+    if (uring_io_->receiving) uring_io_->uring->Cancel(&uring_io_->receive);
+    if (uring_io_->sending) uring_io_->uring->Cancel(&uring_io_->send);
+    if (uring_io_->watching) uring_io_->uring->Cancel(&uring_io_->watch);
+  }
   if (reset) {
     struct linger abort_on_close = {.l_onoff = 1, .l_linger = 0};
     (void)setsockopt(fd_, SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof(abort_on_close));
   }
-  close(fd_);
+  if (uring_io_ != nullptr) {
+    // Closed by the ring, behind the requests queued for this descriptor: a request names its
+    // descriptor by number, resolved when it is submitted, and a number closed before that could
+    // already belong to a connection accepted meanwhile (on any thread), whose bytes the stale
+    // request would then take.
+    io_uring_prep_close(uring_io_->uring->NewSqe(nullptr), fd_);
+  } else {
+    close(fd_);
+  }
   fd_ = -1;
+  if (uring_io_ != nullptr && uring_io_->requests > 0) return;
   // Released in a task: this object's methods are still on the stack.
   if (self_ != nullptr) loop_->Post([keep = std::move(self_)] {});
+}
+
+// --- io_uring loops ---
+
+void SocketConnection::StartReceive() {
+  UringIo& io = *uring_io_;
+  if (io.receiving || input_paused_ || input_ended_ || closed_) return;
+  io_uring_sqe* sqe = io.uring->NewSqe(&io.receive);
+  io_uring_prep_recv(sqe, fd_, nullptr, io.receive_size, 0);
+  sqe->flags |= IOSQE_BUFFER_SELECT;
+  sqe->buf_group = io.uring->buffer_group();
+  io.receiving = true;
+  ++io.requests;
+}
+
+void SocketConnection::OnReceived(int32_t result, uint32_t flags) {
+  UringIo& io = *uring_io_;
+  io.receiving = false;
+  if ((flags & IORING_CQE_F_BUFFER) != 0) {
+    if (result > 0 && !closed_ && !input_ended_) {
+      read_syscalls_.fetch_add(1, std::memory_order_relaxed);
+      CopyReceived(io.uring->Buffer(flags, static_cast<size_t>(result)));
+    }
+    io.uring->ReturnBuffer(flags);
+  } else if (result == 0) {
+    read_syscalls_.fetch_add(1, std::memory_order_relaxed);
+    if (!closed_) EndInput(OkStatus());
+  } else if (result < 0 && result != -ENOBUFS && result != -ECANCELED && !closed_ &&
+             !input_ended_) {
+    // -ENOBUFS: the loop's buffers ran out for a moment; the receive is armed again below.
+    Terminate(UnavailableError(ErrnoText("recv", -result)), /*reset=*/false);
+  }
+  StartReceive();
+  WatchWhilePaused();
+  OnUringRequestDone();
+}
+
+void SocketConnection::WatchWhilePaused() {
+  UringIo& io = *uring_io_;
+  if (!input_paused_ || io.watching || io.receiving || input_ended_ || closed_) return;
+  io_uring_sqe* sqe = io.uring->NewSqe(&io.watch);
+  io_uring_prep_poll_add(sqe, fd_, POLLERR);
+  io.watching = true;
+  ++io.requests;
+}
+
+void SocketConnection::OnWatched(int32_t result) {
+  UringIo& io = *uring_io_;
+  io.watching = false;
+  if (result > 0 && (result & POLLERR) != 0 && !closed_) {
+    int err = SocketError(fd_);
+    if (err != 0) Terminate(UnavailableError(ErrnoText("socket", err)), /*reset=*/false);
+  }
+  WatchWhilePaused();
+  OnUringRequestDone();
+}
+
+void SocketConnection::CopyReceived(std::span<const uint8_t> data) {
+  bytes_read_.fetch_add(data.size(), std::memory_order_relaxed);
+  Status written = input_.writer().Write(data);
+  if (!written.ok()) {
+    Terminate(InternalError("input pipe: " + written.ToString()), /*reset=*/true);
+    return;
+  }
+  // While paused, bytes already received are kept unpublished until the application catches
+  // up (OnInputFlushed publishes them).
+  if (input_paused_) return;
+  FlushResult flushed;
+  if (!input_.writer().Flush(&flushed, MakeInputFlushCallback())) {
+    input_paused_ = true;
+    input_pauses_.fetch_add(1, std::memory_order_relaxed);
+    // The receive is not armed again: the rest waits in the socket, and TCP's window pushes
+    // back on the peer.
+    return;
+  }
+  if (flushed.is_completed) EndInput(OkStatus());
+}
+
+void SocketConnection::SendOutput() {
+  UringIo& io = *uring_io_;
+  if (output_ended_ || output_waiting_ || io.sending || connecting_ || closed_) return;
+  while (true) {
+    ReadResult result;
+    if (!output_.reader().Read(&result, MakeOutputReadCallback())) {
+      output_waiting_ = true;
+      return;
+    }
+    if (!result.is_completed && !result.status.ok()) {
+      Terminate(InternalError("output pipe: " + result.status.ToString()), /*reset=*/true);
+      return;
+    }
+    if (result.buffer.empty()) {
+      output_.reader().AdvanceTo(0, 0).IgnoreError();
+      if (result.is_completed) {
+        EndOutput(result.status);
+        return;
+      }
+      continue;  // a cancelled read: read again (and wait)
+    }
+    const size_t count = result.buffer.ToIovecs(0, io.iov, kUringIovecs);
+    io.send_wanted = 0;
+    for (size_t i = 0; i < count; ++i) io.send_wanted += io.iov[i].iov_len;
+    io.msg = {};
+    io.msg.msg_iov = io.iov;
+    io.msg.msg_iovlen = count;
+    io_uring_sqe* sqe = io.uring->NewSqe(&io.send);
+    io_uring_prep_sendmsg(sqe, fd_, &io.msg, MSG_NOSIGNAL);
+    io.sending = true;
+    ++io.requests;
+    write_syscalls_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+}
+
+void SocketConnection::OnSent(int32_t result, uint32_t) {
+  UringIo& io = *uring_io_;
+  io.sending = false;
+  if (result > 0) bytes_written_.fetch_add(static_cast<size_t>(result), std::memory_order_relaxed);
+  if (io.complete_output_after_send) {
+    io.complete_output_after_send = false;
+    output_.reader().Complete(std::move(io.output_status));
+  } else if (!closed_ && !output_ended_) {
+    if (result < 0) {
+      output_.reader().AdvanceTo(0, 0).IgnoreError();
+      Terminate(UnavailableError(ErrnoText("sendmsg", -result)), /*reset=*/false);
+    } else {
+      const size_t sent = static_cast<size_t>(result);
+      if (sent < io.send_wanted) write_waits_.fetch_add(1, std::memory_order_relaxed);
+      output_.reader().AdvanceTo(sent, sent).IgnoreError();
+      SendOutput();
+    }
+  }
+  OnUringRequestDone();
+}
+
+void SocketConnection::OnUringRequestDone() {
+  UringIo& io = *uring_io_;
+  --io.requests;
+  if (closed_ && io.requests == 0 && self_ != nullptr) {
+    // Released in a task: this object's methods are still on the stack.
+    loop_->Post([keep = std::move(self_)] {});
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -619,11 +880,40 @@ StatusOr<std::unique_ptr<TcpListener>> TcpListener::Create(EventLoop* loop,
   std::unique_ptr<TcpListener> listener(new TcpListener(
       loop, fd, SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&storage), len), options,
       std::move(on_accept)));
+  if (loop->uring() != nullptr) {
+    listener->ArmAccept();
+    return listener;
+  }
   // On failure ~TcpListener closes fd (its Unregister fails harmlessly).
   Status registered = loop->Register(fd, EPOLLIN, listener.get());
   if (!registered.ok()) return registered;
   return listener;
 }
+
+// The callback, and on io_uring loops the multishot accept request, which holds this state
+// (through `armed`) until its last completion, so that the listener may go first.
+struct TcpListener::AcceptState final : UringOperation {
+  explicit AcceptState(AcceptCallback callback) : on_accept(std::move(callback)) {}
+  void OnCompletion(int32_t result, uint32_t flags) override {
+    std::shared_ptr<AcceptState> keep = armed;  // this may be the request's last completion
+    if ((flags & IORING_CQE_F_MORE) == 0) armed.reset();
+    if (!alive) {
+      if (result >= 0) close(result);
+      return;
+    }
+    if (result >= 0) {
+      listener->OnAccepted(result);  // may destroy the listener
+    } else {
+      listener->OnAcceptFailed(-result);
+    }
+    if (alive && armed == nullptr && listener->retry_timer_ == 0) listener->ArmAccept();
+  }
+
+  AcceptCallback on_accept;
+  bool alive = true;
+  TcpListener* listener = nullptr;
+  std::shared_ptr<AcceptState> armed;
+};
 
 TcpListener::TcpListener(EventLoop* loop, int fd, SocketAddress local_address,
                          TcpListenerOptions options, AcceptCallback on_accept)
@@ -631,13 +921,79 @@ TcpListener::TcpListener(EventLoop* loop, int fd, SocketAddress local_address,
       fd_(fd),
       local_address_(local_address),
       options_(std::move(options)),
-      accept_state_(std::make_shared<AcceptState>(AcceptState{std::move(on_accept), true})) {}
+      accept_state_(std::make_shared<AcceptState>(std::move(on_accept))) {
+  accept_state_->listener = this;
+}
 
 TcpListener::~TcpListener() {
   accept_state_->alive = false;
   if (retry_timer_ != 0) loop_->CancelTimer(retry_timer_);
-  loop_->Unregister(fd_, this).IgnoreError();
+  if (loop_->uring() != nullptr) {
+    if (accept_state_->armed != nullptr) {
+      loop_->uring()->Cancel(accept_state_.get());
+      // Now, so that the port is free once the destructor returns (the request holds the
+      // listening socket open).
+      loop_->uring()->SubmitAndWait(0);
+    }
+  } else {
+    loop_->Unregister(fd_, this).IgnoreError();
+  }
   close(fd_);
+}
+
+void TcpListener::ArmAccept() {
+  if (accept_state_->armed != nullptr) return;
+  io_uring_sqe* sqe = loop_->uring()->NewSqe(accept_state_.get());
+  io_uring_prep_multishot_accept(sqe, fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  accept_state_->armed = accept_state_;
+}
+
+void TcpListener::OnAccepted(int fd) {
+  std::shared_ptr<AcceptState> state = accept_state_;
+  SetNoDelay(fd);
+  StatusOr<std::shared_ptr<SocketConnection>> conn =
+      SocketConnection::Adopt(loop_, fd, options_.connection);
+  if (!conn.ok()) {
+    accept_errors_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  accepted_.fetch_add(1, std::memory_order_relaxed);
+  state->on_accept(std::move(*conn));
+}
+
+void TcpListener::OnAcceptFailed(int err) {
+  switch (err) {
+    case ECANCELED:
+      return;
+    case EMFILE:
+    case ENFILE:
+    case ENOBUFS:
+    case ENOMEM:
+      // The connections stay queued; accepting resumes after the delay.
+      accept_errors_.fetch_add(1, std::memory_order_relaxed);
+      if (accept_state_->armed != nullptr) loop_->uring()->Cancel(accept_state_.get());
+      if (retry_timer_ == 0) {
+        retry_timer_ = loop_->RunAfter(options_.accept_retry_delay, [this] {
+          retry_timer_ = 0;
+          ArmAccept();
+        });
+      }
+      return;
+    case EINTR:
+    case ECONNABORTED:
+    case EPROTO:
+    case ENETDOWN:
+    case ENOPROTOOPT:
+    case EHOSTDOWN:
+    case ENONET:
+    case EHOSTUNREACH:
+    case EOPNOTSUPP:
+    case ENETUNREACH:
+      return;  // that connection is gone; the next one may be fine
+    default:
+      accept_errors_.fetch_add(1, std::memory_order_relaxed);
+      return;
+  }
 }
 
 TcpListenerStats TcpListener::stats() const {

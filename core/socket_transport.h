@@ -76,6 +76,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -142,6 +143,8 @@ struct SocketConnectionOptions {
 };
 
 // Counters since the connection was created; relaxed, readable anywhere.
+// On an io_uring loop, reads and writes are requests in the loop's batch rather than system
+// calls: read_syscalls counts receive completions, write_syscalls send requests.
 struct SocketConnectionStats {
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;
@@ -238,6 +241,24 @@ class SocketConnection : public std::enable_shared_from_this<SocketConnection>, 
   ReadCallback MakeOutputReadCallback();
   FlushCallback MakeInputFlushCallback();
 
+  // io_uring loops (uring_io_ set): the receive and send requests replace ReadInput's reads
+  // and PumpOutput's writes; everything else is shared.
+  struct UringIo;
+  void StartReceive();
+  void OnReceived(int32_t result, uint32_t flags);
+  void CopyReceived(std::span<const uint8_t> data);
+  // While input is paused nothing is received, so a reset would go unnoticed: a poll for the
+  // socket's error stands in.
+  void WatchWhilePaused();
+  void OnWatched(int32_t result);
+  size_t block_size() const {
+    return (options_.pool != nullptr ? options_.pool : &MemoryPool::Default())->block_size();
+  }
+  void SendOutput();
+  void OnSent(int32_t result, uint32_t flags);
+  // After a request's last completion: a closed connection lets itself go once none is left.
+  void OnUringRequestDone();
+
   EventLoop* const loop_;
   const SocketConnectionOptions options_;
   const size_t read_size_hint_;
@@ -266,6 +287,8 @@ class SocketConnection : public std::enable_shared_from_this<SocketConnection>, 
   bool release_when_output_ends_ = false;  // Release() came first
   bool closed_ = false;
   LoopHandOff<SocketConnection, &SocketConnection::OnOutputReadable> output_readable_;
+  // Set on io_uring loops (docs/architecture.md §9).
+  std::unique_ptr<UringIo> uring_io_;
 
   std::atomic<uint64_t> bytes_read_{0};
   std::atomic<uint64_t> bytes_written_{0};
@@ -332,6 +355,10 @@ class TcpListener : private IoHandler {
 
   void OnIoEvents(uint32_t events) override;
   void AcceptAll();
+  // io_uring loops: one multishot accept request, re-armed when it ends.
+  void ArmAccept();
+  void OnAccepted(int fd);
+  void OnAcceptFailed(int err);
 
   EventLoop* const loop_;
   const int fd_;
@@ -339,10 +366,7 @@ class TcpListener : private IoHandler {
   const TcpListenerOptions options_;
   // Shared with a running AcceptAll, so that an accept callback may destroy
   // the listener (and with it this callback) while it runs.
-  struct AcceptState {
-    AcceptCallback on_accept;
-    bool alive = true;
-  };
+  struct AcceptState;
   const std::shared_ptr<AcceptState> accept_state_;
   EventLoop::TimerId retry_timer_ = 0;
 
