@@ -43,25 +43,6 @@ IoBackend ResolveBackend(IoBackend backend) {
 
 }  // namespace
 
-const char* IoBackendName(IoBackend backend) {
-  switch (backend) {
-    case IoBackend::kEpoll:
-      return "epoll";
-    case IoBackend::kIoUring:
-      return "io_uring";
-    case IoBackend::kDefault:
-      break;
-  }
-  return "default";
-}
-
-StatusOr<IoBackend> ParseIoBackend(std::string_view name) {
-  if (name == "epoll") return IoBackend::kEpoll;
-  if (name == "io_uring") return IoBackend::kIoUring;
-  return InvalidArgumentError("unknown transport \"" + std::string(name) +
-                              "\" (expected epoll or io_uring)");
-}
-
 StatusOr<std::unique_ptr<EventLoop>> EventLoop::Create(EventLoopOptions options) {
   if (options.max_events <= 0) return InvalidArgumentError("max_events must be positive");
   int epoll_fd = epoll_create1(EPOLL_CLOEXEC);

@@ -54,6 +54,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/io_backend.h"
 #include "core/mutex.h"
 #include "core/status.h"
 #include "core/uring.h"
@@ -71,25 +72,6 @@ class IoHandler {
   // same readiness is not reported twice.
   virtual void OnIoEvents(uint32_t events) = 0;
 };
-
-// How a loop learns about I/O (docs/architecture.md §9).
-enum class IoBackend {
-  // SLUICE_TRANSPORT from the environment ("epoll" or "io_uring"), else epoll: lets a whole
-  // test suite or an embedding application switch without code changes.
-  kDefault,
-  // Readiness from epoll; sockets read and write with system calls of their own.
-  kEpoll,
-  // An io_uring per loop: sockets queue their receives (multishot, into provided buffers),
-  // sends and accepts, and the loop submits them and waits for completions with one
-  // io_uring_enter per pass. File descriptors registered with Register are still watched by
-  // epoll, whose descriptor the ring polls. Falls back to epoll when the kernel refuses.
-  kIoUring,
-};
-
-// "epoll" / "io_uring" ("default" for kDefault).
-const char* IoBackendName(IoBackend backend);
-// Parses "epoll" or "io_uring"; INVALID_ARGUMENT otherwise.
-[[nodiscard]] StatusOr<IoBackend> ParseIoBackend(std::string_view name);
 
 struct EventLoopOptions {
   // Events fetched per epoll_wait.

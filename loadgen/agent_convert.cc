@@ -63,6 +63,7 @@ void LoadSpecToProto(const LoadSpec& spec, v1::LoadSpec* out) {
   out->set_tls(spec.tls);
   out->set_insecure(spec.insecure);
   out->set_timeout_ns(spec.timeout.count());
+  if (spec.transport != IoBackend::kDefault) out->set_transport(IoBackendName(spec.transport));
 }
 
 StatusOr<LoadSpec> LoadSpecFromProto(const v1::LoadSpec& proto) {
@@ -117,6 +118,11 @@ StatusOr<LoadSpec> LoadSpecFromProto(const v1::LoadSpec& proto) {
   }
   spec.tls = proto.tls();
   spec.insecure = proto.insecure();
+  if (!proto.transport().empty()) {
+    StatusOr<IoBackend> transport = ParseIoBackend(proto.transport());
+    if (!transport.ok()) return InvalidArgumentError("spec.transport: " + transport.status().message());
+    spec.transport = *transport;
+  }
   return spec;
 }
 

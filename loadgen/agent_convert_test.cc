@@ -33,6 +33,7 @@ LoadSpec FullSpec() {
   spec.tls = true;
   spec.insecure = true;
   spec.timeout = milliseconds(750);
+  spec.transport = IoBackend::kIoUring;
   return spec;
 }
 
@@ -55,6 +56,7 @@ void ExpectSameSpec(const LoadSpec& a, const LoadSpec& b) {
   EXPECT_EQ(a.tls, b.tls);
   EXPECT_EQ(a.insecure, b.insecure);
   EXPECT_EQ(a.timeout, b.timeout);
+  EXPECT_EQ(a.transport, b.transport);
 }
 
 RunResult FullResult() {
@@ -128,6 +130,9 @@ TEST(AgentConvert, RejectsSpecValuesTheStructCannotHold) {
   bad = proto;
   bad.set_timeout_ns(-1);
   EXPECT_THAT(LoadSpecFromProto(bad).status().message(), HasSubstr("spec.timeout_ns"));
+  bad = proto;
+  bad.set_transport("kqueue");
+  EXPECT_THAT(LoadSpecFromProto(bad).status().message(), HasSubstr("spec.transport"));
   bad = proto;
   bad.set_protocol(static_cast<v1::Protocol>(7));
   const Status status = LoadSpecFromProto(bad).status();

@@ -138,6 +138,8 @@ Load:
       --h1              HTTP/1.1 (default)
       --h2              HTTP/2: h2c by prior knowledge for http://, ALPN h2 for https://
   -m, --max-streams N   HTTP/2: concurrent streams per connection (default 1, like h2load)
+      --transport T     epoll (default) or io_uring: one ring per thread, every connection's
+                        sends and receives of a loop pass in one io_uring_enter
   -k, --insecure        https: do not verify the server's certificate
 
 Request:
@@ -289,6 +291,11 @@ StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string_view>& args)
       spec.pipeline = *n;
     } else if (name == "--h1") {
       if (Status s = no_value(); !s.ok()) return s;
+    } else if (name == "--transport") {
+      LOADGEN_VALUE(v);
+      StatusOr<IoBackend> transport = ParseIoBackend(*v);
+      if (!transport.ok()) return Bad("--transport: " + transport.status().message());
+      spec.transport = *transport;
     } else if (name == "--h2") {
       if (Status s = no_value(); !s.ok()) return s;
       spec.protocol = Protocol::kHttp2;

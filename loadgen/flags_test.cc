@@ -93,6 +93,13 @@ TEST(Flags, UrlForms) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->spec.protocol, Protocol::kHttp2);
   EXPECT_EQ(r->spec.max_streams, 16);
+  EXPECT_EQ(r->spec.transport, IoBackend::kDefault);
+  r = Parse({"--transport", "io_uring", "http://127.0.0.1/"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->spec.transport, IoBackend::kIoUring);
+  r = Parse({"--transport=epoll", "http://127.0.0.1/"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->spec.transport, IoBackend::kEpoll);
   r = Parse({"-n", "100", "http://127.0.0.1/", "--json"});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->spec.requests, 100u);
@@ -123,6 +130,8 @@ TEST(Flags, ReportsBadArgumentsClearly) {
   EXPECT_THAT(ErrorOf({"--h2", "--pipeline", "4", "http://127.0.0.1/"}),
               HasSubstr("HTTP/1.1 only"));
   EXPECT_THAT(ErrorOf({"ftp://127.0.0.1/"}), HasSubstr("http:// or https://"));
+  EXPECT_THAT(ErrorOf({"--transport", "kqueue", "http://127.0.0.1/"}),
+              HasSubstr("--transport: unknown transport \"kqueue\" (expected epoll or io_uring)"));
 }
 
 TEST(Flags, HelpNeedsNoUrl) {

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/io_backend.h"
 #include "core/status.h"
 
 namespace sluice::loadgen {
@@ -64,6 +65,9 @@ struct LoadSpec {
   // closed and reopened. Also the connect timeout, and how long the end of a run waits for the
   // requests in flight.
   std::chrono::nanoseconds timeout = std::chrono::seconds(2);
+  // How the event loops do their I/O (core/event_loop.h): epoll or io_uring; kDefault follows
+  // SLUICE_TRANSPORT, else epoll.
+  IoBackend transport = IoBackend::kDefault;
 };
 
 // Checks a spec: INVALID_ARGUMENT naming the bad field (counts out of range, a method that is not

@@ -55,7 +55,8 @@ Worker::~Worker() {
 }
 
 Status Worker::StartThread() {
-  StatusOr<std::unique_ptr<EventLoopThread>> thread = EventLoopThread::Start();
+  StatusOr<std::unique_ptr<EventLoopThread>> thread =
+      EventLoopThread::Start({.backend = spec_.transport});
   if (!thread.ok()) return thread.status();
   thread_ = std::move(*thread);
   return OkStatus();

@@ -245,12 +245,17 @@ class SampleServer {
       ADD_FAILURE() << name << " printed no ready line; stderr: " << child->err();
       return nullptr;
     }
-    // "ready address=127.0.0.1:PORT scheme=http protocols=http/1.1,h2c pid=N"
-    // (scheme=https protocols=h2,http/1.1 over TLS)
+    // "ready address=127.0.0.1:PORT scheme=http protocols=http/1.1,h2c transport=epoll pid=N"
+    // (scheme=https protocols=h2,http/1.1 over TLS; transport=io_uring when the environment's
+    // SLUICE_TRANSPORT asks for it and the kernel allows it)
     const std::string prefix = "ready address=127.0.0.1:";
     size_t space = line->find(' ', prefix.size());
-    const bool http = line->find(" scheme=http protocols=http/1.1,h2c pid=") != std::string::npos;
-    const bool https = line->find(" scheme=https protocols=h2,http/1.1 pid=") != std::string::npos;
+    const bool transport = line->find(" transport=epoll pid=") != std::string::npos ||
+                           line->find(" transport=io_uring pid=") != std::string::npos;
+    const bool http = transport && line->find(" scheme=http protocols=http/1.1,h2c transport=") !=
+                                       std::string::npos;
+    const bool https = transport && line->find(" scheme=https protocols=h2,http/1.1 transport=") !=
+                                        std::string::npos;
     if (line->rfind(prefix, 0) != 0 || space == std::string::npos || !(http || https) ||
         line->find(" pid=" + std::to_string(child->pid())) == std::string::npos) {
       ADD_FAILURE() << "unexpected ready line: " << *line;

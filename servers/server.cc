@@ -287,13 +287,15 @@ Status Server::Start() {
   uint16_t port = options_.port;
   for (int i = 0; i < options_.threads; ++i) {
     auto state = std::make_unique<LoopState>();
-    auto thread = EventLoopThread::Start();
+    auto thread = EventLoopThread::Start({.backend = options_.transport});
     if (!thread.ok()) {
       loops_.push_back(std::move(state));
       Shutdown();
       return thread.status();
     }
     state->thread = std::move(*thread);
+    transport_ = state->thread->loop()->backend();
+    transport_note_ = state->thread->loop()->backend_note();
     LoopState* raw = state.get();
     loops_.push_back(std::move(state));
     TcpListenerOptions listener_options;
@@ -485,7 +487,7 @@ std::string Server::ProtocolList() const {
 std::string Server::ReadyLine() const {
   return "ready address=" + HostPort(options_.address, port_) +
          " scheme=" + (options_.tls.enabled ? "https" : "http") + " protocols=" + ProtocolList() +
-         " pid=" + std::to_string(getpid());
+         " transport=" + IoBackendName(transport_) + " pid=" + std::to_string(getpid());
 }
 
 void Server::Shutdown() {

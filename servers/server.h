@@ -32,6 +32,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/io_backend.h"
 #include "core/memory_pool.h"
 #include "core/mutex.h"
 #include "core/status.h"
@@ -116,6 +117,9 @@ struct ServerOptions {
   http2::ConnectionOptions http2;
   // Buffer pool for every connection. Null: one owned by the server.
   MemoryPool* pool = nullptr;
+  // How the loops do their I/O: epoll, or io_uring (one ring per loop; epoll when the kernel
+  // refuses it, which the ready line shows). kDefault follows SLUICE_TRANSPORT, else epoll.
+  IoBackend transport = IoBackend::kDefault;
   // How often the pool gives the memory of blocks idle since the last time back to the system
   // (MemoryPool::Trim, on the first loop), so that RSS follows recent demand rather than the
   // worst burst since start (0: never). A pool shared with other servers, or trimmed by its
@@ -211,12 +215,16 @@ class Server {
   [[nodiscard]] Status Start();
   // The bound port (after Start).
   uint16_t port() const { return port_; }
-  // "ready address=127.0.0.1:8080 scheme=http protocols=http/1.1 pid=123":
+  // "ready address=127.0.0.1:8080 scheme=http protocols=http/1.1 transport=epoll pid=123":
   // the line sample servers print once listening (the benchmark driver and
   // tests wait for it).
   std::string ReadyLine() const;
   // "http/1.1,h2c", "h2,http/1.1", "h2c"...: what the ready line calls the protocols served.
   std::string ProtocolList() const;
+  // The transport the loops use (after Start): kEpoll or kIoUring.
+  IoBackend transport() const { return transport_; }
+  // Why io_uring was asked for and epoll is in use ("" otherwise; after Start).
+  const std::string& transport_note() const { return transport_note_; }
   // The options the server was made with.
   const ServerOptions& options() const { return options_; }
 
@@ -279,6 +287,8 @@ class Server {
   http2::ConnectionCounters h2_counters_;
   std::vector<std::unique_ptr<LoopState>> loops_;
   uint16_t port_ = 0;
+  IoBackend transport_ = IoBackend::kEpoll;
+  std::string transport_note_;
 
   Mutex mu_;
   CondVar cv_;

@@ -52,6 +52,9 @@ std::string ServerUsage(std::string_view program, std::string_view description) 
   --no-h2                   serve HTTP/1.1 only (no ALPN h2, no h2c prior knowledge)
   --protocols=LIST          http/1.1,h2 (default), http/1.1 (= --no-h2) or h2: HTTP/2 only, h2c
                             from the first byte (no sniffing) or ALPN h2 only over TLS
+  --transport=T             epoll (default) or io_uring: one ring per event loop, receives, sends
+                            and accepts batched into one io_uring_enter per loop pass (epoll when
+                            the kernel refuses io_uring: the ready line and stderr say so)
   --h2-output=STRATEGY      HTTP/2 output strategy: two_locks, single_lock (default) or queue
   --h2-max-streams=N        HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS (100)
   --h2-stall-timeout-ms=N   HTTP/2: GOAWAY a peer that keeps output blocked on a closed window this
@@ -72,7 +75,7 @@ std::string ServerUsage(std::string_view program, std::string_view description) 
   --version                 sluice's version and the pinned library versions
 
 Once listening, prints one line on stdout:
-  ready address=HOST:PORT scheme=http|https protocols=... pid=PID
+  ready address=HOST:PORT scheme=http|https protocols=... transport=epoll|io_uring pid=PID
 SIGINT/SIGTERM: stop accepting, finish in-flight requests, exit 0.
 )";
   return u;
@@ -194,6 +197,11 @@ Status ParseServerFlags(int argc, char** argv, ServerOptions* options, bool* hel
         return bad("needs a count 0-100000000 (0: no limit)");
       }
       options->max_connections = n;
+    } else if (name == "--transport") {
+      if (!need_value()) return bad("needs epoll or io_uring");
+      StatusOr<IoBackend> backend = ParseIoBackend(value);
+      if (!backend.ok()) return bad("needs epoll or io_uring");
+      options->transport = *backend;
     } else if (name == "--h2-output") {
       if (!need_value() || !http2::ParseOutputStrategy(value, &options->http2.output.strategy)) {
         return bad("needs two_locks, single_lock or queue");
@@ -319,6 +327,10 @@ int RunServerMain(int argc, char** argv, std::string_view program, std::string_v
       std::fprintf(stderr, "%.*s: cannot start: %s\n", static_cast<int>(program.size()),
                    program.data(), s.ToString().c_str());
       return 1;
+    }
+    if (!server.transport_note().empty()) {
+      std::fprintf(stderr, "%.*s: %s\n", static_cast<int>(program.size()), program.data(),
+                   server.transport_note().c_str());
     }
     std::printf("%s\n", server.ReadyLine().c_str());
     std::fflush(stdout);

@@ -21,7 +21,8 @@ TEST(ParseServerFlags, AcceptsEqualsAndSpaceForms) {
   bool help = true;
   Status s =
       Parse({"--address=0.0.0.0", "--port", "0", "--threads=3", "--handler-threads", "4",
-             "--header-timeout-ms=1500", "--keep-alive-timeout-ms", "250", "--max-body-bytes=1000"},
+             "--header-timeout-ms=1500", "--keep-alive-timeout-ms", "250", "--max-body-bytes=1000",
+             "--transport", "io_uring"},
             &options, &help);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_FALSE(help);
@@ -32,6 +33,7 @@ TEST(ParseServerFlags, AcceptsEqualsAndSpaceForms) {
   EXPECT_EQ(options.limits.header_timeout, std::chrono::milliseconds(1500));
   EXPECT_EQ(options.limits.idle_timeout, std::chrono::milliseconds(250));
   EXPECT_EQ(options.limits.max_body_bytes, 1000u);
+  EXPECT_EQ(options.transport, IoBackend::kIoUring);
 }
 
 TEST(ParseServerFlags, HelpWins) {
@@ -57,6 +59,8 @@ TEST(ParseServerFlags, NamesTheBadFlag) {
       {"--tls=yes"},
       {"--help=1"},
       {"--tls-cert=c.pem"},
+      {"--transport=kqueue"},
+      {"--transport"},
   };
   for (const auto& args : bad) {
     ServerOptions options;
@@ -74,7 +78,7 @@ TEST(ServerUsage, ListsEveryFlag) {
   for (const char* flag :
        {"--address", "--port", "--threads", "--handler-threads", "--tls", "--tls-cert", "--tls-key",
         "--tls-self-signed", "--tls-cert-out", "--header-timeout-ms", "--keep-alive-timeout-ms",
-        "--max-body-bytes", "--help"}) {
+        "--max-body-bytes", "--transport", "--help"}) {
     EXPECT_NE(usage.find(flag), std::string::npos) << flag;
   }
 }

@@ -362,8 +362,38 @@ TEST_P(ServerTest, ReadyLineNamesTheBoundAddress) {
   StartServer();
   const std::string expected =
       "ready address=127.0.0.1:" + std::to_string(server_->port()) +
-      " scheme=http protocols=http/1.1,h2c pid=" + std::to_string(getpid());
+      " scheme=http protocols=http/1.1,h2c transport=" + IoBackendName(server_->transport()) +
+      " pid=" + std::to_string(getpid());
   EXPECT_EQ(server_->ReadyLine(), expected);
+}
+
+TEST_P(ServerTest, ServesOverEitherTransportAndTheReadyLineSaysWhich) {
+  for (IoBackend asked : {IoBackend::kEpoll, IoBackend::kIoUring}) {
+    SCOPED_TRACE(IoBackendName(asked));
+    options_.transport = asked;
+    StartServer();
+    if (asked == IoBackend::kIoUring && server_->transport() == IoBackend::kEpoll) {
+      // A kernel that refuses io_uring: the server says why and serves over epoll.
+      EXPECT_NE(server_->transport_note(), "");
+    } else {
+      EXPECT_EQ(server_->transport(), asked);
+      EXPECT_EQ(server_->transport_note(), "");
+    }
+    EXPECT_NE(server_->ReadyLine().find(std::string(" transport=") +
+                                        IoBackendName(server_->transport()) + " "),
+              std::string::npos)
+        << server_->ReadyLine();
+    auto client = Connect();
+    ASSERT_NE(client, nullptr);
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(client->Send(Get("/id/" + std::to_string(i))));
+      auto r = client->ReadResponse();
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_EQ(r->body, std::to_string(i));
+    }
+    server_->Shutdown();
+    server_.reset();
+  }
 }
 
 TEST_P(ServerTest, StartFailsWhenThePortIsTaken) {
