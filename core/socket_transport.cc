@@ -84,6 +84,38 @@ Status ApplyBufferSizes(int fd, const SocketConnectionOptions& options) {
   return OkStatus();
 }
 
+enum class AcceptError {
+  // The handshake failed or the network changed: that connection is gone, the next one may be
+  // fine (accept(2), "Error handling").
+  kConnectionGone,
+  // Out of descriptors or memory: the connections stay queued until some are freed.
+  kExhausted,
+  kOther,
+};
+
+AcceptError ClassifyAcceptError(int err) {
+  switch (err) {
+    case EINTR:
+    case ECONNABORTED:
+    case EPROTO:
+    case ENETDOWN:
+    case ENOPROTOOPT:
+    case EHOSTDOWN:
+    case ENONET:
+    case EHOSTUNREACH:
+    case EOPNOTSUPP:
+    case ENETUNREACH:
+      return AcceptError::kConnectionGone;
+    case EMFILE:
+    case ENFILE:
+    case ENOBUFS:
+    case ENOMEM:
+      return AcceptError::kExhausted;
+    default:
+      return AcceptError::kOther;
+  }
+}
+
 bool ParsePort(std::string_view text, uint16_t* port) {
   if (text.empty() || text.size() > 5) return false;
   uint32_t value = 0;
@@ -962,38 +994,32 @@ void TcpListener::OnAccepted(int fd) {
 }
 
 void TcpListener::OnAcceptFailed(int err) {
-  switch (err) {
-    case ECANCELED:
+  if (err == ECANCELED) return;
+  switch (ClassifyAcceptError(err)) {
+    case AcceptError::kConnectionGone:
       return;
-    case EMFILE:
-    case ENFILE:
-    case ENOBUFS:
-    case ENOMEM:
+    case AcceptError::kExhausted:
       // The connections stay queued; accepting resumes after the delay.
-      accept_errors_.fetch_add(1, std::memory_order_relaxed);
       if (accept_state_->armed != nullptr) loop_->uring()->Cancel(accept_state_.get());
-      if (retry_timer_ == 0) {
-        retry_timer_ = loop_->RunAfter(options_.accept_retry_delay, [this] {
-          retry_timer_ = 0;
-          ArmAccept();
-        });
-      }
+      RetryAcceptLater();
       return;
-    case EINTR:
-    case ECONNABORTED:
-    case EPROTO:
-    case ENETDOWN:
-    case ENOPROTOOPT:
-    case EHOSTDOWN:
-    case ENONET:
-    case EHOSTUNREACH:
-    case EOPNOTSUPP:
-    case ENETUNREACH:
-      return;  // that connection is gone; the next one may be fine
-    default:
+    case AcceptError::kOther:
       accept_errors_.fetch_add(1, std::memory_order_relaxed);
       return;
   }
+}
+
+void TcpListener::RetryAcceptLater() {
+  accept_errors_.fetch_add(1, std::memory_order_relaxed);
+  if (retry_timer_ != 0) return;
+  retry_timer_ = loop_->RunAfter(options_.accept_retry_delay, [this] {
+    retry_timer_ = 0;
+    if (loop_->uring() != nullptr) {
+      ArmAccept();
+    } else {
+      AcceptAll();
+    }
+  });
 }
 
 TcpListenerStats TcpListener::stats() const {
@@ -1008,53 +1034,24 @@ void TcpListener::OnIoEvents(uint32_t) { AcceptAll(); }
 void TcpListener::AcceptAll() {
   // Edge-triggered: accept until the queue is empty.
   std::shared_ptr<AcceptState> state = accept_state_;
-  while (true) {
+  while (state->alive) {
     int fd = accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      switch (errno) {
-        case EAGAIN:
-          return;
-        // The handshake failed or the network changed: that connection is
-        // gone, the next one may be fine (accept(2), "Error handling").
-        case EINTR:
-        case ECONNABORTED:
-        case EPROTO:
-        case ENETDOWN:
-        case ENOPROTOOPT:
-        case EHOSTDOWN:
-        case ENONET:
-        case EHOSTUNREACH:
-        case EOPNOTSUPP:
-        case ENETUNREACH:
-          continue;
-        case EMFILE:
-        case ENFILE:
-        case ENOBUFS:
-        case ENOMEM:
-          // The connections stay queued, and no new edge will report them.
-          accept_errors_.fetch_add(1, std::memory_order_relaxed);
-          if (retry_timer_ == 0) {
-            retry_timer_ = loop_->RunAfter(options_.accept_retry_delay, [this] {
-              retry_timer_ = 0;
-              AcceptAll();
-            });
-          }
-          return;
-        default:
-          accept_errors_.fetch_add(1, std::memory_order_relaxed);
-          return;
-      }
-    }
-    SetNoDelay(fd);
-    StatusOr<std::shared_ptr<SocketConnection>> conn =
-        SocketConnection::Adopt(loop_, fd, options_.connection);
-    if (!conn.ok()) {
-      accept_errors_.fetch_add(1, std::memory_order_relaxed);
+    if (fd >= 0) {
+      OnAccepted(fd);  // may destroy the listener
       continue;
     }
-    accepted_.fetch_add(1, std::memory_order_relaxed);
-    state->on_accept(std::move(*conn));
-    if (!state->alive) return;
+    if (errno == EAGAIN) return;
+    switch (ClassifyAcceptError(errno)) {
+      case AcceptError::kConnectionGone:
+        continue;
+      case AcceptError::kExhausted:
+        // The connections stay queued, and no new edge will report them.
+        RetryAcceptLater();
+        return;
+      case AcceptError::kOther:
+        accept_errors_.fetch_add(1, std::memory_order_relaxed);
+        return;
+    }
   }
 }
 

@@ -11,6 +11,12 @@
 // socket makes it wait for EPOLLOUT while the application's output flushes
 // wait for the pipe (backpressure all the way to the handler).
 //
+// On an io_uring loop (EventLoop::uring(), docs/architecture.md §9) the same happens through
+// requests the loop submits in one io_uring_enter per pass: one receive at a time into the loop's
+// provided buffers (copied into the input pipe, at most a block each), one sendmsg over the
+// output pipe's segments while it is in flight, a multishot accept per listener. Everything else
+// (pipes, backpressure, endings, the thread contract) is the same.
+//
 // Endings:
 // - The application completes output(): everything flushed goes out, then
 //   shutdown(SHUT_WR) (half-close).
@@ -359,6 +365,9 @@ class TcpListener : private IoHandler {
   void ArmAccept();
   void OnAccepted(int fd);
   void OnAcceptFailed(int err);
+  // After running out of descriptors or memory: counted, and accepting resumes after
+  // accept_retry_delay (no new readiness would report the connections still queued).
+  void RetryAcceptLater();
 
   EventLoop* const loop_;
   const int fd_;
