@@ -33,6 +33,8 @@ constexpr size_t kMinHeapToCompact = 64;
 // completions (connections that closed in its last pass, a listener's cancelled accept) for at
 // most this many rounds of 1 ms without progress.
 constexpr int kDrainIdleRounds = 3;
+// ... and for this long in all.
+constexpr std::chrono::milliseconds kDrainLimit{100};
 
 IoBackend ResolveBackend(IoBackend backend) {
   if (backend != IoBackend::kDefault) return backend;
@@ -109,9 +111,11 @@ void EventLoop::DrainUring() {
   // they do with epoll (see SocketConnection). Best on the thread that ran the loop: the kernel
   // completes a request through the thread that submitted it, and once that thread has exited
   // only later, from a worker of its own.
+  uring_->BeginDrain();
   if (epoll_poll_armed_) uring_->Cancel(&epoll_ready_op_);
+  const Clock::time_point deadline = Clock::now() + kDrainLimit;
   int idle = 0;
-  while (uring_->in_flight() > 0 && idle < kDrainIdleRounds) {
+  while (uring_->in_flight() > 0 && idle < kDrainIdleRounds && Clock::now() < deadline) {
     uring_->SubmitAndWait(1);
     idle = uring_->DispatchCompletions() == 0 ? idle + 1 : 0;
   }

@@ -222,7 +222,7 @@ struct SocketConnection::UringIo {
   };
   struct Watch final : UringOperation {
     explicit Watch(SocketConnection* c) : conn(c) {}
-    void OnCompletion(int32_t result, uint32_t) override { conn->OnWatched(result); }
+    void OnCompletion(int32_t result, uint32_t flags) override { conn->OnWatched(result, flags); }
     SocketConnection* const conn;
   };
 
@@ -241,7 +241,7 @@ struct SocketConnection::UringIo {
   // of its pause threshold, as with epoll.
   const unsigned receive_size;
   bool receiving = false;  // a receive is armed
-  bool watching = false;   // while input is paused, a poll for a socket error
+  bool watching = false;   // while nothing is received (paused, ended), a poll for an error
   bool sending = false;    // a send is in flight: the output read is outstanding
   int requests = 0;        // requests whose last completion has not arrived
   size_t send_wanted = 0;
@@ -546,7 +546,7 @@ void SocketConnection::OnInputFlushed(FlushResult result) {
       if (!input_.writer().Flush(&flushed, MakeInputFlushCallback())) {
         input_paused_ = true;
         input_pauses_.fetch_add(1, std::memory_order_relaxed);
-        WatchWhilePaused();
+        WatchSocket();
         return;
       }
       if (flushed.is_completed) {
@@ -564,9 +564,10 @@ void SocketConnection::OnInputFlushed(FlushResult result) {
 void SocketConnection::EndInput(Status status) {
   if (input_ended_) return;
   input_ended_ = true;
-  if (uring_io_ != nullptr) {
-    if (uring_io_->receiving) uring_io_->uring->Cancel(&uring_io_->receive);
-    if (uring_io_->watching) uring_io_->uring->Cancel(&uring_io_->watch);
+  // The receive's cancellation completes it, and the socket is then watched for errors
+  // (OnReceived), as epoll keeps reporting them.
+  if (uring_io_ != nullptr && uring_io_->receiving) {
+    uring_io_->uring->Cancel(&uring_io_->receive);
   }
   input_.writer().Complete(std::move(status));
   MaybeClose();
@@ -665,7 +666,7 @@ void SocketConnection::EndOutput(Status status) {
     FlushResult flushed;
     if (!input_.writer().Flush(&flushed, MakeInputFlushCallback())) {
       input_paused_ = true;
-      if (uring_io_ != nullptr) WatchWhilePaused();
+      if (uring_io_ != nullptr) WatchSocket();
     } else if (flushed.is_completed) {
       EndInput(OkStatus());
       return;
@@ -736,7 +737,8 @@ void SocketConnection::CloseSocket(bool reset) {
 
 void SocketConnection::StartReceive() {
   UringIo& io = *uring_io_;
-  if (io.receiving || input_paused_ || input_ended_ || closed_) return;
+  // Not while the loop drains its ring on the way out: nothing is read after Run returned.
+  if (io.receiving || input_paused_ || input_ended_ || closed_ || io.uring->draining()) return;
   io_uring_sqe* sqe = io.uring->NewSqe(&io.receive);
   io_uring_prep_recv(sqe, fd_, nullptr, io.receive_size, 0);
   sqe->flags |= IOSQE_BUFFER_SELECT;
@@ -754,37 +756,44 @@ void SocketConnection::OnReceived(int32_t result, uint32_t flags) {
       CopyReceived(io.uring->Buffer(flags, static_cast<size_t>(result)));
     }
     io.uring->ReturnBuffer(flags);
-  } else if (result == 0) {
+  }
+  if (result == 0) {
     read_syscalls_.fetch_add(1, std::memory_order_relaxed);
     if (!closed_) EndInput(OkStatus());
-  } else if (result < 0 && result != -ENOBUFS && result != -ECANCELED && !closed_ &&
-             !input_ended_) {
+  } else if (result < 0 && result != -ENOBUFS && result != -ECANCELED && result != -EINTR &&
+             !closed_ && !input_ended_) {
     // -ENOBUFS: the loop's buffers ran out for a moment; the receive is armed again below.
     Terminate(UnavailableError(ErrnoText("recv", -result)), /*reset=*/false);
   }
   StartReceive();
-  WatchWhilePaused();
+  WatchSocket();
   OnUringRequestDone();
 }
 
-void SocketConnection::WatchWhilePaused() {
+void SocketConnection::WatchSocket() {
   UringIo& io = *uring_io_;
-  if (!input_paused_ || io.watching || io.receiving || input_ended_ || closed_) return;
+  if (io.watching || io.receiving || closed_ || !(input_paused_ || input_ended_)) return;
+  // Multishot: one completion per wake-up of the socket, like an edge-triggered epoll
+  // registration. A one-shot poll re-armed after a peer's FIN would complete at once, every pass
+  // (the kernel always reports hang-ups to a poll), and spin the loop.
   io_uring_sqe* sqe = io.uring->NewSqe(&io.watch);
-  io_uring_prep_poll_add(sqe, fd_, POLLERR);
+  io_uring_prep_poll_multishot(sqe, fd_, POLLERR);
   io.watching = true;
   ++io.requests;
 }
 
-void SocketConnection::OnWatched(int32_t result) {
+void SocketConnection::OnWatched(int32_t result, uint32_t flags) {
   UringIo& io = *uring_io_;
-  io.watching = false;
+  const bool more = (flags & IORING_CQE_F_MORE) != 0;
+  if (!more) io.watching = false;
   if (result > 0 && (result & POLLERR) != 0 && !closed_) {
     int err = SocketError(fd_);
     if (err != 0) Terminate(UnavailableError(ErrnoText("socket", err)), /*reset=*/false);
   }
-  WatchWhilePaused();
-  OnUringRequestDone();
+  if (!more) {
+    WatchSocket();
+    OnUringRequestDone();
+  }
 }
 
 void SocketConnection::CopyReceived(std::span<const uint8_t> data) {
@@ -1004,7 +1013,9 @@ void TcpListener::OnAcceptFailed(int err) {
       RetryAcceptLater();
       return;
     case AcceptError::kOther:
-      accept_errors_.fetch_add(1, std::memory_order_relaxed);
+      // Re-armed at once, a persistent error (a listening socket shut down) would fail every
+      // pass: wait as for exhaustion.
+      RetryAcceptLater();
       return;
   }
 }

@@ -150,7 +150,9 @@ struct SocketConnectionOptions {
 
 // Counters since the connection was created; relaxed, readable anywhere.
 // On an io_uring loop, reads and writes are requests in the loop's batch rather than system
-// calls: read_syscalls counts receive completions, write_syscalls send requests.
+// calls: read_syscalls counts receive completions, write_syscalls send requests, write_waits
+// short sends (a send that waited in the kernel for room and then went out whole is not
+// counted), and read_yields stays 0 (a receive takes at most a block).
 struct SocketConnectionStats {
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;
@@ -253,10 +255,10 @@ class SocketConnection : public std::enable_shared_from_this<SocketConnection>, 
   void StartReceive();
   void OnReceived(int32_t result, uint32_t flags);
   void CopyReceived(std::span<const uint8_t> data);
-  // While input is paused nothing is received, so a reset would go unnoticed: a poll for the
-  // socket's error stands in.
-  void WatchWhilePaused();
-  void OnWatched(int32_t result);
+  // While nothing is received (input paused, or ended while output goes on) a reset would go
+  // unnoticed: a poll for the socket's error stands in, as epoll would report it.
+  void WatchSocket();
+  void OnWatched(int32_t result, uint32_t flags);
   size_t block_size() const {
     return (options_.pool != nullptr ? options_.pool : &MemoryPool::Default())->block_size();
   }

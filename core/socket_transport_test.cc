@@ -575,6 +575,36 @@ TEST_F(SocketTransportTest, PeerResetWhileReadingIsPausedIsStillNoticed) {
   });
 }
 
+TEST_F(SocketTransportTest, APeerThatHalfClosesWhileReadingIsPausedLeavesTheLoopIdle) {
+  constexpr size_t kPause = 16 * 1024;
+  TestServer server(
+      &pool(), Mode::kEcho,
+      {.connection = {.input_pause_threshold = kPause, .input_resume_threshold = kPause / 2}},
+      "127.0.0.1:0", /*hold=*/true);
+  int client = ConnectClient(server.port());
+  const std::string data = Pattern(2 * kPause, 9);
+  ASSERT_TRUE(SendAll(client, data));
+  ASSERT_TRUE(server.WaitFor([&] {
+    return server.session_count() == 1 &&
+           server.session(0)->conn().input_unconsumed_bytes() >= kPause;
+  }));
+  ASSERT_EQ(shutdown(client, SHUT_WR), 0);
+  // Nothing can happen until the application reads: the loop must sleep, not wake each pass for
+  // the peer's hang-up (an io_uring poll re-armed after the FIN would complete at once, forever).
+  // The window measures the absence of activity; nothing waits on it to pass.
+  const uint64_t before = server.loop()->stats().passes;
+  std::this_thread::sleep_for(milliseconds(100));
+  const uint64_t passes = server.loop()->stats().passes - before;
+  EXPECT_LT(passes, 20u);
+  // The rest arrives once the application reads, then the end of input.
+  server.OnLoop([&] { server.session(0)->Release(); });
+  EXPECT_EQ(ReceiveExactly(client, data.size()), data);
+  bool clean = false;
+  EXPECT_EQ(ReceiveUntilEof(client, &clean), "");
+  EXPECT_TRUE(clean);
+  close(client);
+}
+
 TEST_F(SocketTransportTest, HalfClosedPeerStillGetsTheReply) {
   TestServer server(&pool(), Mode::kReplyAtEof);
   int client = ConnectClient(server.port());

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -122,14 +123,20 @@ StatusOr<std::unique_ptr<Uring>> Uring::Create(const UringOptions& options) {
 
 io_uring_sqe* Uring::NewSqe(UringOperation* op) {
   io_uring_sqe* sqe = io_uring_get_sqe(&ring_->ring);
-  if (sqe == nullptr) {
-    // Full: hand the batch to the kernel now (rare: a pass queued more than `entries`).
+  for (int attempt = 0; sqe == nullptr; ++attempt) {
+    // Full: hand the batch to the kernel now (rare: a pass queued more than `entries`). The
+    // kernel may refuse for a moment (-EAGAIN, -EBUSY with a full completion queue): run the
+    // pending completions' work and try again.
+    if (attempt == 1000) {
+      std::fprintf(stderr, "sluice: io_uring submission queue stays full; aborting\n");
+      std::abort();
+    }
     int submitted = io_uring_submit(&ring_->ring);
     ++stats_.enters;
     if (submitted > 0) stats_.submitted += static_cast<uint64_t>(submitted);
+    if (submitted < 0) io_uring_get_events(&ring_->ring);
     sqe = io_uring_get_sqe(&ring_->ring);
   }
-  // The kernel consumed the queue above, so a slot is free now.
   std::memset(sqe, 0, sizeof(*sqe));
   io_uring_sqe_set_data(sqe, op);
   ++in_flight_;

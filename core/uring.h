@@ -103,6 +103,10 @@ class Uring {
 
   UringStats stats() const { return stats_; }
 
+  // The loop is exiting and waits only for the last completions: sockets queue no new receives.
+  void BeginDrain() { draining_ = true; }
+  bool draining() const { return draining_; }
+
  private:
   static constexpr uint16_t kBufferGroup = 0;
   struct Ring;
@@ -113,6 +117,7 @@ class Uring {
   std::unique_ptr<Ring> ring_;
   UringStats stats_;
   uint64_t in_flight_ = 0;
+  bool draining_ = false;
 };
 
 }  // namespace sluice
