@@ -503,17 +503,7 @@ void SocketConnection::ReadInput() {
       // A short read drained the socket: new data raises a new edge. Not
       // after EPOLLRDHUP, whose edge has passed: read on until EOF.
       if (got < span.size() && !peer_closing_) readable_ = false;
-      FlushResult flushed;
-      if (!input_.writer().Flush(&flushed, MakeInputFlushCallback())) {
-        input_paused_ = true;
-        input_pauses_.fetch_add(1, std::memory_order_relaxed);
-        return;
-      }
-      if (flushed.is_completed) {
-        // The application completed input(): it wants nothing more.
-        EndInput(OkStatus());
-        return;
-      }
+      if (!PublishInput()) return;
       continue;
     }
     if (n == 0) {
@@ -532,6 +522,21 @@ void SocketConnection::ReadInput() {
   }
 }
 
+bool SocketConnection::PublishInput() {
+  FlushResult flushed;
+  if (!input_.writer().Flush(&flushed, MakeInputFlushCallback())) {
+    input_paused_ = true;
+    input_pauses_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  if (flushed.is_completed) {
+    // The application completed input(): it wants nothing more.
+    EndInput(OkStatus());
+    return false;
+  }
+  return true;
+}
+
 void SocketConnection::OnInputFlushed(FlushResult result) {
   input_paused_ = false;
   if (input_ended_ || closed_) return;
@@ -541,18 +546,9 @@ void SocketConnection::OnInputFlushed(FlushResult result) {
   }
   if (uring_io_ != nullptr) {
     // Completions that arrived while paused were written, not published: publish them now.
-    if (input_.writer().unflushed_bytes() > 0) {
-      FlushResult flushed;
-      if (!input_.writer().Flush(&flushed, MakeInputFlushCallback())) {
-        input_paused_ = true;
-        input_pauses_.fetch_add(1, std::memory_order_relaxed);
-        WatchSocket();
-        return;
-      }
-      if (flushed.is_completed) {
-        EndInput(OkStatus());
-        return;
-      }
+    if (input_.writer().unflushed_bytes() > 0 && !PublishInput()) {
+      WatchSocket();
+      return;
     }
     if (uring_io_->watching) uring_io_->uring->Cancel(&uring_io_->watch);
     StartReceive();
@@ -804,17 +800,9 @@ void SocketConnection::CopyReceived(std::span<const uint8_t> data) {
     return;
   }
   // While paused, bytes already received are kept unpublished until the application catches
-  // up (OnInputFlushed publishes them).
-  if (input_paused_) return;
-  FlushResult flushed;
-  if (!input_.writer().Flush(&flushed, MakeInputFlushCallback())) {
-    input_paused_ = true;
-    input_pauses_.fetch_add(1, std::memory_order_relaxed);
-    // The receive is not armed again: the rest waits in the socket, and TCP's window pushes
-    // back on the peer.
-    return;
-  }
-  if (flushed.is_completed) EndInput(OkStatus());
+  // up (OnInputFlushed publishes them). Once paused, the receive is not armed again: the rest
+  // waits in the socket, and TCP's window pushes back on the peer.
+  if (!input_paused_) PublishInput();
 }
 
 void SocketConnection::SendOutput() {

@@ -235,6 +235,9 @@ class SocketConnection : public std::enable_shared_from_this<SocketConnection>, 
 
   void ReadInput();
   void OnInputFlushed(FlushResult result);
+  // Flushes the input pipe. False when reading must stop: the flush is pending (input paused,
+  // counted) or the application completed input() (input ended).
+  bool PublishInput();
   void EndInput(Status status);
   void PumpOutput();
   void OnOutputReadable();
