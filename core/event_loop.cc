@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <string>
 #include <utility>
 
@@ -416,24 +417,35 @@ void EventLoop::EraseTimer(TimerId id) {
 }
 
 StatusOr<std::unique_ptr<EventLoopThread>> EventLoopThread::Start(EventLoopOptions options) {
-  StatusOr<std::unique_ptr<EventLoop>> loop = EventLoop::Create(options);
-  if (!loop.ok()) return loop.status();
-  return std::unique_ptr<EventLoopThread>(new EventLoopThread(std::move(*loop)));
-}
-
-EventLoopThread::EventLoopThread(std::unique_ptr<EventLoop> loop) : loop_(std::move(loop)) {
-  thread_ = std::thread([this] {
-    loop_->Run();
-    loop_->DrainUring();
+  std::unique_ptr<EventLoopThread> started(new EventLoopThread());
+  auto created = std::make_shared<std::promise<Status>>();
+  std::future<Status> creation = created->get_future();
+  EventLoopThread* self = started.get();
+  // The loop (and its ring) is created on its own thread: the kernel counts a ring's creator
+  // among the threads it interrupts when the ring is torn down, which would fail a blocking
+  // system call of the caller (seen: a test client's connect with EINTR).
+  self->thread_ = std::thread([self, options, created] {
+    StatusOr<std::unique_ptr<EventLoop>> loop = EventLoop::Create(options);
+    if (!loop.ok()) {
+      created->set_value(loop.status());
+      return;
+    }
+    self->loop_ = std::move(*loop);
+    created->set_value(OkStatus());
+    self->loop_->Run();
+    self->loop_->DrainUring();
   });
-  // Run() binds the loop to its thread too, but the creating thread must
-  // stop counting as the loop thread before this constructor returns.
-  loop_->inbox_->loop_thread_.store(thread_.get_id());
+  Status status = creation.get();
+  if (!status.ok()) {
+    self->thread_.join();
+    return status;
+  }
+  return started;
 }
 
 EventLoopThread::~EventLoopThread() {
-  loop_->Stop();
-  thread_.join();
+  if (loop_ != nullptr) loop_->Stop();
+  if (thread_.joinable()) thread_.join();
 }
 
 }  // namespace sluice

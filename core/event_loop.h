@@ -377,7 +377,7 @@ class EventLoopThread {
   EventLoop* loop() const { return loop_.get(); }
 
  private:
-  explicit EventLoopThread(std::unique_ptr<EventLoop> loop);
+  EventLoopThread() = default;
 
   std::unique_ptr<EventLoop> loop_;
   std::thread thread_;
