@@ -64,16 +64,21 @@ void Mutex::RecordHold() {
 }
 
 void CondVar::Wait(Mutex* mu) {
-  // condition_variable_any drives the std::mutex directly: the hold before
-  // the wait is recorded, and the re-acquisition restarts the hold clock.
+  // The wait drives the std::mutex directly: the hold before the wait is
+  // recorded, and the re-acquisition restarts the hold clock. The unique_lock
+  // only borrows the held mutex; the caller's MutexLock still releases it.
   if (mu->counters_ != nullptr) mu->RecordHold();
-  cv_.wait(mu->mu_);
+  std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
+  cv_.wait(lock);
+  lock.release();
   if (mu->counters_ != nullptr) mu->RecordAcquired();
 }
 
 bool CondVar::WaitWithDeadline(Mutex* mu, std::chrono::steady_clock::time_point deadline) {
   if (mu->counters_ != nullptr) mu->RecordHold();
-  bool signaled = cv_.wait_until(mu->mu_, deadline) == std::cv_status::no_timeout;
+  std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
+  bool signaled = cv_.wait_until(lock, deadline) == std::cv_status::no_timeout;
+  lock.release();
   if (mu->counters_ != nullptr) mu->RecordAcquired();
   return signaled;
 }

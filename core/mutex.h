@@ -115,7 +115,10 @@ class ABSL_SCOPED_LOCKABLE MutexLock {
 };
 
 // A condition variable for sluice::Mutex. Waiting releases and re-takes the
-// mutex; the re-acquisition is counted like any other.
+// mutex; the re-acquisition is counted like any other. A std::condition_variable
+// over the mutex's std::mutex, not condition_variable_any: the latter locks a
+// mutex of its own in every notify, waiter or not, and the HTTP/2 writer
+// signals once per finished stream (docs/architecture.md §3).
 class CondVar {
  public:
   void Wait(Mutex* mu) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
@@ -126,7 +129,7 @@ class CondVar {
   void Signal() { cv_.notify_one(); }
 
  private:
-  std::condition_variable_any cv_;
+  std::condition_variable cv_;
 };
 
 }  // namespace sluice
