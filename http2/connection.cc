@@ -252,7 +252,7 @@ Connection::Connection(std::unique_ptr<Transport> transport, const ConnectionOpt
   counters_->connections.fetch_add(1, std::memory_order_relaxed);
 }
 
-Connection::~Connection() = default;
+Connection::~Connection() { FoldCounters(); }
 
 void Connection::Start() {
   std::string out;
@@ -320,7 +320,7 @@ bool Connection::ProcessPass(const ReadResult& read) {
     CloseNow();
     return false;
   }
-  counters_->passes.fetch_add(1, std::memory_order_relaxed);
+  ++unfolded_.passes;
   const BufferSequence& buffer = read.buffer;
   size_t consumed = buffer.size();
   bool need_more = true;
@@ -328,6 +328,7 @@ bool Connection::ProcessPass(const ReadResult& read) {
     in_pass_ = true;
     writer_.set_in_pass(true);
     consumed = ProcessFrames(buffer, &need_more);
+    FoldCounters();
     HandleWriterEvents();
     in_pass_ = false;
     writer_.set_in_pass(false);
@@ -736,7 +737,7 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
   s->Open(id, writer_.OpenStream(id, std::move(out)), options_.stream_window);
   s->in_map_ = true;
   streams_.emplace(id, s);
-  counters_->streams.fetch_add(1, std::memory_order_relaxed);
+  ++unfolded_.streams;
   idle_ = false;
   const bool bad_length = block_.bad_length;
   s->recv_ended_ = block_.end_stream;
@@ -763,7 +764,7 @@ void Connection::StartRequest(const std::shared_ptr<Stream>& s) {
   http::Request& req = s->request_;
   http::Response& res = s->response_;
   res.Reset(s.get());
-  counters_->requests.fetch_add(1, std::memory_order_relaxed);
+  ++unfolded_.requests;
   s->BeginExchange();
   const http::Handler* handler = http::Dispatch(*dispatcher_, req, res);
   if (handler == nullptr) {
@@ -771,6 +772,7 @@ void Connection::StartRequest(const std::shared_ptr<Stream>& s) {
     return;
   }
   if (WorkerPool* workers = dispatcher_->workers()) {
+    FoldCounters();  // the worker's answer may leave before this pass ends
     s->on_worker_ = true;
     ConnectionCounters* const counters = counters_;
     std::weak_ptr<Connection> conn = weak_from_this();
@@ -1016,8 +1018,9 @@ void Connection::RemoveStream(Stream* s) {
     s->deferred_timer_ = 0;
   }
   writer_.CloseStream(*s->out_, /*finished=*/s->response_done_);
-  std::shared_ptr<Stream> keep = streams_[s->id_];
-  streams_.erase(s->id_);
+  auto it = streams_.find(s->id_);
+  std::shared_ptr<Stream> keep = std::move(it->second);
+  streams_.erase(it);
   // Reused at the end of the pass if nobody else holds it then.
   retired_streams_.push_back(std::move(keep));
   if (!streams_.empty() || closing_) return;
@@ -1115,7 +1118,19 @@ void Connection::HandleWriterEvents() {
   }
 }
 
+void Connection::FoldCounters() {
+  if (unfolded_.passes != 0) counters_->passes.fetch_add(unfolded_.passes, std::memory_order_relaxed);
+  if (unfolded_.streams != 0) {
+    counters_->streams.fetch_add(unfolded_.streams, std::memory_order_relaxed);
+  }
+  if (unfolded_.requests != 0) {
+    counters_->requests.fetch_add(unfolded_.requests, std::memory_order_relaxed);
+  }
+  unfolded_ = {};
+}
+
 void Connection::FlushOutput() {
+  FoldCounters();
   if (closed_ || output_blocked_) return;
   if (!writer_.Flush(FlushDone{this})) {
     output_blocked_ = true;
@@ -1263,12 +1278,21 @@ void Connection::NotifyClosedIfDone() {
 }
 
 void Connection::ExchangeEnded() {
+  if (loop_->IsInLoopThread()) {
+    // The loop owns the connection: it cannot go away under this call, so the weak reference is
+    // made only when it is needed (two atomic operations fewer per inline exchange).
+    if (open_exchanges_.fetch_sub(1) == (kClosedBit | 1)) {
+      inbox_->Post([weak = weak_from_this()] {
+        if (auto self = weak.lock()) self->NotifyClosedIfDone();
+      });
+    }
+    return;
+  }
   std::weak_ptr<Connection> weak = weak_from_this();
   // Off the loop, this connection (and its loop, if the server is shutting down) may be gone
   // once the count drops: the inbox is held here, and only locals are used after the decrement.
-  std::shared_ptr<EventLoop::Inbox> held;
-  if (!loop_->IsInLoopThread()) held = inbox_;
-  EventLoop::Inbox* const inbox = held != nullptr ? held.get() : inbox_.get();
+  const std::shared_ptr<EventLoop::Inbox> held = inbox_;
+  EventLoop::Inbox* const inbox = held.get();
   const uint64_t before = open_exchanges_.fetch_sub(1);
   if (before == (kClosedBit | 1)) {
     inbox->Post([weak] {

@@ -155,6 +155,10 @@ class Connection final : public http::ProtocolConnection,
   // The writer's WakeLoop: runs HandleWriterEvents on the loop.
   void WakeFromWriter();
   void CompleteInput();
+  // Adds the passes, streams and requests counted since the last fold to the server's counters:
+  // before every flush of the loop and before a request goes to a worker, so whoever sees an
+  // answer sees its request counted; in between, a plain increment instead of a shared atomic.
+  void FoldCounters();
   void FlushOutput();
   void WriteControl(const std::string& frame);
   void SendWindowUpdate(uint32_t stream_id, uint32_t increment);
@@ -189,6 +193,12 @@ class Connection final : public http::ProtocolConnection,
   const ConnectionOptions options_;
   http::RequestDispatcher* const dispatcher_;
   ConnectionCounters* const counters_;
+  struct Unfolded {
+    uint64_t passes = 0;
+    uint64_t streams = 0;
+    uint64_t requests = 0;
+  };
+  Unfolded unfolded_;  // loop thread only (FoldCounters)
   std::function<void()> on_closed_;
   // The lingering close (shares send_watch_).
   http::Linger linger_;

@@ -76,6 +76,7 @@ FrameWriter::~FrameWriter() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     s = next;
   }
   open_streams_ = nullptr;
+  FoldStatsLocked();
   const ConcurrentPipeWriterCounters c = out_->counters();
   OutputStats::Add(stats_->flushes_requested_, c.flushes_requested);
   OutputStats::Add(stats_->flushes_performed_, c.flushes_performed);
@@ -355,6 +356,7 @@ void FrameWriter::TakeEvents(Events* events) {
 bool FrameWriter::Flush(FlushCallback on_done) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   MutexLock lock(&frame_mu_);
   PipeLockScope pipe(out_->mutex(), &frame_mu_);
+  FoldStatsLocked();
   FlushResult result;
   return out_->Flush(&result, std::move(on_done));
 }
@@ -493,10 +495,10 @@ void FrameWriter::WriteDataFrameLocked(StreamOutput& stream, std::span<const uin
   WriteBytesLocked({header, sizeof(header)}, data);
   stream.window_.Consume(static_cast<uint32_t>(data.size()));
   connection_window_.Consume(static_cast<uint32_t>(data.size()));
-  OutputStats::Add(stats_->data_frames_, 1);
+  ++unfolded_.data_frames;
+  unfolded_.data_bytes += data.size();
   data_frames_sent_.store(data_frames_sent_.load(std::memory_order_relaxed) + 1,
                           std::memory_order_relaxed);
-  OutputStats::Add(stats_->data_bytes_, data.size());
   if (options_.strategy == OutputStrategy::kQueue && !data.empty()) {
     stream.unsent_.fetch_sub(data.size());
     if (stream.producer_waiting_.load()) {
@@ -509,10 +511,29 @@ void FrameWriter::WriteDataFrameLocked(StreamOutput& stream, std::span<const uin
 
 void FrameWriter::WriteBytesLocked(std::span<const uint8_t> a,
                                    std::span<const uint8_t> b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  OutputStats::Add(stats_->frames_, 1);
+  ++unfolded_.frames;
   // Write fails only after Complete, which is checked before every write.
+  const size_t total = a.size() + b.size();
+  if (total <= kCoalesceBytes) {
+    // A frame header and a short payload: one span of the output, not two writes.
+    std::span<uint8_t> span = out_->GetSpan(total);
+    if (span.size() >= total) {
+      std::memcpy(span.data(), a.data(), a.size());
+      if (!b.empty()) std::memcpy(span.data() + a.size(), b.data(), b.size());
+      (void)out_->Advance(total);
+      return;
+    }
+  }
   (void)out_->Write(a);
   if (!b.empty()) (void)out_->Write(b);
+}
+
+void FrameWriter::FoldStatsLocked() {
+  if (unfolded_.frames == 0) return;
+  OutputStats::Add(stats_->frames_, unfolded_.frames);
+  OutputStats::Add(stats_->data_frames_, unfolded_.data_frames);
+  OutputStats::Add(stats_->data_bytes_, unfolded_.data_bytes);
+  unfolded_ = {};
 }
 
 void FrameWriter::FinishStreamLocked(StreamOutput& stream) {
@@ -539,6 +560,7 @@ void FrameWriter::UpdateBlockedLocked() {
 }
 
 bool FrameWriter::FlushLocked(std::shared_ptr<FlushWaiter>* waiter) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  FoldStatsLocked();
   FlushResult result;
   if (waiter == nullptr) return out_->Flush(&result, [](FlushResult) {});
   auto w = std::make_shared<FlushWaiter>();

@@ -226,6 +226,10 @@ class FrameWriter {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
   void WriteBytesLocked(std::span<const uint8_t> a, std::span<const uint8_t> b = {})
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
+  // Adds the frames written since the last fold to the server's OutputStats. Called before every
+  // flush: whoever sees a frame leave sees it counted. Per frame, a plain increment under the
+  // lock the frame is written under, not a shared atomic add.
+  void FoldStatsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
   void FinishStreamLocked(StreamOutput& stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
   void UpdateBlockedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
   // Takes `stream` off the list of open streams (loop).
@@ -246,6 +250,15 @@ class FrameWriter {
   std::optional<ConcurrentPipeWriter> out_;
   HpackEncoder encoder_ ABSL_GUARDED_BY(frame_mu_);
   std::string scratch_ ABSL_GUARDED_BY(frame_mu_);
+  // Frames written since the last FoldStatsLocked.
+  struct Unfolded {
+    uint64_t frames = 0;
+    uint64_t data_frames = 0;
+    uint64_t data_bytes = 0;
+  };
+  Unfolded unfolded_ ABSL_GUARDED_BY(frame_mu_);
+  // Frames up to this size go to the output as one span (header and payload together).
+  static constexpr size_t kCoalesceBytes = 512;
   SendWindow connection_window_ ABSL_GUARDED_BY(frame_mu_);
   int64_t initial_window_ ABSL_GUARDED_BY(frame_mu_) = kDefaultInitialWindowSize;
   uint32_t max_frame_size_ ABSL_GUARDED_BY(frame_mu_) = kMinMaxFrameSize;
