@@ -565,6 +565,7 @@ std::optional<Http2Error> Connection::OnHeaders(const Frame& frame) {
   block_.list_size = 0;
   block_.too_large = false;
   block_.malformed = nullptr;
+  block_.prechecked = false;
   block_.stream_error.reset();
   auto it = streams_.find(id);
   if (it != streams_.end()) {
@@ -620,6 +621,9 @@ std::optional<Http2Error> Connection::DecodeFragment(std::span<const uint8_t> fr
   Status s = decoder_.Decode(
       fragment, final,
       [this](std::string_view name, std::string_view value) { OnField(name, value); });
+  // Any other decoding replaced (or dropped) the decoder's kept block; EndHeaderBlock says again
+  // whether the new one passed as a request head.
+  if (!decoder_.replayed()) kept_head_checked_ = false;
   if (!s.ok()) {
     counters_->abuse.hpack_errors.fetch_add(1, std::memory_order_relaxed);
     return Http2Error::Connection(ErrorCode::kCompressionError,
@@ -636,7 +640,17 @@ void Connection::OnField(std::string_view name, std::string_view value) {
     return;
   }
   RequestPseudoHeader pseudo;
-  if (const char* problem = block_.check.Check(name, value, &pseudo)) {
+  if (decoder_.replayed() && kept_head_checked_ && !block_.trailers) {
+    // The same bytes as the kept block, which passed every check as a request head: the same
+    // fields in the same order pass them again, and the check ends where it ended then (its state
+    // is taken whole at the first field: regular fields come after every pseudo-header, so what
+    // they ask of it, has_authority, is already final).
+    if (!block_.prechecked) {
+      block_.check = kept_check_;
+      block_.prechecked = true;
+    }
+    pseudo = !name.empty() && name[0] == ':' ? PseudoHeaderOf(name) : RequestPseudoHeader::kNone;
+  } else if (const char* problem = block_.check.Check(name, value, &pseudo)) {
     block_.malformed = problem;
     return;
   }
@@ -727,6 +741,11 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
   http::Request& req = s->request_;
   const std::string_view method = req.method();
   if (block_.malformed == nullptr && !block_.too_large) block_.malformed = block_.check.Finish();
+  // A whole block the decoder keeps, checked clean as a request head: its replays skip the
+  // field checks (OnField).
+  kept_head_checked_ =
+      block_.malformed == nullptr && !block_.too_large && decoder_.holds_kept_block();
+  if (kept_head_checked_) kept_check_ = block_.check;
   if (block_.malformed != nullptr) {
     ReportRejected(ErrorCode::kProtocolError);
     ResetStream(id, ErrorCode::kProtocolError);

@@ -102,6 +102,7 @@ class Connection final : public http::ProtocolConnection,
     size_t list_size = 0;
     bool too_large = false;
     const char* malformed = nullptr;  // the first problem found
+    bool prechecked = false;          // a replay of the checked kept block (OnField)
   };
 
   void Pump();
@@ -204,6 +205,10 @@ class Connection final : public http::ProtocolConnection,
   http::Linger linger_;
   AbuseGuard guard_;
   HpackDecoder decoder_;
+  // The decoder's kept block passed every check as a request head, ending in kept_check_: its
+  // replays (HpackDecoder::replayed) need no field checks (OnField). Loop thread only.
+  bool kept_head_checked_ = false;
+  RequestHeaderCheck kept_check_;
   FrameWriter writer_;
 
   // Open streams by id (a flat table: no allocation per stream once grown).

@@ -321,8 +321,9 @@ Status HpackDecoder::Decode(std::span<const uint8_t> fragment, bool final,
   if (inflater_ == nullptr) return InternalError("HPACK decode: no inflater (out of memory)");
   if (failed_) return InvalidArgumentError("HPACK decode: the inflater failed earlier");
   const bool whole_block = !in_block_ && final;
-  if (whole_block && !kept_block_.empty() && fragment.size() == kept_block_.size() &&
-      std::memcmp(fragment.data(), kept_block_.data(), fragment.size()) == 0) {
+  replayed_ = whole_block && !kept_block_.empty() && fragment.size() == kept_block_.size() &&
+              std::memcmp(fragment.data(), kept_block_.data(), fragment.size()) == 0;
+  if (replayed_) {
     for (size_t at = 0; at < kept_fields_.size();) {
       const uint32_t name_size = ReadLength(kept_fields_, at);
       const uint32_t value_size = ReadLength(kept_fields_, at + 4);

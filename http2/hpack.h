@@ -80,6 +80,7 @@ class HpackEncoder {
   std::string kept_fields_;
   std::string kept_block_;
   uint64_t reused_blocks_ = 0;
+  bool replayed_ = false;
 };
 
 class HpackDecoder {
@@ -112,6 +113,12 @@ class HpackDecoder {
   uint64_t table_size_updates() const { return table_size_updates_; }
   // Blocks answered from the kept decoding (tests, benchmarks).
   uint64_t reused_blocks() const { return reused_blocks_; }
+  // True from the start of a block answered from the kept decoding (so already during its
+  // callbacks) until the next Decode: the fields are the ones the kept block gave before, in the
+  // same order.
+  bool replayed() const { return replayed_; }
+  // A whole block is kept: the last Decode either kept the block it decoded or replayed it.
+  bool holds_kept_block() const { return !kept_block_.empty(); }
 
  private:
   // Where the current block stands in its leading dynamic table size updates (RFC 7541 §4.2:
@@ -134,6 +141,7 @@ class HpackDecoder {
   std::string kept_block_;
   std::string kept_fields_;
   uint64_t reused_blocks_ = 0;
+  bool replayed_ = false;
 };
 
 }  // namespace sluice::http2

@@ -496,6 +496,31 @@ TEST(HpackDecoder, ReusesTheFieldsOfRepeatedBytesWhileTheTableStaysTheSame) {
   EXPECT_EQ(decoder.reused_blocks(), 2u);
 }
 
+TEST(HpackDecoder, SaysWhetherABlockWasReplayedFromTheKeptOne) {
+  HpackEncoder encoder;
+  HpackDecoder decoder;
+  const std::string first = Encode(encoder, Request());
+  const std::string again = Encode(encoder, Request());
+  DecodeBlock(decoder, first);
+  EXPECT_FALSE(decoder.replayed());
+  EXPECT_FALSE(decoder.holds_kept_block());  // the first block added entries: not kept
+  DecodeBlock(decoder, again);
+  EXPECT_FALSE(decoder.replayed());
+  EXPECT_TRUE(decoder.holds_kept_block());
+  bool replayed_in_callback = false;
+  ASSERT_TRUE(decoder
+                  .Decode(Bytes(again), true,
+                          [&](std::string_view, std::string_view) {
+                            replayed_in_callback = decoder.replayed();
+                          })
+                  .ok());
+  EXPECT_TRUE(replayed_in_callback);
+  EXPECT_TRUE(decoder.replayed());
+  DecodeBlock(decoder, "\x40\x03x-a\x01" "1"s);  // adds an entry: the kept block is dropped
+  EXPECT_FALSE(decoder.replayed());
+  EXPECT_FALSE(decoder.holds_kept_block());
+}
+
 TEST(HpackDecoder, DecodesTheSameBytesAfreshAfterABlockChangedTheTable) {
   HpackDecoder decoder;
   // 0xbe: dynamic index 62, the newest entry. After "x-a: 1" is added it is x-a; after "x-b: 2"

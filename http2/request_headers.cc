@@ -41,6 +41,8 @@ const char* CheckValue(std::string_view value) {
   return nullptr;
 }
 
+}  // namespace
+
 RequestPseudoHeader PseudoHeaderOf(std::string_view name) {
   switch (name.size()) {
     case 5:
@@ -54,8 +56,6 @@ RequestPseudoHeader PseudoHeaderOf(std::string_view name) {
   }
   return RequestPseudoHeader::kNone;
 }
-
-}  // namespace
 
 bool IsConnectionSpecificField(std::string_view name) {
   return name == "connection" || name == "keep-alive" || name == "proxy-connection" ||

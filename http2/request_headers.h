@@ -35,6 +35,10 @@ enum class RequestPseudoHeader : uint8_t {
   kAuthority = 8,
 };
 
+// Which pseudo-header `name` is (kNone for any other name, a regular field's or an unknown
+// pseudo-header's).
+RequestPseudoHeader PseudoHeaderOf(std::string_view name);
+
 class RequestHeaderCheck {
  public:
   // Starts a block: a request's head, or (trailers) the trailer section of an open request.

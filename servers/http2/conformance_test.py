@@ -1289,6 +1289,43 @@ class HeaderValidationTest(ConformanceTestCase):
     def test_whitespace_around_header_value_resets_the_stream(self):
         self.assert_malformed(request(extra=[("x-a", " padded ")]))
 
+    # The server decodes a block whose bytes repeat the previous one (and that left the HPACK
+    # table as it was) from its kept decoding, and skips the field checks of a repeat whose first
+    # decoding passed them as a request head. Literals without indexing keep the table unchanged.
+    GET_BLOCK = (b"\x82\x86"                      # :method GET, :scheme http (static table)
+                 b"\x04\x0a/plaintext"            # :path, literal without indexing
+                 b"\x01\x09localhost")            # :authority, literal without indexing
+    UPPERCASE_FIELD = b"\x00\x07X-Upper\x011"     # X-Upper: 1, literal without indexing
+
+    def test_the_same_malformed_block_again_is_rejected_again(self):
+        peer = self.connect()
+        # A valid block first: what its check ended with must not be reused for another block.
+        peer.send_raw_frame(HEADERS, END_HEADERS | END_STREAM, 1, self.GET_BLOCK)
+        self.assertEqual(peer.collect([1])[1].status(), 200)
+        for stream_id in (3, 5, 7):
+            peer.send_raw_frame(HEADERS, END_HEADERS | END_STREAM, stream_id,
+                                self.GET_BLOCK + self.UPPERCASE_FIELD)
+            self.assert_stream_error(peer, stream_id, h2h.PROTOCOL_ERROR)
+        self.assert_get_served(peer, 9)
+
+    def test_the_same_valid_block_again_is_served_each_time(self):
+        peer = self.connect()
+        for stream_id in (1, 3, 5):
+            peer.send_raw_frame(HEADERS, END_HEADERS | END_STREAM, stream_id, self.GET_BLOCK)
+            r = peer.collect([stream_id])[stream_id]
+            self.assertIsNone(r.reset)
+            self.assertEqual((r.status(), bytes(r.body)), (200, HELLO))
+
+    def test_a_valid_head_block_repeated_as_trailers_is_checked_as_trailers(self):
+        peer = self.connect()
+        peer.send_headers(1, request("/echo", "POST"), end_stream=False)
+        peer.send_raw_frame(HEADERS, END_HEADERS | END_STREAM, 3, self.GET_BLOCK)
+        self.assertEqual(peer.collect([3])[3].status(), 200)
+        # The same bytes as stream 1's trailers: their pseudo-headers make them malformed.
+        peer.send_raw_frame(HEADERS, END_HEADERS | END_STREAM, 1, self.GET_BLOCK)
+        self.assert_stream_error(peer, 1, h2h.PROTOCOL_ERROR)
+        self.assert_get_served(peer, 5)
+
     def test_head_response_has_no_content(self):
         peer = self.connect()
         peer.send_headers(1, request("/plaintext", "HEAD"))
