@@ -94,12 +94,10 @@ class Connection::Stream final : public http::ResponseSink,
                            static_cast<char>('0' + status / 10 % 10),
                            static_cast<char>('0' + status % 10), 0};
     char length_text[24];
-    size_t lowered_bytes = 0;
-    for (const auto& h : headers) {
-      if (HasUppercase(h.first)) lowered_bytes += h.first.size();
-    }
+    size_t name_bytes = 0;
+    for (const auto& h : headers) name_bytes += h.first.size();
     lowered.clear();
-    lowered.reserve(lowered_bytes);  // the views below stay valid: no reallocation
+    lowered.reserve(name_bytes);  // the views below stay valid: no reallocation
     fields[n++] = {":status", std::string_view(status_text, 3)};
     for (const auto& [name, value] : headers) {
       std::string_view lower = name;

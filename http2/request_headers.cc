@@ -58,8 +58,17 @@ RequestPseudoHeader PseudoHeaderOf(std::string_view name) {
 }
 
 bool IsConnectionSpecificField(std::string_view name) {
-  return name == "connection" || name == "keep-alive" || name == "proxy-connection" ||
-         name == "transfer-encoding" || name == "upgrade";
+  switch (name.size()) {  // one comparison at most, for the length that can match
+    case 7:
+      return name == "upgrade";
+    case 10:
+      return name == "connection" || name == "keep-alive";
+    case 16:
+      return name == "proxy-connection";
+    case 17:
+      return name == "transfer-encoding";
+  }
+  return false;
 }
 
 void RequestHeaderCheck::Reset(bool trailers) {
