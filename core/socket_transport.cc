@@ -579,6 +579,19 @@ void SocketConnection::OnOutputReadable() {
   PumpOutput();
 }
 
+bool SocketConnection::ReadOutput(ReadResult* result) {
+  if (!output_.reader().Read(result, MakeOutputReadCallback())) {
+    output_waiting_ = true;
+    return false;
+  }
+  if (!result->is_completed && !result->status.ok()) {
+    // Our own misuse of the pipe; never the peer's doing.
+    Terminate(InternalError("output pipe: " + result->status.ToString()), /*reset=*/true);
+    return false;
+  }
+  return true;
+}
+
 void SocketConnection::PumpOutput() {
   if (uring_io_ != nullptr) {
     SendOutput();
@@ -588,15 +601,7 @@ void SocketConnection::PumpOutput() {
   struct iovec iov[kMaxIovecs];
   while (true) {
     ReadResult result;
-    if (!output_.reader().Read(&result, MakeOutputReadCallback())) {
-      output_waiting_ = true;
-      return;
-    }
-    if (!result.is_completed && !result.status.ok()) {
-      // Our own misuse of the pipe; never the peer's doing.
-      Terminate(InternalError("output pipe: " + result.status.ToString()), /*reset=*/true);
-      return;
-    }
+    if (!ReadOutput(&result)) return;
     const size_t size = result.buffer.size();
     size_t written = 0;
     while (written < size) {
@@ -810,14 +815,7 @@ void SocketConnection::SendOutput() {
   if (output_ended_ || output_waiting_ || io.sending || connecting_ || closed_) return;
   while (true) {
     ReadResult result;
-    if (!output_.reader().Read(&result, MakeOutputReadCallback())) {
-      output_waiting_ = true;
-      return;
-    }
-    if (!result.is_completed && !result.status.ok()) {
-      Terminate(InternalError("output pipe: " + result.status.ToString()), /*reset=*/true);
-      return;
-    }
+    if (!ReadOutput(&result)) return;
     if (result.buffer.empty()) {
       output_.reader().AdvanceTo(0, 0).IgnoreError();
       if (result.is_completed) {
@@ -1040,17 +1038,12 @@ void TcpListener::AcceptAll() {
       continue;
     }
     if (errno == EAGAIN) return;
-    switch (ClassifyAcceptError(errno)) {
-      case AcceptError::kConnectionGone:
-        continue;
-      case AcceptError::kExhausted:
-        // The connections stay queued, and no new edge will report them.
-        RetryAcceptLater();
-        return;
-      case AcceptError::kOther:
-        accept_errors_.fetch_add(1, std::memory_order_relaxed);
-        return;
-    }
+    if (ClassifyAcceptError(errno) == AcceptError::kConnectionGone) continue;
+    // Exhaustion leaves the connections queued, and no new edge will report them; any other
+    // error may persist (a listening socket shut down). Either way: again after the delay, as on
+    // io_uring (OnAcceptFailed).
+    RetryAcceptLater();
+    return;
   }
 }
 

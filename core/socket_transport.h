@@ -239,6 +239,9 @@ class SocketConnection : public std::enable_shared_from_this<SocketConnection>, 
   // counted) or the application completed input() (input ended).
   bool PublishInput();
   void EndInput(Status status);
+  // The first step of both send loops (PumpOutput, SendOutput): reads the output pipe. False when
+  // the read waits (the pipe calls back) or the pipe was misused (the connection is terminated).
+  bool ReadOutput(ReadResult* result);
   void PumpOutput();
   void OnOutputReadable();
   void EndOutput(Status status);
