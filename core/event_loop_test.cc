@@ -521,6 +521,14 @@ TEST(EventLoop, HandlerGetsReadableEventsOfAPipe) {
   close(fds[1]);
 }
 
+// A thread that makes the eventfd `efd` readable.
+std::thread SignalFromAnotherThread(int efd) {
+  return std::thread([efd] {
+    uint64_t one = 1;
+    EXPECT_EQ(write(efd, &one, sizeof(one)), static_cast<ssize_t>(sizeof(one)));
+  });
+}
+
 TEST(EventLoop, HandlerGetsEventsOfAnEventfd) {
   auto loop = MakeLoop();
   int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -528,10 +536,7 @@ TEST(EventLoop, HandlerGetsEventsOfAnEventfd) {
   RecordingHandler handler(loop.get());
   handler.on_events_ = [&](uint32_t) { loop->Stop(); };
   ASSERT_TRUE(loop->Register(efd, EPOLLIN, &handler).ok());
-  std::thread writer([&] {
-    uint64_t one = 1;
-    EXPECT_EQ(write(efd, &one, sizeof(one)), static_cast<ssize_t>(sizeof(one)));
-  });
+  std::thread writer = SignalFromAnotherThread(efd);
   loop->Run();
   writer.join();
   EXPECT_NE(handler.all_events_ & EPOLLIN, 0u);
@@ -672,10 +677,7 @@ TEST(EventLoop, AnIoUringLoopWaitsInTheRingAndStillServesDescriptorsTimersAndPos
     });
   };
   ASSERT_TRUE(loop->Register(efd, EPOLLIN, &handler).ok());
-  std::thread writer([&] {
-    uint64_t one = 1;
-    EXPECT_EQ(write(efd, &one, sizeof(one)), static_cast<ssize_t>(sizeof(one)));
-  });
+  std::thread writer = SignalFromAnotherThread(efd);
   loop->Run();
   writer.join();
   poster.join();

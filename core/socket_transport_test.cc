@@ -301,6 +301,25 @@ class TestServer : public SessionHost {
 
 using SocketTransportTest = testing::DiagnosticPoolTest;
 
+// An echo server that holds what it reads, so its one connection pauses input over `pause`
+// unread bytes (resuming under half of that), and a client that sent it `data` (more than
+// `pause` bytes). Returns once the connection holds `pause` bytes unread; check HasFailure().
+std::unique_ptr<TestServer> StartPausedEcho(MemoryPool* pool, size_t pause,
+                                            const std::string& data, int* client) {
+  auto server = std::make_unique<TestServer>(
+      pool, Mode::kEcho,
+      TcpListenerOptions{
+          .connection = {.input_pause_threshold = pause, .input_resume_threshold = pause / 2}},
+      "127.0.0.1:0", /*hold=*/true);
+  *client = ConnectClient(server->port());
+  EXPECT_TRUE(SendAll(*client, data));
+  EXPECT_TRUE(server->WaitFor([&] {
+    return server->session_count() == 1 &&
+           server->session(0)->conn().input_unconsumed_bytes() >= pause;
+  }));
+  return server;
+}
+
 TEST(SocketAddress, ParsesIpv4AndIpv6) {
   StatusOr<SocketAddress> v4 = SocketAddress::Parse("127.0.0.1:8080");
   ASSERT_TRUE(v4.ok());
@@ -544,16 +563,11 @@ TEST_F(SocketTransportTest, InputBackpressureStopsReadingUntilTheApplicationCons
 
 TEST_F(SocketTransportTest, PeerResetWhileReadingIsPausedIsStillNoticed) {
   constexpr size_t kPause = 16 * 1024;
-  TestServer server(
-      &pool(), Mode::kEcho,
-      {.connection = {.input_pause_threshold = kPause, .input_resume_threshold = kPause / 2}},
-      "127.0.0.1:0", /*hold=*/true);
-  int client = ConnectClient(server.port());
-  ASSERT_TRUE(SendAll(client, Pattern(2 * kPause, 8)));
-  ASSERT_TRUE(server.WaitFor([&] {
-    return server.session_count() == 1 &&
-           server.session(0)->conn().input_unconsumed_bytes() >= kPause;
-  }));
+  int client = -1;
+  std::unique_ptr<TestServer> paused =
+      StartPausedEcho(&pool(), kPause, Pattern(2 * kPause, 8), &client);
+  ASSERT_FALSE(HasFailure());
+  TestServer& server = *paused;
   // Nothing is being read or written now; only the error event can tell.
   CloseWithReset(client);
   auto input_completed = [&] {
@@ -577,17 +591,11 @@ TEST_F(SocketTransportTest, PeerResetWhileReadingIsPausedIsStillNoticed) {
 
 TEST_F(SocketTransportTest, APeerThatHalfClosesWhileReadingIsPausedLeavesTheLoopIdle) {
   constexpr size_t kPause = 16 * 1024;
-  TestServer server(
-      &pool(), Mode::kEcho,
-      {.connection = {.input_pause_threshold = kPause, .input_resume_threshold = kPause / 2}},
-      "127.0.0.1:0", /*hold=*/true);
-  int client = ConnectClient(server.port());
   const std::string data = Pattern(2 * kPause, 9);
-  ASSERT_TRUE(SendAll(client, data));
-  ASSERT_TRUE(server.WaitFor([&] {
-    return server.session_count() == 1 &&
-           server.session(0)->conn().input_unconsumed_bytes() >= kPause;
-  }));
+  int client = -1;
+  std::unique_ptr<TestServer> paused = StartPausedEcho(&pool(), kPause, data, &client);
+  ASSERT_FALSE(HasFailure());
+  TestServer& server = *paused;
   ASSERT_EQ(shutdown(client, SHUT_WR), 0);
   // Nothing can happen until the application reads: the loop must sleep, not wake each pass for
   // the peer's hang-up (an io_uring poll re-armed after the FIN would complete at once, forever).
