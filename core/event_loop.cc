@@ -274,8 +274,11 @@ EventLoopStats EventLoop::stats() const {
   s.tasks_run = tasks_run_.load(std::memory_order_relaxed);
   s.deferred_run = deferred_run_.load(std::memory_order_relaxed);
   s.timers_fired = timers_fired_.load(std::memory_order_relaxed);
-  s.uring_enters = uring_enters_.load(std::memory_order_relaxed);
-  s.uring_completions = uring_completions_.load(std::memory_order_relaxed);
+  if (uring_ != nullptr) {
+    const UringStats ring = uring_->stats();
+    s.uring_enters = ring.enters;
+    s.uring_completions = ring.completions;
+  }
   s.wakeup_writes = inbox_->wakeup_writes_.load(std::memory_order_relaxed);
   return s;
 }
@@ -313,16 +316,11 @@ void EventLoop::RunPass() {
   const int timeout_ms = ComputeTimeoutMs();
   if (uring_ != nullptr) {
     // What the previous pass queued goes to the kernel in the same call that waits.
-    const UringStats before = uring_->stats();
     uring_->SubmitAndWait(epoll_ready_ ? 0 : timeout_ms);
     passes_.fetch_add(1, std::memory_order_relaxed);
     now_ = Clock::now();
     in_pass_ = true;
     uring_->DispatchCompletions();
-    const UringStats after = uring_->stats();
-    uring_enters_.fetch_add(after.enters - before.enters, std::memory_order_relaxed);
-    uring_completions_.fetch_add(after.completions - before.completions,
-                                 std::memory_order_relaxed);
     if (epoll_ready_) {
       // A full batch may have left events behind: look again next pass, without waiting.
       epoll_ready_ = DispatchEpoll(0) == options_.max_events;

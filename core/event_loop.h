@@ -316,8 +316,6 @@ class EventLoop {
   std::atomic<uint64_t> tasks_run_{0};
   std::atomic<uint64_t> deferred_run_{0};
   std::atomic<uint64_t> timers_fired_{0};
-  std::atomic<uint64_t> uring_enters_{0};
-  std::atomic<uint64_t> uring_completions_{0};
 };
 
 // Continues an object's work on its loop from a pipe callback, which runs on whichever thread

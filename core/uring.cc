@@ -132,8 +132,8 @@ io_uring_sqe* Uring::NewSqe(UringOperation* op) {
       std::abort();
     }
     int submitted = io_uring_submit(&ring_->ring);
-    ++stats_.enters;
-    if (submitted > 0) stats_.submitted += static_cast<uint64_t>(submitted);
+    Count(counters_.enters, 1);
+    if (submitted > 0) Count(counters_.submitted, static_cast<uint64_t>(submitted));
     if (submitted < 0) io_uring_get_events(&ring_->ring);
     sqe = io_uring_get_sqe(&ring_->ring);
   }
@@ -173,8 +173,8 @@ void Uring::SubmitAndWait(int timeout_ms) {
     rc = io_uring_submit_and_wait_timeout(ring, &cqe, 1, &ts, nullptr);
     if (rc == -ETIME) rc = static_cast<int>(queued);
   }
-  ++stats_.enters;
-  if (rc > 0 && queued != 0) stats_.submitted += queued;
+  Count(counters_.enters, 1);
+  if (rc > 0 && queued != 0) Count(counters_.submitted, queued);
 }
 
 size_t Uring::DispatchCompletions() {
@@ -203,7 +203,7 @@ size_t Uring::DispatchCompletions() {
     total += n;
     if (n < kDispatchBatch) break;
   }
-  stats_.completions += total;
+  Count(counters_.completions, total);
   return total;
 }
 

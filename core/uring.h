@@ -23,6 +23,7 @@
 #ifndef SLUICE_CORE_URING_H_
 #define SLUICE_CORE_URING_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -101,7 +102,12 @@ class Uring {
   // Gives that buffer back to the kernel.
   void ReturnBuffer(uint32_t flags);
 
-  UringStats stats() const { return stats_; }
+  // Any thread (the loop's stats() reads them directly).
+  UringStats stats() const {
+    return {.enters = counters_.enters.load(std::memory_order_relaxed),
+            .submitted = counters_.submitted.load(std::memory_order_relaxed),
+            .completions = counters_.completions.load(std::memory_order_relaxed)};
+  }
 
   // The loop is exiting and waits only for the last completions: sockets queue no new receives.
   void BeginDrain() { draining_ = true; }
@@ -115,7 +121,16 @@ class Uring {
 
   const UringOptions options_;
   std::unique_ptr<Ring> ring_;
-  UringStats stats_;
+  // Written by the loop thread alone: a relaxed load and store, no locked add.
+  struct Counters {
+    std::atomic<uint64_t> enters{0};
+    std::atomic<uint64_t> submitted{0};
+    std::atomic<uint64_t> completions{0};
+  };
+  static void Count(std::atomic<uint64_t>& c, uint64_t n) {
+    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  Counters counters_;
   uint64_t in_flight_ = 0;
   bool draining_ = false;
 };
