@@ -70,6 +70,7 @@ class Connection::Stream final : public http::ResponseSink,
     exchange_error_.Clear();
     unfinished_timer_ = 0;
     deferred_timer_ = 0;
+    exchange_state_.store(kNoExchange, std::memory_order_relaxed);
   }
 
   // The request head was valid: the stream gets its id, output and receive window.
@@ -182,9 +183,32 @@ class Connection::Stream final : public http::ResponseSink,
     if (cb) cb(status);
   }
 
-  void BeginExchange() {
+  // Loop. A counted exchange holds the stream and counts in the connection's open_exchanges_
+  // from the start (a handler on a worker, a direct answer). An uncounted one (an inline
+  // handler) costs nothing while it runs: most end before the handler returns, and
+  // SettleInlineExchange counts the others then.
+  void BeginExchange(bool counted) {
+    if (!counted) {
+      exchange_state_.store(kInlineExchange, std::memory_order_relaxed);
+      return;
+    }
+    exchange_state_.store(kCountedExchange, std::memory_order_relaxed);
     self_hold_ = shared_from_this();
     conn_->open_exchanges_.fetch_add(1);
+  }
+
+  // Loop, once the inline handler returned: an exchange still open is counted now. Its end may
+  // be racing on another thread: whichever of the two state changes comes first decides who
+  // settles the count (EndExchange).
+  void SettleInlineExchange() {
+    if (exchange_state_.load() != kInlineExchange) return;
+    self_hold_ = shared_from_this();
+    conn_->open_exchanges_.fetch_add(1);
+    uint8_t expected = kInlineExchange;
+    if (exchange_state_.compare_exchange_strong(expected, kCountedExchange)) return;
+    // It ended meanwhile, leaving the hold and the count to be undone here.
+    self_hold_.reset();
+    conn_->ExchangeEnded();
   }
 
   Connection* const conn_;
@@ -221,12 +245,17 @@ class Connection::Stream final : public http::ResponseSink,
  private:
   // The last use of the exchange by the thread ending it.
   void EndExchange() {
-    std::shared_ptr<Stream> hold = std::move(self_hold_);
     if (!conn_->loop_->IsInLoopThread()) ended_off_loop_.store(true);
+    uint8_t expected = kInlineExchange;
+    // Not counted yet: the loop (SettleInlineExchange) sees the end and counts nothing.
+    if (exchange_state_.compare_exchange_strong(expected, kEndedExchange)) return;
+    std::shared_ptr<Stream> hold = std::move(self_hold_);
     conn_->ExchangeEnded();
   }
 
-  std::shared_ptr<Stream> self_hold_;
+  enum : uint8_t { kNoExchange, kInlineExchange, kCountedExchange, kEndedExchange };
+  std::atomic<uint8_t> exchange_state_{kNoExchange};
+  std::shared_ptr<Stream> self_hold_;  // a counted exchange's
 };
 
 Connection::Connection(std::unique_ptr<Transport> transport, const ConnectionOptions& options,
@@ -782,13 +811,15 @@ void Connection::StartRequest(const std::shared_ptr<Stream>& s) {
   http::Response& res = s->response_;
   res.Reset(s.get());
   ++unfolded_.requests;
-  s->BeginExchange();
+  WorkerPool* const workers = dispatcher_->workers();
+  s->BeginExchange(/*counted=*/workers != nullptr);
   const http::Handler* handler = http::Dispatch(*dispatcher_, req, res);
   if (handler == nullptr) {
     res.End();
+    s->SettleInlineExchange();
     return;
   }
-  if (WorkerPool* workers = dispatcher_->workers()) {
+  if (workers != nullptr) {
     FoldCounters();  // the worker's answer may leave before this pass ends
     s->on_worker_ = true;
     ConnectionCounters* const counters = counters_;
@@ -818,6 +849,7 @@ void Connection::StartRequest(const std::shared_ptr<Stream>& s) {
   if (!http::RunHandler(*handler, req, res)) {
     counters_->handler_failures.fetch_add(1, std::memory_order_relaxed);
   }
+  s->SettleInlineExchange();
   // Not res.ended(): the thread the handler handed the response to may be ending it now.
   if (res.deferred()) WatchDeferred(s);
 }
@@ -853,7 +885,7 @@ void Connection::WatchDeferred(const std::shared_ptr<Stream>& s) {
 void Connection::AnswerDirectly(const std::shared_ptr<Stream>& s, uint16_t status) {
   http::Response& res = s->response_;
   res.Reset(s.get());
-  s->BeginExchange();
+  s->BeginExchange(/*counted=*/true);
   res.BeginTelemetry(dispatcher_->hooks(), s->request_);
   res.SetStatus(status);
   res.SetHeader("content-type", "text/plain");

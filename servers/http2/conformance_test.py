@@ -1740,6 +1740,33 @@ class DeferredTimeoutTest(ConformanceTestCase):
         self.assertEqual((r.status(), bytes(r.body)), (200, b"late\n"))
 
 
+# /late/0 hands its response to a thread that ends it at once: the end races the handler's
+# return (inline) or the worker's. Either order ends each exchange exactly once: every response
+# arrives whole, and the server still shuts down cleanly afterwards (an exchange counted open
+# forever would hold its connection, and the shutdown, back).
+class DeferredHandOffTest(ConformanceTestCase):
+
+    def test_responses_ended_at_once_by_another_thread_are_all_served(self):
+        peer = self.connect()
+        for round_start in (1, 121, 241):
+            ids = list(range(round_start, round_start + 120, 2))
+            for sid in ids:
+                peer.get(sid, "/late/0")
+            responses = peer.collect(ids)
+            for sid in ids:
+                r = responses[sid]
+                self.assertIsNone(r.reset, "stream %d reset" % sid)
+                self.assertEqual((r.status(), bytes(r.body)), (200, b"late\n"), "stream %d" % sid)
+        self.assert_get_served(peer, 361)
+        # Released once the peer leaves: no exchange is still counted open. (The one connection
+        # left open is the one asking for the stats.)
+        peer.close()
+        deadline = time.monotonic() + 5
+        while self.server.stats()["open_connections"] > 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertEqual(self.server.stats()["open_connections"], 1)
+
+
 # The output strategy asked for is the one serving (--h2-output), as its counters show.
 class OutputStrategyTest(ConformanceTestCase):
 
