@@ -48,8 +48,24 @@ void Mutex::LockCounted() {
   RecordAcquired();
 }
 
+Mutex::~Mutex() {
+  if (unfolded_ != 0) counters_->acquisitions_.fetch_add(unfolded_, std::memory_order_relaxed);
+}
+
+void Mutex::FoldCounts() {
+  if (unfolded_ == 0) return;
+  counters_->acquisitions_.fetch_add(unfolded_, std::memory_order_relaxed);
+  unfolded_ = 0;
+}
+
 void Mutex::RecordAcquired() {
-  const uint64_t n = counters_->acquisitions_.fetch_add(1, std::memory_order_relaxed);
+  uint64_t n;
+  if (batched_) {
+    n = acquired_++;
+    ++unfolded_;
+  } else {
+    n = counters_->acquisitions_.fetch_add(1, std::memory_order_relaxed);
+  }
   timed_ = n % kHoldSampleEvery == 0;
   if (timed_) locked_at_ = std::chrono::steady_clock::now();
 }

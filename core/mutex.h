@@ -65,6 +65,7 @@ class ABSL_LOCKABLE Mutex {
   // `counters` may be null (no counting, no clock reads) and must outlive
   // the mutex otherwise.
   explicit Mutex(LockCounters* counters = nullptr) : counters_(counters) {}
+  ~Mutex();
   Mutex(const Mutex&) = delete;
   Mutex& operator=(const Mutex&) = delete;
 
@@ -86,6 +87,14 @@ class ABSL_LOCKABLE Mutex {
 
   LockCounters* counters() const { return counters_; }
 
+  // Batched counting (call before the first Lock): acquisitions are counted in the mutex itself,
+  // under it, and reach the counters only through FoldCounts (and the destructor). For a mutex
+  // taken on every request, one locked add fewer per acquisition; the owner folds where readers
+  // of the counters need them exact (the HTTP/2 frame writer: before every flush). Contended
+  // acquisitions, waiters and hold time are counted as before.
+  void BatchCounts() { batched_ = true; }
+  void FoldCounts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(this);
+
   // Hold time is measured on every this-many-th acquisition (the first one
   // included) and scaled.
   static constexpr uint64_t kHoldSampleEvery = 16;
@@ -101,6 +110,9 @@ class ABSL_LOCKABLE Mutex {
   // Written only while holding mu_.
   std::chrono::steady_clock::time_point locked_at_;
   bool timed_ = false;  // this acquisition's hold is measured
+  bool batched_ = false;
+  uint64_t acquired_ = 0;  // batched: acquisitions so far (for the hold sampling)
+  uint64_t unfolded_ = 0;  // batched: acquisitions not yet added to counters_
 };
 
 class ABSL_SCOPED_LOCKABLE MutexLock {

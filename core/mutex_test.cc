@@ -39,6 +39,27 @@ TEST(Mutex, CountsContendedAcquisitionsAndWaiters) {
   EXPECT_GT(s.hold_ns, 0u);
 }
 
+TEST(Mutex, BatchedCountsReachTheCountersWhenFoldedOrDestroyed) {
+  LockCounters counters;
+  {
+    Mutex mu(&counters);
+    mu.BatchCounts();
+    for (int i = 0; i < 3; ++i) {
+      MutexLock lock(&mu);
+    }
+    EXPECT_EQ(counters.Snapshot().acquisitions, 0u);
+    {
+      MutexLock lock(&mu);
+      mu.FoldCounts();
+    }
+    EXPECT_EQ(counters.Snapshot().acquisitions, 4u);
+    for (int i = 0; i < 2; ++i) {
+      MutexLock lock(&mu);
+    }
+  }
+  EXPECT_EQ(counters.Snapshot().acquisitions, 6u);
+}
+
 TEST(Mutex, TryLockFailsWhileHeld) {
   Mutex mu;
   mu.Lock();

@@ -60,6 +60,8 @@ FrameWriter::FrameWriter(const FrameWriterOptions& options, PipeWriter* out, Mem
       encoder_(options.encoder_table_size),
       connection_window_(kDefaultInitialWindowSize),
       queue_mu_(&stats->queue_lock_) {
+  // Taken for every response: its acquisitions are folded into the counters with the frames.
+  frame_mu_.BatchCounts();
   if (options.strategy == OutputStrategy::kTwoLocks) {
     out_.emplace(out, pool, &stats->pipe_lock_);
   } else {
@@ -529,6 +531,7 @@ void FrameWriter::WriteBytesLocked(std::span<const uint8_t> a,
 }
 
 void FrameWriter::FoldStatsLocked() {
+  frame_mu_.FoldCounts();
   if (unfolded_.frames == 0) return;
   OutputStats::Add(stats_->frames_, unfolded_.frames);
   OutputStats::Add(stats_->data_frames_, unfolded_.data_frames);

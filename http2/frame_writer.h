@@ -226,9 +226,9 @@ class FrameWriter {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
   void WriteBytesLocked(std::span<const uint8_t> a, std::span<const uint8_t> b = {})
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
-  // Adds the frames written since the last fold to the server's OutputStats. Called before every
-  // flush: whoever sees a frame leave sees it counted. Per frame, a plain increment under the
-  // lock the frame is written under, not a shared atomic add.
+  // Adds the frames written since the last fold, and frame_mu_'s acquisitions, to the server's
+  // OutputStats. Called before every flush: whoever sees a frame leave sees it counted. Per
+  // frame, a plain increment under the lock the frame is written under, not a shared atomic add.
   void FoldStatsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
   void FinishStreamLocked(StreamOutput& stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
   void UpdateBlockedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
