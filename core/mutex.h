@@ -91,8 +91,13 @@ class ABSL_LOCKABLE Mutex {
   // under it, and reach the counters only through FoldCounts (and the destructor). For a mutex
   // taken on every request, one locked add fewer per acquisition; the owner folds where readers
   // of the counters need them exact (the HTTP/2 frame writer: before every flush). Contended
-  // acquisitions, waiters and hold time are counted as before.
-  void BatchCounts() { batched_ = true; }
+  // acquisitions and waiters are counted as before; the hold-time sample (one acquisition in
+  // kHoldSampleEvery) starts at the shared count's phase, so that the first acquisitions of many
+  // short-lived mutexes are not all sampled.
+  void BatchCounts() {
+    batched_ = true;
+    if (counters_ != nullptr) acquired_ = counters_->acquisitions_.load(std::memory_order_relaxed);
+  }
   void FoldCounts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(this);
 
   // Hold time is measured on every this-many-th acquisition (the first one

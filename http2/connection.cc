@@ -246,9 +246,11 @@ class Connection::Stream final : public http::ResponseSink,
   // The last use of the exchange by the thread ending it.
   void EndExchange() {
     if (!conn_->loop_->IsInLoopThread()) ended_off_loop_.store(true);
-    uint8_t expected = kInlineExchange;
-    // Not counted yet: the loop (SettleInlineExchange) sees the end and counts nothing.
-    if (exchange_state_.compare_exchange_strong(expected, kEndedExchange)) return;
+    const uint8_t was = exchange_state_.exchange(kEndedExchange);
+    // Not counted yet: the loop (SettleInlineExchange) sees the end and counts nothing. Ended
+    // already (or never begun): nothing left to settle. Response ends an exchange once; this
+    // keeps a second end from taking the count below the exchanges still open.
+    if (was != kCountedExchange) return;
     std::shared_ptr<Stream> hold = std::move(self_hold_);
     conn_->ExchangeEnded();
   }
@@ -362,6 +364,7 @@ bool Connection::ProcessPass(const ReadResult& read) {
     FlushOutput();
     RecycleRetiredStreams();
   }
+  FoldCounters();                            // this pass's, also when nothing was processed
   if (closing_) consumed = buffer.size();  // lingering: drop what the peer sends
   // The peer ended its side inside a frame (or the preface): those bytes can never complete,
   // and reading them again would find the same; they are dropped like the rest of its input.
@@ -1068,6 +1071,7 @@ void Connection::RemoveStream(Stream* s) {
   }
   writer_.CloseStream(*s->out_, /*finished=*/s->response_done_);
   auto it = streams_.find(s->id_);
+  if (it == streams_.end()) return;  // in_map_ says it is there: never taken
   std::shared_ptr<Stream> keep = std::move(it->second);
   streams_.erase(it);
   // Reused at the end of the pass if nobody else holds it then.
@@ -1180,7 +1184,12 @@ void Connection::FoldCounters() {
 
 void Connection::FlushOutput() {
   FoldCounters();
-  if (closed_ || output_blocked_) return;
+  if (closed_) return;
+  if (output_blocked_) {
+    // The flush in flight sends what was written since; count it now (FoldStatsLocked).
+    writer_.FoldStats();
+    return;
+  }
   if (!writer_.Flush(FlushDone{this})) {
     output_blocked_ = true;
     // Called back on this loop once the transport took the bytes (or the reader completed).

@@ -517,8 +517,10 @@ void FrameWriter::WriteBytesLocked(std::span<const uint8_t> a,
   // Write fails only after Complete, which is checked before every write.
   const size_t total = a.size() + b.size();
   if (total <= kCoalesceBytes) {
-    // A frame header and a short payload: one span of the output, not two writes.
-    std::span<uint8_t> span = out_->GetSpan(total);
+    // A frame header and a short payload: one span of the output, not two writes. The span is
+    // the room left in the current block (a larger hint would start a new block and strand
+    // that room); when it is too small, the writes below fill it and go on in the next.
+    std::span<uint8_t> span = out_->GetSpan(0);
     if (span.size() >= total) {
       std::memcpy(span.data(), a.data(), a.size());
       if (!b.empty()) std::memcpy(span.data() + a.size(), b.data(), b.size());
@@ -528,6 +530,11 @@ void FrameWriter::WriteBytesLocked(std::span<const uint8_t> a,
   }
   (void)out_->Write(a);
   if (!b.empty()) (void)out_->Write(b);
+}
+
+void FrameWriter::FoldStats() {
+  MutexLock lock(&frame_mu_);
+  FoldStatsLocked();
 }
 
 void FrameWriter::FoldStatsLocked() {

@@ -194,6 +194,9 @@ class FrameWriter {
   // More body; END_STREAM if `end`. False if the stream or connection is gone.
   bool SendData(StreamOutput& stream, std::span<const uint8_t> data, bool end);
 
+  // Adds what was written since the last flush to the server's OutputStats now (any thread):
+  // for a caller that writes while a flush is in flight and so does not flush itself.
+  void FoldStats();
   // DATA frames this writer has written (any thread).
   uint64_t data_frames_sent() const { return data_frames_sent_.load(std::memory_order_relaxed); }
   // Live counters of this writer's ConcurrentPipeWriter.

@@ -318,6 +318,7 @@ void HpackDecoder::CountTableSizeUpdates(std::span<const uint8_t> fragment) {
 
 Status HpackDecoder::Decode(std::span<const uint8_t> fragment, bool final,
                             const FieldCallback& on_field) {
+  replayed_ = false;
   if (inflater_ == nullptr) return InternalError("HPACK decode: no inflater (out of memory)");
   if (failed_) return InvalidArgumentError("HPACK decode: the inflater failed earlier");
   const bool whole_block = !in_block_ && final;

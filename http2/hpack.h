@@ -80,7 +80,6 @@ class HpackEncoder {
   std::string kept_fields_;
   std::string kept_block_;
   uint64_t reused_blocks_ = 0;
-  bool replayed_ = false;
 };
 
 class HpackDecoder {
