@@ -232,6 +232,8 @@ class FrameWriter {
   // Adds the frames written since the last fold, and frame_mu_'s acquisitions, to the server's
   // OutputStats. Called before every flush: whoever sees a frame leave sees it counted. Per
   // frame, a plain increment under the lock the frame is written under, not a shared atomic add.
+  // The counters are exact as of each writer's last flush: acquisitions of frame_mu_ after it
+  // (events taken, a drain) are counted at the next one or when the writer is destroyed.
   void FoldStatsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
   void FinishStreamLocked(StreamOutput& stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
   void UpdateBlockedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
