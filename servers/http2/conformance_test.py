@@ -1758,13 +1758,16 @@ class DeferredHandOffTest(ConformanceTestCase):
                 self.assertIsNone(r.reset, "stream %d reset" % sid)
                 self.assertEqual((r.status(), bytes(r.body)), (200, b"late\n"), "stream %d" % sid)
         self.assert_get_served(peer, 361)
-        # Released once the peer leaves: no exchange is still counted open. (The one connection
-        # left open is the one asking for the stats.)
+        # Released once the peer leaves: no exchange is still counted open. (The connection
+        # that asks for the stats is counted too, and so, for a moment, may be the previous ask.)
         peer.close()
         deadline = time.monotonic() + 5
-        while self.server.stats()["open_connections"] > 1 and time.monotonic() < deadline:
+        while True:
+            open_connections = self.server.stats()["open_connections"]
+            if open_connections <= 1 or time.monotonic() >= deadline:
+                break
             time.sleep(0.01)
-        self.assertEqual(self.server.stats()["open_connections"], 1)
+        self.assertLessEqual(open_connections, 1)
 
 
 # The output strategy asked for is the one serving (--h2-output), as its counters show.
