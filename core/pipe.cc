@@ -246,6 +246,7 @@ Pipe::Pipe(PipeOptions options)
 Pipe::~Pipe() {
   MutexLock lock(&mu_);
   FreeChain();
+  for (std::atomic<Segment*>& spare : spare_) delete spare.exchange(nullptr);
 }
 
 void Pipe::FreeChain() {
@@ -260,13 +261,27 @@ void Pipe::FreeChain() {
 }
 
 Segment* Pipe::NewSegment(size_t min_size) {
-  auto* s = new Segment;
+  Segment* s = nullptr;
+  for (std::atomic<Segment*>& spare : spare_) {
+    if (spare.load(std::memory_order_relaxed) == nullptr) continue;
+    s = spare.exchange(nullptr, std::memory_order_acquire);
+    if (s != nullptr) break;
+  }
+  if (s == nullptr) s = new Segment;
   s->block = pool_->Rent(min_size);
   return s;
 }
 
 void Pipe::FreeSegment(Segment* s) {
   pool_->Return(s->block);
+  *s = Segment{};
+  for (std::atomic<Segment*>& spare : spare_) {
+    Segment* none = nullptr;
+    if (spare.compare_exchange_strong(none, s, std::memory_order_release,
+                                      std::memory_order_relaxed)) {
+      return;
+    }
+  }
   delete s;
 }
 

@@ -40,6 +40,8 @@
 
 #include <sys/uio.h>
 
+#include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -266,7 +268,11 @@ class Pipe {
   friend class PipeReader;
   using Segment = pipe_internal::Segment;
 
+  // A segment whose block is rented from the pool. The record itself comes from spare_ when
+  // one is there: a pipe in steady use frees segments as fast as it starts them, so after the
+  // first few it allocates nothing.
   Segment* NewSegment(size_t min_size);
+  // Returns the block to the pool and keeps the record as a spare (or deletes it).
   void FreeSegment(Segment* s);
   // Frees every segment, published or not.
   void FreeChain() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -298,6 +304,12 @@ class Pipe {
   MemoryPool* const pool_;
   PipeWriter writer_;
   PipeReader reader_;
+
+  // Freed segment records (their blocks already returned), for the next NewSegment calls. The
+  // writer takes them without the lock and the reader puts them back under it, so each slot is
+  // swapped atomically: whoever swaps a record out owns it. Two, because the writer can start a
+  // segment while two others are still unread.
+  std::array<std::atomic<Segment*>, 2> spare_{};
 
   mutable Mutex mu_;
   // Published region: from head_ + head_offset_ up to published_tail_ at

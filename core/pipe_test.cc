@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/allocation_counter.h"
 #include "core/testing.h"
 
 namespace sluice {
@@ -285,6 +286,27 @@ TEST_F(PipeTest, DestroyingAPipeWithBufferedBytesReturnsEveryBlock) {
     ASSERT_TRUE(pipe.writer().Write("unflushed").ok());
   }
   EXPECT_EQ(pool().outstanding(), 0u);
+}
+
+// A pipe in steady use (a connection's input or output) moves bytes without touching the heap:
+// blocks come from the pool and the segment records of consumed blocks are reused.
+TEST(PipeSteadyStateTest, WritingAndConsumingAllocatesNothingOnceWarm) {
+  MemoryPool pool;
+  Pipe pipe(PipeOptions{.pool = &pool});
+  const std::string chunk(700, 'x');  // several chunks per block: segments start and end often
+  auto round_trip = [&] {
+    ASSERT_TRUE(pipe.writer().Write(chunk).ok());
+    FlushResult flushed;
+    ASSERT_TRUE(pipe.writer().Flush(&flushed, nullptr));
+    ReadResult read;
+    ASSERT_TRUE(pipe.reader().Read(&read, nullptr));
+    ASSERT_EQ(read.buffer.size(), chunk.size());
+    ASSERT_TRUE(pipe.reader().AdvanceTo(read.buffer.size()).ok());
+  };
+  for (int i = 0; i < 64; ++i) round_trip();
+  const uint64_t before = HeapAllocations();
+  for (int i = 0; i < 1000; ++i) round_trip();  // 700 KB: well over a hundred segments
+  EXPECT_EQ(HeapAllocations() - before, 0u);
 }
 
 // A writer thread and a reader thread move a numbered byte stream through a
