@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -115,7 +116,8 @@ uint32_t ReadLength(const std::string& s, size_t at) {
 // nghttp2 allocates and frees small blocks on every call (a buffer chain per deflate, a string
 // per decoded field, table entries): up to kCached freed blocks of at most kMaxCachedBytes are
 // kept and handed out again. Each block carries its capacity in a header (so realloc and reuse
-// know it). Used by one encoder or decoder, whose calls are never concurrent.
+// know it). Blocks come from operator new (nothrow), so allocation counters see them. Used by one
+// encoder or decoder, whose calls are never concurrent.
 struct HpackMemory {
   static constexpr size_t kCached = 16;
   static constexpr size_t kMaxCachedBytes = 4096;
@@ -129,7 +131,7 @@ struct HpackMemory {
   size_t free_count = 0;
 
   ~HpackMemory() {
-    for (size_t i = 0; i < free_count; ++i) std::free(free_blocks[i]);
+    for (size_t i = 0; i < free_count; ++i) ::operator delete(free_blocks[i]);
   }
 
   void* Get(size_t size) {
@@ -146,7 +148,7 @@ struct HpackMemory {
       h = free_blocks[best];
       free_blocks[best] = free_blocks[--free_count];
     } else {
-      h = static_cast<Header*>(std::malloc(sizeof(Header) + size));
+      h = static_cast<Header*>(::operator new(sizeof(Header) + size, std::nothrow));
       if (h == nullptr) return nullptr;
       h->capacity = size;
     }
@@ -159,7 +161,7 @@ struct HpackMemory {
     if (free_count < kCached && h->capacity <= kMaxCachedBytes) {
       free_blocks[free_count++] = h;
     } else {
-      std::free(h);
+      ::operator delete(h);
     }
   }
 
