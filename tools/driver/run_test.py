@@ -260,7 +260,12 @@ class DriverTest(unittest.TestCase):
             self.assert_server_exited_cleanly(out_dir, it)
         stacks = its[1]["folded_stacks"]
         self.assertTrue(any(k.startswith("test_server;") for k in stacks), list(stacks)[:3])
-        self.assertGreater(sum(stacks.values()), 100)
+        # Samples come at 997 Hz of the server's CPU time, so their number follows the CPU the
+        # server got (little on a busy machine), and the recording covered the measured window.
+        profiled = its[1]
+        cpu_s = profiled["cpu_us_per_request"] * profiled["requests"] / 1e6
+        self.assertGreaterEqual(sum(stacks.values()), max(10, 0.5 * cpu_s * 997),
+                                "samples against %.3f s of server CPU in the window" % cpu_s)
         with open(os.path.join(out_dir, "plots", "flame-A.svg"), encoding="utf-8") as f:
             svg = f.read()
         self.assertIn("<svg", svg)
