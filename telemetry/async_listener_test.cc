@@ -31,17 +31,19 @@ TEST(AsyncListener, ASlowConsumerNeverBlocksTheRequestPathAndDropsAreCounted) {
                          {.capacity = 64, .batch = 16, .poll = std::chrono::milliseconds(5)});
   ExchangeRecord r;
   r.method = "GET";
-  auto worst = std::chrono::nanoseconds::zero();
+  int slow_calls = 0;
   for (int i = 0; i < 10000; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     listener.OnRequestStop(r);
-    worst = std::max(worst, std::chrono::steady_clock::now() - t0);
+    if (std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(40)) ++slow_calls;
   }
-  // 10,000 exchanges against a queue of 64 drained 16 per 50 ms: most are dropped, each call
-  // returned at once (far below the consumer's 50 ms).
+  // 10,000 exchanges against a queue of 64 drained 16 per 50 ms: most are dropped, and no call
+  // waited for the consumer. A call that waited would take most of a 50 ms batch, and waiting
+  // whenever the queue is full would make thousands of them; the two allowed are for the thread
+  // being descheduled on a busy machine.
   EXPECT_GT(listener.dropped(), 9000u);
   EXPECT_EQ(listener.queued() + listener.dropped(), 10000u);
-  EXPECT_LT(worst, std::chrono::milliseconds(20));
+  EXPECT_LE(slow_calls, 2);
   listener.Flush();
   EXPECT_EQ(seen.load(), listener.queued());
 }

@@ -262,7 +262,7 @@ TEST(Otlp, ASilentCollectorTimesOut) {
                std::chrono::milliseconds(150));
   const auto took = std::chrono::steady_clock::now() - t0;
   EXPECT_EQ(s.status().code(), StatusCode::kDeadlineExceeded);
-  EXPECT_LT(took, std::chrono::milliseconds(1000));
+  EXPECT_LT(took, std::chrono::milliseconds(5000));  // without the timeout: never
 }
 
 // A span exporter that posts to `receiver` in `protocol`.

@@ -1891,8 +1891,9 @@ class GracefulShutdownTest(unittest.TestCase):
         start = time.monotonic()
         server.proc.send_signal(signal.SIGTERM)
         self.assertEqual(server.proc.wait(timeout=STEP), 0)
-        # A clean exit takes milliseconds; the linger timeout is 2 s.
-        self.assertLess(time.monotonic() - start, 1.0)
+        # A clean exit takes milliseconds (more under a sanitizer on a busy machine); waiting for
+        # the linger timeout would take 2 s.
+        self.assertLess(time.monotonic() - start, 1.6)
 
 
 if __name__ == "__main__":
