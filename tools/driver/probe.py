@@ -63,13 +63,18 @@ class Http1Client:
 
     def get(self, path: str) -> Tuple[int, int]:
         """(status, body bytes) of GET `path`."""
+        status, body = self.fetch(path)
+        return status, len(body)
+
+    def fetch(self, path: str) -> Tuple[int, bytes]:
+        """(status, body) of GET `path`."""
         try:
             self.conn.request("GET", path, headers={"user-agent": "sluice-bench"})
             resp = self.conn.getresponse()
             body = resp.read()
         except (OSError, http.client.HTTPException) as e:
             raise ProbeError(f"HTTP/1.1 GET {path}: {type(e).__name__}: {e}") from None
-        return resp.status, len(body)
+        return resp.status, body
 
     def close(self) -> None:
         self.conn.close()
@@ -167,3 +172,12 @@ def first_request(host: str, port: int, path: str, protocol: str, tls: bool, mor
     finally:
         client.close()
     return first_ms, sum(times) / len(times), status
+
+
+def fetch(host: str, port: int, path: str, tls: bool, timeout: float = 5.0) -> Tuple[int, bytes]:
+    """(status, body) of one HTTP/1.1 GET on a new connection (the server's own counters)."""
+    client = Http1Client(host, port, tls, timeout)
+    try:
+        return client.fetch(path)
+    finally:
+        client.close()

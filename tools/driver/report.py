@@ -108,6 +108,16 @@ def _side_blocks(result: Dict[str, Any]) -> List[tuple]:
         label = f"{side['name']} #{it['index']}" + (" (profiled)" if it.get("profiled") else "")
         rows.append(seed_row(label, it))
     blocks.append(("table", seed_header(), rows))
+    counted = [it for it in result["iterations"] if it.get("server_counters")]
+    if counted:
+        names = list(counted[0]["server_counters"])
+        blocks.append(("p", "Server counters after each load run (cumulative since the server "
+                            "started; - where the server does not expose them):"))
+        blocks.append(("table", ["iteration"] + names,
+                       [[f"{side['name']} #{it['index']}"] +
+                        ["-" if it["server_counters"].get(n) is None
+                         else f"{it['server_counters'][n]:g}" for n in names]
+                        for it in counted]))
     failed = [it for it in result["iterations"] if it.get("status") != "ok"]
     for it in failed:
         blocks.append(("p", f"Iteration {it['index']} failed:"))

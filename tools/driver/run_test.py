@@ -189,6 +189,57 @@ class DriverTest(unittest.TestCase):
         self.assertIn("| crashing #1 | failed", report)
         self.assertIn("aborting at request 3000", report)
 
+    def test_server_counters_are_read_after_the_load_and_a_limit_fails_the_iteration(self):
+        def scenario(name, limit=""):
+            return write_scenario(self.dir, name, f"""\
+                server:
+                  command: {SERVER}
+                  args: ["--port={{port}}", --telemetry=listener, --metrics]
+                load:
+                  path: /plaintext
+                  args: [-c, "2"]
+                warmup: 100ms
+                duration: 500ms
+                iterations: 1
+                server_counters:
+                  counters:
+                    - {{name: requests, series: http_server_request_duration_seconds_count{limit}}}
+                    - {{name: absent, series: no_such_series_total}}
+                variants:
+                  metrics: {{}}
+                  plain:
+                    server:
+                      args: ["--port={{port}}"]
+                """)
+        out_dir = os.path.join(self.dir, "out")
+        code, _, err = self.run_bench("compare", "--variant", "metrics", "--variant", "plain",
+                                      scenario("counters.yaml"), "--out", out_dir)
+        self.assertEqual(code, 0, err)
+        counted = self.load(out_dir, "result-A.json")["iterations"][0]
+        plain = self.load(out_dir, "result-B.json")["iterations"][0]
+        self.assertEqual(counted["status"], "ok", counted.get("error"))
+        # Cumulative since the server started: the warmup and the first requests are in it.
+        self.assertGreaterEqual(counted["server_counters"]["requests"], counted["requests"])
+        self.assertIsNone(counted["server_counters"]["absent"])
+        # A server without the page records no values and is not failed for it.
+        self.assertEqual(plain["status"], "ok", plain.get("error"))
+        self.assertEqual(plain["server_counters"], {"requests": None, "absent": None})
+        with open(os.path.join(out_dir, "report.md"), encoding="utf-8") as f:
+            self.assertIn("Server counters after each load run", f.read())
+
+        # Every measured request counted once or more: above 0.5 per request fails the iteration.
+        out_dir = os.path.join(self.dir, "limited")
+        code, _, err = self.run_bench("run", "--variant", "metrics",
+                                      scenario("limited.yaml", ", max_per_request: 0.5"),
+                                      "--out", out_dir)
+        self.assertEqual(code, 1, err)
+        it = self.load(out_dir, "result.json")["iterations"][0]
+        self.assertEqual(it["status"], "failed")
+        self.assertIn("server counter requests", it["error"])
+        self.assertIn("above max_per_request 0.5", it["error"])
+        self.assertGreater(it["server_counters"]["requests"], 0)
+        self.assert_server_exited_cleanly(out_dir, it)
+
     def test_an_unreachable_agent_is_named(self):
         scenario = write_scenario(self.dir, "agents.yaml", f"""\
             server:

@@ -27,7 +27,7 @@ import socket
 import subprocess
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from tools.driver import perf
 from tools.driver import probe
@@ -451,6 +451,11 @@ def run_iteration(session, side: Side, index: int, profile: bool = False) -> Dic
         # The sampler must have sampled past the end of the window before it stops.
         window_end = load["start_unix_ns"] / 1e9 + load["duration_s"]
         time.sleep(max(0.0, window_end + 0.15 - time.time()))
+        if scenario["server_counters"]["counters"]:
+            record["server_counters"], problem = _read_server_counters(
+                scenario, server.port, load_cfg["scheme"] == "https", load)
+            if problem:
+                raise IterationFailed(problem)
     except IterationFailed as e:
         record["status"] = "failed"
         record["error"] = str(e)
@@ -480,6 +485,64 @@ def run_iteration(session, side: Side, index: int, profile: bool = False) -> Dic
     with open(os.path.join(it_dir, "iteration.json"), "w", encoding="utf-8") as f:
         json.dump(record, f, indent=1)
     return record
+
+
+def _series_sum(exposition: str, series: str) -> Optional[float]:
+    """The sum of `series`'s samples in Prometheus text (`name value` or `name{...} value`), or
+    None when the exposition has none."""
+    total, seen = 0.0, False
+    for line in exposition.splitlines():
+        if not line.startswith(series) or line.startswith("#"):
+            continue
+        rest = line[len(series):]
+        if rest.startswith("{"):
+            close = rest.rfind("}")
+            if close < 0:
+                continue
+            rest = rest[close + 1:]
+        elif not rest.startswith(" "):
+            continue  # a longer name with this one as its prefix
+        fields = rest.split()
+        if not fields:
+            continue
+        try:
+            total += float(fields[0])
+        except ValueError:
+            continue
+        seen = True
+    return total if seen else None
+
+
+def _read_server_counters(scenario, port: int, tls: bool, load: Dict[str, Any]
+                          ) -> Tuple[Dict[str, Optional[float]], Optional[str]]:
+    """The scenario's server_counters after the load run (None for a series the page lacks; a
+    server without the page, a peer or a variant without metrics, has none), and what is wrong
+    when one is above its max_per_request."""
+    cfg = scenario["server_counters"]
+    try:
+        status, body = probe.fetch(HOST, port, cfg["path"], tls)
+    except probe.ProbeError as e:
+        raise IterationFailed(f"server_counters: {e}") from None
+    if status != 200:
+        return {c["name"]: None for c in cfg["counters"]}, None
+    text = body.decode("utf-8", errors="replace")
+    values = {c["name"]: _series_sum(text, c["series"]) for c in cfg["counters"]}
+    requests = load["requests"]["completed"]
+    for c in cfg["counters"]:
+        value, limit = values[c["name"]], c.get("max_per_request")
+        if value is None or limit is None:
+            continue
+        # Cumulative since the server started (warmup included), over the measured requests:
+        # the ratio errs on the side of failing.
+        if requests:
+            per_request = value / requests
+        else:
+            per_request = float("inf") if value > 0 else 0.0
+        if per_request > limit:
+            return values, (f"server counter {c['name']} ({c['series']}) is {value:g} after "
+                            f"{requests} measured requests: {per_request:.4g} per request, above "
+                            f"max_per_request {limit:g}")
+    return values, None
 
 
 def _run_load(session, side: Side, server: Server, it_dir: str, port: int, profile: bool,

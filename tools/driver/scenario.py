@@ -66,7 +66,8 @@ def parse_cpuset(text: str) -> List[int]:
 # The schema. Each key: (type, default, documentation). Types: "str", "int+", "duration",
 # "cpuset", "label", "args" (a list of strings; numbers are taken as their text), "labels",
 # "bool", ("enum", [...]), ("map", SUBSCHEMA), ("list_of", SUBSCHEMA), ("variants", SUBSCHEMA),
-# "str_map" (string -> string). A default of REQUIRED means the key must be present.
+# "str_map" (string -> string), "number" (>= 0). A default of REQUIRED means the key must be
+# present.
 
 REQUIRED = object()
 
@@ -125,6 +126,21 @@ _HELPER_SCHEMA = {
     "ready_timeout": ("duration", "30s", "how long it may take to accept on {port:NAME}"),
 }
 
+_COUNTER_SCHEMA = {
+    "name": ("str", REQUIRED, "its name in results and errors"),
+    "series": ("str", REQUIRED, "the Prometheus series read (an exact name, e.g. "
+                                "sluice_telemetry_span_queue_dropped_total; labelled series of "
+                                "that name are summed)"),
+    "max_per_request": ("number", None, "the iteration fails when the value after the load, "
+                                        "divided by the measured requests, is above this"),
+}
+
+_SERVER_COUNTERS_SCHEMA = {
+    "path": ("str", "/metrics", "where the server exposes them (Prometheus text), over the "
+                                "load's scheme"),
+    "counters": (("list_of", _COUNTER_SCHEMA), [], "the counters read after each load run"),
+}
+
 _VARIANT_SCHEMA = {
     "description": ("str", "", "what this variant is"),
     "server_args": ("args", [], "appended to server.args"),
@@ -147,6 +163,9 @@ SCHEMA = {
     "helpers": (("list_of", _HELPER_SCHEMA), [],
                 "processes started before the server each iteration and stopped after it "
                 "(a collector, a scraper)"),
+    "server_counters": (("map", _SERVER_COUNTERS_SCHEMA), {},
+                        "the server's own counters, read after each load run (spans dropped, "
+                        "errors); a side whose server does not expose them records none"),
     "variants": (("variants", _VARIANT_SCHEMA), {}, "named flag sets or servers"),
 }
 
@@ -288,6 +307,10 @@ class _Loader:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 self.fail(key, line, f"must be a whole number >= 1, not {value!r}")
             return value
+        if kind == "number":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                self.fail(key, line, f"must be a number >= 0, not {value!r}")
+            return float(value)
         if kind == "duration":
             if not isinstance(value, str):
                 self.fail(key, line, f"must be a duration such as 10s or 500ms, not {value!r}")
@@ -489,6 +512,8 @@ def schema_markdown() -> str:
     table("build", _BUILD_SCHEMA)
     table("first_request", _FIRST_REQUEST_SCHEMA)
     table("helpers[]", _HELPER_SCHEMA)
+    table("server_counters", _SERVER_COUNTERS_SCHEMA)
+    table("server_counters.counters[]", _COUNTER_SCHEMA)
     table("variants.NAME", _VARIANT_SCHEMA)
     return "\n".join(out)
 
@@ -500,7 +525,8 @@ def _kind_name(kind) -> str:
         return {"map": "mapping", "list_of": "list of mappings", "variants": "mapping"}[kind[0]]
     return {"str": "string", "int+": "integer >= 1", "duration": "duration", "cpuset": "CPU list",
             "label": "Bazel label", "args": "list of strings", "labels": "list of labels",
-            "bool": "bool", "str_map": "mapping", "partial_server": "mapping"}[kind]
+            "bool": "bool", "str_map": "mapping", "partial_server": "mapping",
+            "number": "number >= 0"}[kind]
 
 
 def _default_text(default) -> str:

@@ -105,6 +105,10 @@ class ScenarioTest(unittest.TestCase):
             "server:\n  target: //a:b\nsyscalls: yes please\n": ("s.yaml:3", "true or false"),
             "server:\n  target: //a:b\nbuild:\n  publish: move\n": ("s.yaml:4",
                                                                 "one of copy, hardlink, symlink"),
+            "server:\n  target: //a:b\nserver_counters:\n  counters:\n    - name: x\n"
+            "      series: y\n      max_per_request: -1\n": ("s.yaml:7", "number >= 0"),
+            "server:\n  target: //a:b\nserver_counters:\n  counters:\n    - name: x\n": (
+                "s.yaml:5", "series"),
         }
         for text, (where, what) in cases.items():
             with self.subTest(text=text):
