@@ -97,6 +97,13 @@ def summary_block(result: Dict[str, Any]) -> str:
     return "\n".join(f"{k:<29}{v}" for k, v in rows)
 
 
+def _counter_text(value: Optional[float]) -> str:
+    """A server counter: whole numbers with thousands separators, '-' when not exposed."""
+    if value is None:
+        return "-"
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+
+
 def _side_blocks(result: Dict[str, Any]) -> List[tuple]:
     side = result["side"]
     title = f"{side['label']}: {side['name']}"
@@ -115,8 +122,7 @@ def _side_blocks(result: Dict[str, Any]) -> List[tuple]:
                             "started; - where the server does not expose them):"))
         blocks.append(("table", ["iteration"] + names,
                        [[f"{side['name']} #{it['index']}"] +
-                        ["-" if it["server_counters"].get(n) is None
-                         else f"{it['server_counters'][n]:g}" for n in names]
+                        [_counter_text(it["server_counters"].get(n)) for n in names]
                         for it in counted]))
     failed = [it for it in result["iterations"] if it.get("status") != "ok"]
     for it in failed:

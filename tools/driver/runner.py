@@ -539,8 +539,8 @@ def _read_server_counters(scenario, port: int, tls: bool, load: Dict[str, Any]
         else:
             per_request = float("inf") if value > 0 else 0.0
         if per_request > limit:
-            return values, (f"server counter {c['name']} ({c['series']}) is {value:g} after "
-                            f"{requests} measured requests: {per_request:.4g} per request, above "
+            return values, (f"server counter {c['name']} ({c['series']}) is {value:,.0f} after "
+                            f"{requests:,} measured requests: {per_request:.4g} per request, above "
                             f"max_per_request {limit:g}")
     return values, None
 
