@@ -311,11 +311,13 @@ class DriverTest(unittest.TestCase):
             self.assert_server_exited_cleanly(out_dir, it)
         stacks = its[1]["folded_stacks"]
         self.assertTrue(any(k.startswith("test_server;") for k in stacks), list(stacks)[:3])
-        # Samples come at 997 Hz of the server's CPU time, so their number follows the CPU the
-        # server got (little on a busy machine), and the recording covered the measured window.
+        # Samples are asked for at 997 Hz of the server's CPU time, so their number follows the
+        # CPU the server got (little on a busy machine). perf delivers fewer than asked when it
+        # competes for the cores itself (about half, seen on 2 cores), so the floor is a fifth:
+        # a recording that missed most of the measured window still falls below it.
         profiled = its[1]
         cpu_s = profiled["cpu_us_per_request"] * profiled["requests"] / 1e6
-        self.assertGreaterEqual(sum(stacks.values()), max(10, 0.5 * cpu_s * 997),
+        self.assertGreaterEqual(sum(stacks.values()), max(10, 0.2 * cpu_s * 997),
                                 "samples against %.3f s of server CPU in the window" % cpu_s)
         with open(os.path.join(out_dir, "plots", "flame-A.svg"), encoding="utf-8") as f:
             svg = f.read()

@@ -492,7 +492,7 @@ def _series_sum(exposition: str, series: str) -> Optional[float]:
     None when the exposition has none."""
     total, seen = 0.0, False
     for line in exposition.splitlines():
-        if not line.startswith(series) or line.startswith("#"):
+        if not line.startswith(series):  # comments start with '#', never with a name
             continue
         rest = line[len(series):]
         if rest.startswith("{"):
