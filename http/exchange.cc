@@ -238,7 +238,8 @@ void Response::Fail() {
   sink_->AbortResponse();
 }
 
-bool RunHandler(const Handler& handler, Request& req, Response& res) {
+bool RunHandler(const Handler& handler, Request& req, Response& res,
+                std::atomic<uint64_t>& failures) {
   bool ok = true;
   try {
     handler(req, res);
@@ -246,6 +247,7 @@ bool RunHandler(const Handler& handler, Request& req, Response& res) {
     ok = false;
   }
   if (!ok) {
+    failures.fetch_add(1, std::memory_order_relaxed);
     res.Fail();
   } else if (!res.deferred()) {
     res.End();

@@ -250,9 +250,8 @@ void Connection::StartExchange() {
     std::shared_ptr<Connection> self = shared_from_this();
     bool posted = workers->Post([self, handler] {
       t_running_handler = self.get();
-      if (!http::RunHandler(*handler, self->request_, self->response_)) {
-        self->counters_->handler_failures.fetch_add(1, std::memory_order_relaxed);
-      }
+      http::RunHandler(*handler, self->request_, self->response_,
+                       self->counters_->handler_failures);
       const bool deferred = self->response_.deferred();
       t_running_handler = nullptr;
       // Hands the exchange back to the loop.
@@ -273,9 +272,7 @@ void Connection::StartExchange() {
     if (posted) return;
     handler_on_worker_ = false;  // the pool is stopping: run it here
   }
-  if (!http::RunHandler(*handler, request_, response_)) {
-    counters_->handler_failures.fetch_add(1, std::memory_order_relaxed);
-  }
+  http::RunHandler(*handler, request_, response_, counters_->handler_failures);
   if (response_.deferred()) HoldIfDeferred(true);
 }
 

@@ -828,9 +828,7 @@ void Connection::StartRequest(const std::shared_ptr<Stream>& s) {
     ConnectionCounters* const counters = counters_;
     std::weak_ptr<Connection> conn = weak_from_this();
     if (workers->Post([s, handler, counters, conn, inbox = inbox_] {
-          if (!http::RunHandler(*handler, s->request_, s->response_)) {
-            counters->handler_failures.fetch_add(1, std::memory_order_relaxed);
-          }
+          http::RunHandler(*handler, s->request_, s->response_, counters->handler_failures);
           if (s->response_.deferred()) {
             // The response goes on after the handler: watch it from the loop. Only locals and
             // the stream (held here) are touched: the connection may be gone by now. Whether
@@ -849,9 +847,7 @@ void Connection::StartRequest(const std::shared_ptr<Stream>& s) {
     res.End();
     return;
   }
-  if (!http::RunHandler(*handler, req, res)) {
-    counters_->handler_failures.fetch_add(1, std::memory_order_relaxed);
-  }
+  http::RunHandler(*handler, req, res, counters_->handler_failures);
   s->SettleInlineExchange();
   // Not res.ended(): the thread the handler handed the response to may be ending it now.
   if (res.deferred()) WatchDeferred(s);
