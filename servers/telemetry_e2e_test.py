@@ -416,9 +416,10 @@ class TelemetryEndToEnd(unittest.TestCase):
         self.assertEqual(schemes, {"https"})
 
         def lines():
+            # Complete lines only: the log is written while we read it.
             try:
                 with open(log, encoding="utf-8") as f:
-                    return [json.loads(line) for line in f if line.strip()]
+                    return [json.loads(line) for line in f if line.endswith("\n") and line.strip()]
             except FileNotFoundError:
                 return []
         entries = wait_for(lambda: len(lines()) >= 3 and lines(), what="3 log lines")
