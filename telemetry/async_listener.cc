@@ -86,7 +86,10 @@ void ExchangeSnapshot::CopyFrom(const ExchangeRecord& r) {
 
 AsyncListener::AsyncListener(std::unique_ptr<SnapshotConsumer> consumer,
                              AsyncListenerOptions options)
-    : options_(options), consumer_(std::move(consumer)), queue_(options.capacity) {
+    : options_(options),
+      consumer_(std::move(consumer)),
+      queue_(options.capacity),
+      batch_(std::clamp<size_t>(options.batch, 1, std::max<size_t>(1, queue_.capacity() / 2))) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -103,9 +106,11 @@ void AsyncListener::OnRequestStop(const ExchangeRecord& record) {
   if (options_.sampled_only && !record.trace.sampled) return;
   if (queue_.TryEmplace([&record](ExchangeSnapshot& cell) { cell.CopyFrom(record); })) {
     queued_.fetch_add(1, std::memory_order_relaxed);
-    if (queue_.ApproxSize() >= queue_.capacity() / 4 &&
-        !wake_pending_.load(std::memory_order_relaxed) &&
-        !wake_pending_.exchange(true, std::memory_order_relaxed)) {
+    // One wake-up per batch. Signalled under the lock, which the thread holds from its last look
+    // at the queue until it waits: either it sees this snapshot or it gets the signal.
+    if (queue_.ApproxSize() >= batch_ && !wake_pending_.load(std::memory_order_relaxed) &&
+        !wake_pending_.exchange(true)) {
+      MutexLock lock(&mu_);
       cv_.Signal();
     }
   } else {
@@ -113,13 +118,14 @@ void AsyncListener::OnRequestStop(const ExchangeRecord& record) {
   }
 }
 
-size_t AsyncListener::Drain() {
+size_t AsyncListener::Drain(bool remainder) {
   SnapshotConsumer* const consumer = consumer_.get();
   auto add = [consumer](const ExchangeSnapshot& snapshot) { consumer->Add(snapshot); };
   size_t total = 0;
   for (;;) {
+    if (!remainder && queue_.ApproxSize() < batch_) return total;
     size_t n = 0;
-    while (n < options_.batch && queue_.TryConsume(add)) ++n;
+    while (n < batch_ && queue_.TryConsume(add)) ++n;
     if (n == 0) return total;
     consumer->EndBatch();
     delivered_.fetch_add(n, std::memory_order_release);  // pairs with delivered()
@@ -130,18 +136,23 @@ size_t AsyncListener::Drain() {
 }
 
 void AsyncListener::Run() {
+  bool remainder = false;  // deliver a partial batch too: the poll interval passed, or a Flush
   while (!stop_.load()) {
-    wake_pending_.store(false, std::memory_order_relaxed);
-    if (Drain() > 0) continue;
-    consumer_->Idle();
+    Drain(remainder);
+    if (remainder) consumer_->Idle();
+    remainder = false;
     MutexLock lock(&mu_);
+    // Producers signal again from here on; this look at the queue comes after (under the lock).
+    wake_pending_.store(false);
     if (stop_.load() || flush_requested_) {
       flush_requested_ = false;
+      remainder = true;
       continue;
     }
-    cv_.WaitWithDeadline(&mu_, std::chrono::steady_clock::now() + options_.poll);
+    if (queue_.ApproxSize() >= batch_) continue;
+    remainder = !cv_.WaitWithDeadline(&mu_, std::chrono::steady_clock::now() + options_.poll);
   }
-  Drain();
+  Drain(/*remainder=*/true);
   consumer_->Idle();
 }
 

@@ -110,7 +110,8 @@ class SnapshotConsumer {
     batch_.clear();
   }
   virtual void Consume(std::span<const ExchangeSnapshot> batch) = 0;
-  // Called about every poll interval when nothing arrived (flush files, retry exports).
+  // Called after a partial batch was handed over (about every poll interval while no whole batch
+  // forms) and before the thread ends: flush files, retry exports.
   virtual void Idle() {}
 
  private:
@@ -119,10 +120,15 @@ class SnapshotConsumer {
 
 struct AsyncListenerOptions {
   size_t capacity = 2048;  // snapshots queued at most (about 1.7 KiB each, mostly unused)
-  size_t batch = 256;      // snapshots handed over per batch (Add calls before one EndBatch)
-  // How often the thread looks for work when the queue was empty. The request path wakes it only
-  // when the queue passes a quarter of its capacity (one wake-up per many exchanges), so a fast
-  // stream of exchanges is drained before it overflows and a slow one costs no wake-ups at all.
+  // Snapshots handed over per batch (Add calls before one EndBatch; for the OTLP exporter, one
+  // POST). At most half the capacity, so that one batch can fill while another is consumed.
+  size_t batch = 512;
+  // The thread hands over whole batches only, as soon as one is queued: the request path wakes it
+  // when the queue reaches a batch (one wake-up per batch, none at all for a slow stream). A
+  // remainder smaller than a batch waits at most this long (and Flush or destruction deliver it
+  // at once). Whole batches keep a consumer's fixed cost per batch (a POST, a write) rare under
+  // load: handing over whatever was queued made batches as small as one consumer round trip's
+  // worth, dozens of snapshots each.
   std::chrono::milliseconds poll{100};
   // Only exchanges whose span is sampled (for span exporters).
   bool sampled_only = false;
@@ -146,11 +152,14 @@ class AsyncListener : public Listener {
 
  private:
   void Run();
-  size_t Drain();
+  // Hands over batches while at least a whole one is queued, or (`remainder`) until the queue is
+  // empty. Returns how many snapshots it handed over.
+  size_t Drain(bool remainder);
 
   const AsyncListenerOptions options_;
   std::unique_ptr<SnapshotConsumer> consumer_;
   BoundedQueue<ExchangeSnapshot> queue_;
+  const size_t batch_;  // options_.batch, at most half the queue's capacity
   std::atomic<uint64_t> queued_{0};
   std::atomic<uint64_t> dropped_{0};
   std::atomic<uint64_t> delivered_{0};

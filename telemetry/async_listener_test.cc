@@ -132,6 +132,50 @@ TEST(AsyncListener, AConsumerTakingSnapshotsOneAtATimeGetsEachInOrderInBoundedBa
   }
 }
 
+// Waits until `listener` has delivered `n` snapshots or `timeout` passed; true if it has.
+bool WaitForDelivered(const AsyncListener& listener, uint64_t n, std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (listener.delivered() < n) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+TEST(AsyncListener, EachWholeBatchLeavesWhenItIsQueuedWithoutWaitingForThePollInterval) {
+  auto owned = std::make_unique<OneAtATime>();
+  OneAtATime* consumer = owned.get();
+  // A poll interval no test waits for: every batch below must leave on the request path's
+  // wake-up. Each round queues exactly one batch just as the thread goes back to sleep after the
+  // last, the moment a wake-up can be lost.
+  AsyncListener listener(std::move(owned),
+                         {.capacity = 64, .batch = 16, .poll = std::chrono::seconds(3600)});
+  ExchangeRecord r;
+  constexpr uint64_t kRounds = 2000;
+  for (uint64_t round = 1; round <= kRounds; ++round) {
+    for (int i = 0; i < 16; ++i) listener.OnRequestStop(r);
+    ASSERT_TRUE(WaitForDelivered(listener, round * 16, std::chrono::seconds(30)))
+        << "batch " << round << " waited for the poll interval (a lost wake-up)";
+  }
+  EXPECT_EQ(consumer->batches, std::vector<size_t>(kRounds, 16));
+  // Less than a batch waits for the poll interval, or a Flush.
+  for (int i = 0; i < 5; ++i) listener.OnRequestStop(r);
+  listener.Flush();
+  EXPECT_EQ(consumer->batches.back(), 5u);
+  EXPECT_EQ(listener.dropped(), 0u);
+}
+
+TEST(AsyncListener, ARemainderSmallerThanABatchLeavesAfterThePollInterval) {
+  std::vector<uint16_t> statuses;
+  AsyncListener listener(std::make_unique<Collector>(&statuses),
+                         {.capacity = 64, .batch = 16, .poll = std::chrono::milliseconds(20)});
+  ExchangeRecord r;
+  r.status = 202;
+  for (int i = 0; i < 3; ++i) listener.OnRequestStop(r);
+  ASSERT_TRUE(WaitForDelivered(listener, 3, std::chrono::seconds(30)));
+  EXPECT_EQ(statuses, std::vector<uint16_t>(3, 202));
+}
+
 TEST(ExchangeSnapshot, CutsLongValuesVisiblyAndCopiesWhatItHolds) {
   http::Request req;
   http::RequestEditor edit(req);
