@@ -33,10 +33,11 @@
 # sample counts. CPU per request = CPU seconds / requests the server answered in the window; RPS =
 # those requests / window. Counting on the server side treats all tools alike (wrk records one
 # latency sample per pipelined batch, for instance, but the server counts every request). Runs are
-# interleaved (loadgen, peer, loadgen, ...) and repeated REPEATS times; the table shows medians, the
-# ratios loadgen / peer and whether the row meets the target (loadgen CPU per request <= 0.7x the
-# peer's, with RPS >= the peer's), and below it the median of the ratios of adjacent runs (robust
-# when the host's load drifts).
+# interleaved (loadgen, peer, loadgen, ...) and repeated REPEATS times; the table shows medians of
+# CPU per request split into user and kernel time (utime and stime), the ratios loadgen / peer and
+# whether the row meets the target (loadgen's user CPU per request <= 0.5x the peer's, with RPS >=
+# the peer's), and below it the median of the ratios of adjacent runs (robust when the host's load
+# drifts).
 #
 # With perf (linux-perf), the generator's system calls in the same window are counted too
 # (tracepoint raw_syscalls:sys_enter): syscalls per request, next to CPU per request.
@@ -193,8 +194,8 @@ server_requests() {
   esac
 }
 cpu_ticks() {
-  # utime + stime (fields 14 and 15; the command name in field 2 has no spaces here).
-  awk '{ print $14 + $15 }' "/proc/$1/stat"
+  # "utime stime" (fields 14 and 15; the command name in field 2 has no spaces here).
+  awk '{ print $14, $15 }' "/proc/$1/stat"
 }
 ticks_per_second="$(getconf CLK_TCK)"
 
@@ -227,8 +228,8 @@ command_for() {
   esac
 }
 
-# run TOOL SHAPE I: one measured run; appends "tool shape cpu_s requests seconds syscalls i" to
-# samples.tsv.
+# run TOOL SHAPE I: one measured run; appends "tool shape cpu_s requests seconds syscalls i user_s
+# kernel_s" to samples.tsv.
 run() {
   local tool="$1" shape="$2" i="$3" server cmd out
   server="$(server_of "$shape")"
@@ -261,9 +262,14 @@ run() {
     echo "run_efficiency.sh: $tool on $shape (run $i) ended before the window did; left out" >&2
     return 0
   fi
-  awk -v tool="$tool" -v shape="$shape" -v c="$((c1 - c0))" -v hz="$ticks_per_second" \
-    -v r="$((r1 - r0 - 1))" -v t0="$t0" -v t1="$t1" -v s="${syscalls:-0}" -v i="$i" \
-    'BEGIN { printf "%s\t%s\t%.3f\t%d\t%.3f\t%d\t%d\n", tool, shape, c / hz, r, t1 - t0, s, i }' \
+  local u0 s0 u1 s1
+  read -r u0 s0 <<<"$c0"
+  read -r u1 s1 <<<"$c1"
+  awk -v tool="$tool" -v shape="$shape" -v u="$((u1 - u0))" -v k="$((s1 - s0))" \
+    -v hz="$ticks_per_second" -v r="$((r1 - r0 - 1))" -v t0="$t0" -v t1="$t1" \
+    -v s="${syscalls:-0}" -v i="$i" \
+    'BEGIN { printf "%s\t%s\t%.3f\t%d\t%.3f\t%d\t%d\t%.3f\t%.3f\n", tool, shape, (u + k) / hz, r,
+             t1 - t0, s, i, u / hz, k / hz }' \
     >>"$OUT_DIR/samples.tsv"
 }
 have_perf=0
@@ -302,6 +308,8 @@ def of(tool, shape, f):
 def med(tool, shape, f):
     return statistics.median(of(tool, shape, f))
 cpu_per_req = lambda r: float(r[2]) / max(1, int(r[3])) * 1e6   # µs of CPU per request
+user_per_req = lambda r: float(r[7]) / max(1, int(r[3])) * 1e6   # of which user time
+kernel_per_req = lambda r: float(r[8]) / max(1, int(r[3])) * 1e6
 rps = lambda r: int(r[3]) / float(r[4])
 syscalls_per_req = lambda r: int(r[5]) / max(1, int(r[3])) if len(r) > 5 else 0
 def pair_ratio(shape, f):
@@ -311,25 +319,28 @@ def pair_ratio(shape, f):
     l, p = run("loadgen"), run(peer[shape])
     ratios = [l[i] / p[i] for i in l if i in p]
     return statistics.median(ratios) if ratios else float("nan")
-print("| shape | peer | loadgen CPU/req (µs) | peer CPU/req (µs) | CPU ratio loadgen/peer | loadgen RPS | peer RPS | RPS ratio | syscalls/req loadgen, peer | target met? |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| shape | peer | loadgen CPU/req µs (user + kernel) | peer CPU/req µs (user + kernel) | user ratio | total ratio | loadgen RPS | peer RPS | RPS ratio | syscalls/req loadgen, peer | target met? |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for shape in shapes:
     p = peer[shape]
     lc, pc = med("loadgen", shape, cpu_per_req), med(p, shape, cpu_per_req)
+    lu, pu = med("loadgen", shape, user_per_req), med(p, shape, user_per_req)
+    lk, pk = med("loadgen", shape, kernel_per_req), med(p, shape, kernel_per_req)
     lr, pr = med("loadgen", shape, rps), med(p, shape, rps)
     ls, ps = med("loadgen", shape, syscalls_per_req), med(p, shape, syscalls_per_req)
-    cpu_ok, rps_ok = lc / pc <= 0.7, lr >= pr
-    verdict = "yes" if cpu_ok and rps_ok else "no (" + ", ".join(
-        x for x, bad in (("CPU", not cpu_ok), ("RPS", not rps_ok)) if bad) + ")"
-    print(f"| {names.get(shape, shape)} | {p} | {lc:.2f} | {pc:.2f} | **{lc / pc:.2f}** | {lr:,.0f} | {pr:,.0f} | {lr / pr:.2f} | {ls:.2f}, {ps:.2f} | {verdict} |")
+    user_ok, rps_ok = lu / pu <= 0.5, lr >= pr
+    verdict = "yes" if user_ok and rps_ok else "no (" + ", ".join(
+        x for x, bad in (("user CPU", not user_ok), ("RPS", not rps_ok)) if bad) + ")"
+    print(f"| {names.get(shape, shape)} | {p} | {lc:.2f} ({lu:.2f} + {lk:.2f}) | {pc:.2f} ({pu:.2f} + {pk:.2f}) | **{lu / pu:.2f}** | {lc / pc:.2f} | {lr:,.0f} | {pr:,.0f} | {lr / pr:.2f} | {ls:.2f}, {ps:.2f} | {verdict} |")
 print()
 print("median of per-pair ratios (adjacent loadgen/peer runs):")
 for shape in shapes:
-    print(f"  {names.get(shape, shape)}: CPU/req {pair_ratio(shape, cpu_per_req):.2f}, RPS {pair_ratio(shape, rps):.2f}")
+    print(f"  {names.get(shape, shape)}: user CPU/req {pair_ratio(shape, user_per_req):.2f}, "
+          f"CPU/req {pair_ratio(shape, cpu_per_req):.2f}, RPS {pair_ratio(shape, rps):.2f}")
 print()
 print(f"load average (1, 5, 15 min) before: {sys.argv[5]}; after: {sys.argv[6]}; {sys.argv[7]} CPUs")
 print()
-print("samples (tool, shape, CPU s, requests, window s, syscalls, run):")
+print("samples (tool, shape, CPU s, requests, window s, syscalls, run, user s, kernel s):")
 for r in rows:
     print("  " + "  ".join(r))
 PY
