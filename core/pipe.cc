@@ -244,7 +244,7 @@ Pipe::Pipe(PipeOptions options)
       reader_(this) {}
 
 Pipe::~Pipe() {
-  MutexLock lock(&mu_);
+  Guard lock(this);
   FreeChain();
   for (std::atomic<Segment*>& spare : spare_) delete spare.exchange(nullptr);
 }
@@ -286,22 +286,22 @@ void Pipe::FreeSegment(Segment* s) {
 }
 
 size_t Pipe::unconsumed_bytes() const {
-  MutexLock lock(&mu_);
+  Guard lock(this);
   return published_total_ - consumed_total_;
 }
 
 bool Pipe::is_done() const {
-  MutexLock lock(&mu_);
+  Guard lock(this);
   return writer_completed_ && reader_completed_;
 }
 
 Status Pipe::reader_status() const {
-  MutexLock lock(&mu_);
+  Guard lock(this);
   return reader_status_;
 }
 
 Status Pipe::Reset() {
-  MutexLock lock(&mu_);
+  Guard lock(this);
   if (!writer_completed_ || !reader_completed_) {
     return FailedPreconditionError("Pipe::Reset before both sides completed");
   }
@@ -401,7 +401,7 @@ bool Pipe::DoFlush(FlushResult* result, FlushCallback on_done) {
   ReadCallback wake_reader;
   ReadResult read_result;
   {
-    MutexLock lock(&mu_);
+    Guard lock(this);
     if (!writer_completed_) Publish();
     if (read_waiting_ && ReadReady()) {
       wake_reader = std::move(pending_read_);
@@ -412,7 +412,7 @@ bool Pipe::DoFlush(FlushResult* result, FlushCallback on_done) {
   }
   if (wake_reader) wake_reader(std::move(read_result));
 
-  MutexLock lock(&mu_);
+  Guard lock(this);
   if (writer_completed_) {
     *result = FlushResult{.is_canceled = false, .is_completed = true};
     return true;
@@ -432,7 +432,7 @@ void Pipe::DoCancelPendingFlush() {
   FlushCallback cb;
   FlushResult r;
   {
-    MutexLock lock(&mu_);
+    Guard lock(this);
     flush_canceled_ = true;
     if (!flush_waiting_) return;
     cb = std::move(pending_flush_);
@@ -447,7 +447,7 @@ void Pipe::DoCompleteWriter(Status status) {
   ReadCallback wake_reader;
   ReadResult read_result;
   {
-    MutexLock lock(&mu_);
+    Guard lock(this);
     Publish();
     writer_completed_ = true;
     writer_status_ = std::move(status);
@@ -464,7 +464,7 @@ void Pipe::DoCompleteWriter(Status status) {
 }
 
 bool Pipe::DoRead(ReadResult* result, ReadCallback on_ready) {
-  MutexLock lock(&mu_);
+  Guard lock(this);
   if (reader_completed_) {
     *result = ReadResult();
     result->status = FailedPreconditionError("PipeReader::Read after Complete");
@@ -490,7 +490,7 @@ Status Pipe::DoAdvanceTo(size_t consumed, size_t examined) {
   FlushCallback wake_writer;
   FlushResult flush_result;
   {
-    MutexLock lock(&mu_);
+    Guard lock(this);
     if (!read_outstanding_) {
       return FailedPreconditionError("PipeReader::AdvanceTo without a preceding Read");
     }
@@ -531,7 +531,7 @@ void Pipe::DoCancelPendingRead() {
   ReadCallback cb;
   ReadResult r;
   {
-    MutexLock lock(&mu_);
+    Guard lock(this);
     read_canceled_ = true;
     if (!read_waiting_) return;
     cb = std::move(pending_read_);
@@ -549,7 +549,7 @@ void Pipe::DoCompleteReader(Status status) {
   // whatever owns this pipe.
   ReadCallback dropped_read;
   {
-    MutexLock lock(&mu_);
+    Guard lock(this);
     if (reader_completed_) return;
     reader_completed_ = true;
     reader_status_ = std::move(status);

@@ -14,12 +14,25 @@
 namespace sluice {
 namespace {
 
-class PipeTest : public testing::DiagnosticPoolTest {
+// Every single-threaded case runs twice: with the pipe's lock, and as a one_thread pipe (no lock;
+// the same behaviour is expected).
+class PipeTest : public testing::DiagnosticPoolTest, public ::testing::WithParamInterface<bool> {
  protected:
   PipeOptions Options(size_t pause = 64 * 1024, size_t resume = 32 * 1024) {
-    return PipeOptions{.pool = &pool(), .pause_threshold = pause, .resume_threshold = resume};
+    return PipeOptions{.pool = &pool(),
+                       .pause_threshold = pause,
+                       .resume_threshold = resume,
+                       .one_thread = GetParam()};
   }
 };
+
+INSTANTIATE_TEST_SUITE_P(Locking, PipeTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "OneThread" : "Locked";
+                         });
+
+// Writer and reader on two threads: only a locked pipe.
+class PipeConcurrencyTest : public testing::DiagnosticPoolTest {};
 
 void WriteAndFlush(Pipe& pipe, std::string_view bytes) {
   ASSERT_TRUE(pipe.writer().Write(bytes).ok());
@@ -27,7 +40,7 @@ void WriteAndFlush(Pipe& pipe, std::string_view bytes) {
   ASSERT_TRUE(pipe.writer().Flush(&r, nullptr));
 }
 
-TEST_F(PipeTest, ReadReturnsFlushedBytes) {
+TEST_P(PipeTest, ReadReturnsFlushedBytes) {
   Pipe pipe(Options());
   WriteAndFlush(pipe, "hello");
   ReadResult r;
@@ -40,7 +53,7 @@ TEST_F(PipeTest, ReadReturnsFlushedBytes) {
   EXPECT_EQ(pipe.unconsumed_bytes(), 0u);
 }
 
-TEST_F(PipeTest, UnflushedBytesAreInvisibleToTheReader) {
+TEST_P(PipeTest, UnflushedBytesAreInvisibleToTheReader) {
   Pipe pipe(Options());
   ASSERT_TRUE(pipe.writer().Write("abc").ok());
   EXPECT_EQ(pipe.writer().unflushed_bytes(), 3u);
@@ -48,7 +61,7 @@ TEST_F(PipeTest, UnflushedBytesAreInvisibleToTheReader) {
   EXPECT_FALSE(pipe.reader().Read(&r, nullptr));
 }
 
-TEST_F(PipeTest, PendingReadCompletesWhenWriterFlushes) {
+TEST_P(PipeTest, PendingReadCompletesWhenWriterFlushes) {
   Pipe pipe(Options());
   ReadResult r;
   std::string seen;
@@ -64,7 +77,7 @@ TEST_F(PipeTest, PendingReadCompletesWhenWriterFlushes) {
   EXPECT_EQ(seen, "xyz");
 }
 
-TEST_F(PipeTest, BytesSpanningManySegmentsArriveInOrder) {
+TEST_P(PipeTest, BytesSpanningManySegmentsArriveInOrder) {
   Pipe pipe(Options(0, 0));
   std::string data;
   for (int i = 0; i < 20000; ++i) data.push_back(static_cast<char>('a' + i % 26));
@@ -88,7 +101,7 @@ TEST_F(PipeTest, BytesSpanningManySegmentsArriveInOrder) {
   ASSERT_TRUE(pipe.reader().AdvanceTo(data.size()).ok());
 }
 
-TEST_F(PipeTest, PartialConsumeKeepsTheRest) {
+TEST_P(PipeTest, PartialConsumeKeepsTheRest) {
   Pipe pipe(Options());
   WriteAndFlush(pipe, "GET / HTTP/1.1\r\n");
   ReadResult r;
@@ -99,7 +112,7 @@ TEST_F(PipeTest, PartialConsumeKeepsTheRest) {
   ASSERT_TRUE(pipe.reader().AdvanceTo(r.buffer.size()).ok());
 }
 
-TEST_F(PipeTest, ExaminedEverythingWaitsForNewBytes) {
+TEST_P(PipeTest, ExaminedEverythingWaitsForNewBytes) {
   Pipe pipe(Options());
   WriteAndFlush(pipe, "GET / HT");
   ReadResult r;
@@ -113,7 +126,7 @@ TEST_F(PipeTest, ExaminedEverythingWaitsForNewBytes) {
   ASSERT_TRUE(pipe.reader().AdvanceTo(r.buffer.size()).ok());
 }
 
-TEST_F(PipeTest, FlushWaitsAbovePauseThresholdUntilReaderGoesBelowResume) {
+TEST_P(PipeTest, FlushWaitsAbovePauseThresholdUntilReaderGoesBelowResume) {
   Pipe pipe(Options(/*pause=*/100, /*resume=*/50));
   ASSERT_TRUE(pipe.writer().Write(std::string(120, 'x')).ok());
   FlushResult fr;
@@ -130,14 +143,14 @@ TEST_F(PipeTest, FlushWaitsAbovePauseThresholdUntilReaderGoesBelowResume) {
   ASSERT_TRUE(pipe.reader().AdvanceTo(r.buffer.size()).ok());
 }
 
-TEST_F(PipeTest, ZeroPauseThresholdDisablesBackpressure) {
+TEST_P(PipeTest, ZeroPauseThresholdDisablesBackpressure) {
   Pipe pipe(Options(0, 0));
   ASSERT_TRUE(pipe.writer().Write(std::string(1 << 20, 'x')).ok());
   FlushResult fr;
   EXPECT_TRUE(pipe.writer().Flush(&fr, nullptr));
 }
 
-TEST_F(PipeTest, CancelPendingFlushCompletesItWithCanceled) {
+TEST_P(PipeTest, CancelPendingFlushCompletesItWithCanceled) {
   Pipe pipe(Options(10, 5));
   ASSERT_TRUE(pipe.writer().Write(std::string(20, 'x')).ok());
   FlushResult fr;
@@ -157,7 +170,7 @@ TEST_F(PipeTest, CancelPendingFlushCompletesItWithCanceled) {
   EXPECT_TRUE(fr.is_completed);
 }
 
-TEST_F(PipeTest, CancelBeforeFlushMakesTheNextFlushCanceled) {
+TEST_P(PipeTest, CancelBeforeFlushMakesTheNextFlushCanceled) {
   Pipe pipe(Options());
   pipe.writer().CancelPendingFlush();
   FlushResult fr;
@@ -165,7 +178,7 @@ TEST_F(PipeTest, CancelBeforeFlushMakesTheNextFlushCanceled) {
   EXPECT_TRUE(fr.is_canceled);
 }
 
-TEST_F(PipeTest, CancelPendingReadCompletesItWithCanceled) {
+TEST_P(PipeTest, CancelPendingReadCompletesItWithCanceled) {
   Pipe pipe(Options());
   ReadResult r;
   bool canceled = false;
@@ -179,7 +192,7 @@ TEST_F(PipeTest, CancelPendingReadCompletesItWithCanceled) {
   EXPECT_FALSE(pipe.reader().Read(&r, nullptr));
 }
 
-TEST_F(PipeTest, ReaderCompletingReleasesAWaitingFlushWithCompleted) {
+TEST_P(PipeTest, ReaderCompletingReleasesAWaitingFlushWithCompleted) {
   Pipe pipe(Options(10, 5));
   ASSERT_TRUE(pipe.writer().Write(std::string(20, 'x')).ok());
   FlushResult fr;
@@ -190,7 +203,7 @@ TEST_F(PipeTest, ReaderCompletingReleasesAWaitingFlushWithCompleted) {
   EXPECT_EQ(pipe.unconsumed_bytes(), 0u);
 }
 
-TEST_F(PipeTest, WriterCompletionIsSeenAfterTheLastBytes) {
+TEST_P(PipeTest, WriterCompletionIsSeenAfterTheLastBytes) {
   Pipe pipe(Options());
   ASSERT_TRUE(pipe.writer().Write("tail").ok());
   pipe.writer().Complete(UnavailableError("peer reset"));
@@ -204,7 +217,7 @@ TEST_F(PipeTest, WriterCompletionIsSeenAfterTheLastBytes) {
   EXPECT_TRUE(pipe.is_done());
 }
 
-TEST_F(PipeTest, AdvancePastTheSpanIsAnError) {
+TEST_P(PipeTest, AdvancePastTheSpanIsAnError) {
   Pipe pipe(Options());
   auto span = pipe.writer().GetSpan(10);
   EXPECT_EQ(pipe.writer().Advance(span.size() + 1).code(), StatusCode::kInvalidArgument);
@@ -216,7 +229,7 @@ TEST_F(PipeTest, AdvancePastTheSpanIsAnError) {
   EXPECT_EQ(pipe.writer().unflushed_bytes(), 3u);
 }
 
-TEST_F(PipeTest, WritingAfterCompleteIsAnError) {
+TEST_P(PipeTest, WritingAfterCompleteIsAnError) {
   Pipe pipe(Options());
   pipe.writer().Complete();
   EXPECT_TRUE(pipe.writer().GetSpan(10).empty());
@@ -227,7 +240,7 @@ TEST_F(PipeTest, WritingAfterCompleteIsAnError) {
   EXPECT_TRUE(fr.is_completed);
 }
 
-TEST_F(PipeTest, ReadingAfterTheReaderCompletedIsAnError) {
+TEST_P(PipeTest, ReadingAfterTheReaderCompletedIsAnError) {
   Pipe pipe(Options());
   WriteAndFlush(pipe, "abc");
   pipe.reader().Complete();
@@ -237,7 +250,7 @@ TEST_F(PipeTest, ReadingAfterTheReaderCompletedIsAnError) {
   EXPECT_EQ(pipe.reader().AdvanceTo(0).code(), StatusCode::kFailedPrecondition);
 }
 
-TEST_F(PipeTest, ReadingTwiceWithoutAdvanceIsAnError) {
+TEST_P(PipeTest, ReadingTwiceWithoutAdvanceIsAnError) {
   Pipe pipe(Options());
   WriteAndFlush(pipe, "abc");
   ReadResult r;
@@ -250,7 +263,7 @@ TEST_F(PipeTest, ReadingTwiceWithoutAdvanceIsAnError) {
   ASSERT_TRUE(pipe.reader().AdvanceTo(3).ok());
 }
 
-TEST_F(PipeTest, LargeSizeHintGetsOneContiguousUnpooledBlock) {
+TEST_P(PipeTest, LargeSizeHintGetsOneContiguousUnpooledBlock) {
   Pipe pipe(Options(0, 0));
   auto span = pipe.writer().GetSpan(100000);
   ASSERT_GE(span.size(), 100000u);
@@ -265,7 +278,7 @@ TEST_F(PipeTest, LargeSizeHintGetsOneContiguousUnpooledBlock) {
   EXPECT_GE(pool().stats().unpooled_rented, 1u);
 }
 
-TEST_F(PipeTest, ResetMakesACompletedPipeReusable) {
+TEST_P(PipeTest, ResetMakesACompletedPipeReusable) {
   Pipe pipe(Options());
   WriteAndFlush(pipe, "one");
   EXPECT_EQ(pipe.Reset().code(), StatusCode::kFailedPrecondition);
@@ -279,7 +292,7 @@ TEST_F(PipeTest, ResetMakesACompletedPipeReusable) {
   ASSERT_TRUE(pipe.reader().AdvanceTo(3).ok());
 }
 
-TEST_F(PipeTest, DestroyingAPipeWithBufferedBytesReturnsEveryBlock) {
+TEST_P(PipeTest, DestroyingAPipeWithBufferedBytesReturnsEveryBlock) {
   {
     Pipe pipe(Options(0, 0));
     WriteAndFlush(pipe, std::string(50000, 'z'));
@@ -312,10 +325,10 @@ TEST(PipeSteadyStateTest, WritingAndConsumingAllocatesNothingOnceWarm) {
 // A writer thread and a reader thread move a numbered byte stream through a
 // small pipe: every byte arrives once, in order, and backpressure bounds
 // the buffered bytes.
-TEST_F(PipeTest, ConcurrentWriterAndReaderKeepOrderUnderBackpressure) {
+TEST_F(PipeConcurrencyTest, ConcurrentWriterAndReaderKeepOrderUnderBackpressure) {
   constexpr size_t kTotal = 4 << 20;
   constexpr size_t kPause = 16 * 1024;
-  Pipe pipe(Options(kPause, kPause / 2));
+  Pipe pipe(PipeOptions{.pool = &pool(), .pause_threshold = kPause, .resume_threshold = kPause / 2});
   std::atomic<size_t> max_unconsumed{0};
   std::thread writer([&] {
     size_t written = 0;

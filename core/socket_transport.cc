@@ -264,10 +264,12 @@ SocketConnection::SocketConnection(EventLoop* loop, int fd, const SocketConnecti
                                        4)),
       input_(PipeOptions{.pool = options.pool,
                          .pause_threshold = options.input_pause_threshold,
-                         .resume_threshold = options.input_resume_threshold}),
+                         .resume_threshold = options.input_resume_threshold,
+                         .one_thread = options.input_one_thread}),
       output_(PipeOptions{.pool = options.pool,
                           .pause_threshold = options.output_pause_threshold,
-                          .resume_threshold = options.output_resume_threshold}),
+                          .resume_threshold = options.output_resume_threshold,
+                          .one_thread = options.output_one_thread}),
       fd_(fd) {}
 
 SocketConnection::~SocketConnection() {

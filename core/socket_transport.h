@@ -146,6 +146,12 @@ struct SocketConnectionOptions {
   int receive_buffer_size = 0;
   // Connect only: give up with DEADLINE_EXCEEDED after this long (0: never).
   std::chrono::milliseconds connect_timeout{10000};
+  // The application uses this pipe on the loop thread only, so it needs no lock
+  // (PipeOptions::one_thread). A server's input always qualifies (its protocol reads on the
+  // loop); its output not when handlers on other threads write responses. Off by default: tests
+  // read and write these pipes from their own threads.
+  bool input_one_thread = false;
+  bool output_one_thread = false;
 };
 
 // Counters since the connection was created; relaxed, readable anywhere.

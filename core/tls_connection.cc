@@ -137,10 +137,12 @@ TlsConnection::TlsConnection(std::shared_ptr<TlsContext> context,
       read_size_hint_(read_size_hint),
       input_(PipeOptions{.pool = options.pool,
                          .pause_threshold = options.input_pause_threshold,
-                         .resume_threshold = options.input_resume_threshold}),
+                         .resume_threshold = options.input_resume_threshold,
+                         .one_thread = options.input_one_thread}),
       output_(PipeOptions{.pool = options.pool,
                           .pause_threshold = options.output_pause_threshold,
-                          .resume_threshold = options.output_resume_threshold}) {}
+                          .resume_threshold = options.output_resume_threshold,
+                          .one_thread = options.output_one_thread}) {}
 
 TlsConnection::~TlsConnection() {
   if (!socket_released_) socket_->Close();

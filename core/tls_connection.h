@@ -95,6 +95,12 @@ struct TlsConnectionOptions {
   std::chrono::milliseconds handshake_timeout{10000};
   // Client only: overrides TlsClientOptions::server_name for this connection.
   std::string server_name = {};
+  // The application uses this plaintext pipe on the loop thread only: no lock
+  // (PipeOptions::one_thread; see SocketConnectionOptions::input_one_thread). The socket's own
+  // pipes carry ciphertext, which only this adapter touches, on the loop: the socket may be
+  // created with both of its one_thread options set.
+  bool input_one_thread = false;
+  bool output_one_thread = false;
 };
 
 // Counters since the connection was created; relaxed, readable anywhere.

@@ -39,10 +39,14 @@ void Client::Connect() {
       // At least this much room per read: a depth-16 batch of small responses is one read.
       .read_size_hint = 4096,
       .connect_timeout =
-          std::chrono::ceil<std::chrono::milliseconds>(std::chrono::nanoseconds(w_->timeout_ns()))};
+          std::chrono::ceil<std::chrono::milliseconds>(std::chrono::nanoseconds(w_->timeout_ns())),
+      // A client lives on its worker's loop: nothing else touches its pipes, so they take no lock.
+      .input_one_thread = true,
+      .output_one_thread = true};
   if (plan.tls_context != nullptr) {
     TlsConnectionOptions tls_options;
     tls_options.pool = &plan.pool;
+    tls_options.input_one_thread = tls_options.output_one_thread = true;
     tls_options.handshake_timeout = options.connect_timeout;
     TlsConnection::Connect(w_->loop(), w_->spec().address, plan.tls_context, options, tls_options,
                            [this, generation](StatusOr<std::shared_ptr<TlsConnection>> c) {

@@ -302,6 +302,11 @@ Status Server::Start() {
     listener_options.reuse_port = options_.threads > 1;
     listener_options.connection.pool = pool_;
     listener_options.connection.send_buffer_size = options_.socket_send_buffer;
+    // The protocol reads its input on the loop, so that pipe takes no lock. The output does
+    // when handlers or the threads they hand responses to write it, unless TLS sits between:
+    // then only the TLS adapter, on the loop, writes the socket's output.
+    listener_options.connection.input_one_thread = true;
+    listener_options.connection.output_one_thread = tls_context_ != nullptr;
     Status listen_status;
     EventLoop* loop = raw->thread->loop();
     Status posted = loop->PostAndWait([&] {
@@ -345,6 +350,7 @@ void Server::OnAccept(LoopState* state, std::shared_ptr<SocketConnection> socket
   }
   TlsConnectionOptions tls_options;
   tls_options.pool = pool_;
+  tls_options.input_one_thread = true;  // the protocol reads on the loop
   auto tls = TlsConnection::Create(tls_context_, std::move(socket), tls_options);
   if (!tls.ok()) return;  // the socket is closed
   std::shared_ptr<TlsConnection> connection = std::move(*tls);
