@@ -34,7 +34,9 @@
 //
 // Thread-safety: the writer side and the reader side may each be used from
 // a different thread at the same time. Each side by itself is
-// thread-compatible: one thread at a time per side.
+// thread-compatible: one thread at a time per side. A pipe made with
+// PipeOptions::one_thread takes no lock and is thread-compatible as a whole:
+// both sides on one thread.
 #ifndef SLUICE_CORE_PIPE_H_
 #define SLUICE_CORE_PIPE_H_
 
