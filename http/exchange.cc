@@ -238,21 +238,20 @@ void Response::Fail() {
   sink_->AbortResponse();
 }
 
-bool RunHandler(const Handler& handler, Request& req, Response& res,
+void RunHandler(const Handler& handler, Request& req, Response& res,
                 std::atomic<uint64_t>& failures) {
-  bool ok = true;
+  bool threw = false;
   try {
     handler(req, res);
   } catch (...) {
-    ok = false;
+    threw = true;  // answered below, outside the handler of the exception
   }
-  if (!ok) {
+  if (threw) {
     failures.fetch_add(1, std::memory_order_relaxed);
     res.Fail();
   } else if (!res.deferred()) {
     res.End();
   }
-  return ok;
 }
 
 }  // namespace sluice::http

@@ -342,11 +342,11 @@ using Handler = std::function<void(Request&, Response&)>;
 
 // How a protocol connection runs a handler: a handler that throws fails its own exchange
 // (Response::Fail: a 500, or the response cut short) instead of the server, and the connection
-// and every other exchange go on. Ends the response unless the handler deferred it. Returns
-// false if the handler threw. A failure is added to `failures` before its answer leaves, so a
-// peer that has seen the 500 or the reset also sees it counted (the handler may run on a worker
-// while the peer reads the connection's statistics).
-bool RunHandler(const Handler& handler, Request& req, Response& res,
+// and every other exchange go on. Ends the response unless the handler deferred it. A handler
+// that threw is added to `failures` before its answer leaves, so a peer that has seen the 500 or
+// the reset also sees it counted (the handler may run on a worker while the peer reads the
+// connection's statistics).
+void RunHandler(const Handler& handler, Request& req, Response& res,
                 std::atomic<uint64_t>& failures);
 
 }  // namespace sluice::http

@@ -118,18 +118,16 @@ void AsyncListener::OnRequestStop(const ExchangeRecord& record) {
   }
 }
 
-size_t AsyncListener::Drain(bool remainder) {
+void AsyncListener::Drain(bool remainder) {
   SnapshotConsumer* const consumer = consumer_.get();
   auto add = [consumer](const ExchangeSnapshot& snapshot) { consumer->Add(snapshot); };
-  size_t total = 0;
   for (;;) {
-    if (!remainder && queue_.ApproxSize() < batch_) return total;
+    if (!remainder && queue_.ApproxSize() < batch_) return;
     size_t n = 0;
     while (n < batch_ && queue_.TryConsume(add)) ++n;
-    if (n == 0) return total;
+    if (n == 0) return;
     consumer->EndBatch();
     delivered_.fetch_add(n, std::memory_order_release);  // pairs with delivered()
-    total += n;
     MutexLock lock(&mu_);
     cv_.SignalAll();  // a Flush may be waiting
   }

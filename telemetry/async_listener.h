@@ -153,8 +153,8 @@ class AsyncListener : public Listener {
  private:
   void Run();
   // Hands over batches while at least a whole one is queued, or (`remainder`) until the queue is
-  // empty. Returns how many snapshots it handed over.
-  size_t Drain(bool remainder);
+  // empty.
+  void Drain(bool remainder);
 
   const AsyncListenerOptions options_;
   std::unique_ptr<SnapshotConsumer> consumer_;

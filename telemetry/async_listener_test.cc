@@ -146,8 +146,9 @@ TEST(AsyncListener, EachWholeBatchLeavesWhenItIsQueuedWithoutWaitingForThePollIn
   auto owned = std::make_unique<OneAtATime>();
   OneAtATime* consumer = owned.get();
   // A poll interval no test waits for: every batch below must leave on the request path's
-  // wake-up. Each round queues exactly one batch just as the thread goes back to sleep after the
-  // last, the moment a wake-up can be lost.
+  // wake-up. Each round queues exactly one batch while the thread is going back to sleep after
+  // the last (a lost wake-up would leave the round waiting; the window is narrow, so this
+  // exercises the hand-off rather than proving it).
   AsyncListener listener(std::move(owned),
                          {.capacity = 64, .batch = 16, .poll = std::chrono::seconds(3600)});
   ExchangeRecord r;
