@@ -94,6 +94,13 @@ void Response::Reset(ResponseSink* sink) {
   // nobody listening, an exchange costs them nothing.
 }
 
+size_t Response::retained_bytes() const {
+  size_t n = body_.capacity() + headers_.capacity() * sizeof(headers_[0]) +
+             on_end_.capacity() * sizeof(on_end_[0]);
+  for (const auto& [name, value] : headers_) n += name.capacity() + value.capacity();
+  return n;
+}
+
 void Response::BeginTelemetry(telemetry::Hooks* hooks, const Request& request) {
   if (hooks == nullptr || !hooks->active()) return;
   telemetry_.error = telemetry::ErrorType::kNone;

@@ -298,6 +298,8 @@ class Response {
   // ---- For protocol implementations (handlers do not call these) -----------
   // Starts a new exchange on `sink`, keeping capacity.
   void Reset(ResponseSink* sink);
+  // The heap bytes the response keeps across Reset (for pools that bound what they keep).
+  size_t retained_bytes() const;
   // A write failed: the peer is gone.
   bool peer_gone() const { return peer_gone_; }
 

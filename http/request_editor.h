@@ -15,6 +15,7 @@
 #ifndef SLUICE_HTTP_REQUEST_EDITOR_H_
 #define SLUICE_HTTP_REQUEST_EDITOR_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -31,6 +32,11 @@ class RequestEditor {
 
   // Clears everything, keeping capacity.
   void Reset() { r_.Reset(); }
+  // The heap bytes the request keeps across Reset (for pools that bound what they keep).
+  size_t retained_bytes() const {
+    return r_.storage_.capacity() +
+           (r_.headers_.capacity() + r_.params_.capacity()) * sizeof(r_.headers_[0]);
+  }
   // The method (copied).
   void SetMethod(std::string_view v) { r_.method_ = r_.Store(v); }
   // The path before '?' (copied).

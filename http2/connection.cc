@@ -18,7 +18,9 @@ namespace {
 // exchange sees both and notifies.
 constexpr uint64_t kClosedBit = uint64_t{1} << 63;
 
-constexpr size_t kMaxSpareStreams = 16;
+// The spares of a connection that shares none with its loop (as many as a pass of a busy client
+// retires).
+constexpr size_t kOwnSpareStreams = 16;
 
 std::span<const uint8_t> AsBytes(std::string_view s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
@@ -53,6 +55,15 @@ class Connection::Stream final : public http::ResponseSink,
                                  public std::enable_shared_from_this<Stream> {
  public:
   explicit Stream(Connection* conn) : conn_(conn), recv_window_(0) {}
+
+  // A spare stream goes to `conn` (loop; nobody else holds it).
+  void MoveTo(Connection* conn) { conn_ = conn; }
+  // The heap bytes it keeps while spare (SpareStreams bounds them).
+  size_t retained_bytes() {
+    return sizeof(*this) + http::RequestEditor(request_).retained_bytes() +
+           response_.retained_bytes() + body_buffer_.capacity() +
+           (out_ != nullptr ? sizeof(*out_) + out_->retained_bytes() : 0);
+  }
 
   // Makes a closed stream nobody holds any more new again, keeping the capacity of its Request,
   // Response and buffers (and its output, when nobody else holds that: out_).
@@ -135,7 +146,7 @@ class Connection::Stream final : public http::ResponseSink,
     conn_->RunOnLoop([weak, stream, on_loop, id] {
       std::shared_ptr<Connection> conn = weak.lock();
       std::shared_ptr<Stream> s = stream.lock();
-      if (conn == nullptr || s == nullptr || conn->closed_ || !s->in_map_ || s->id_ != id) return;
+      if (conn == nullptr || s == nullptr || conn->closed_ || !conn->Serves(*s, id)) return;
       conn->ResetStream(id, ErrorCode::kInternalError);
       if (!on_loop) conn->FlushOutput();  // a posted task runs outside any pass
     });
@@ -211,7 +222,9 @@ class Connection::Stream final : public http::ResponseSink,
     conn_->ExchangeEnded();
   }
 
-  Connection* const conn_;
+  // The connection the stream serves: set when it is created or taken from the spares (loop,
+  // before any other thread sees it), then constant while anyone else holds the stream.
+  Connection* conn_;
   uint32_t id_ = 0;
   std::shared_ptr<StreamOutput> out_;
   http::Request request_;
@@ -262,7 +275,7 @@ class Connection::Stream final : public http::ResponseSink,
 
 Connection::Connection(std::unique_ptr<Transport> transport, const ConnectionOptions& options,
                        http::RequestDispatcher* dispatcher, ConnectionCounters* counters,
-                       MemoryPool* pool)
+                       MemoryPool* pool, SpareStreams* spares)
     : transport_(std::move(transport)),
       loop_(transport_->loop()),
       inbox_(loop_->inbox()),
@@ -276,6 +289,8 @@ Connection::Connection(std::unique_ptr<Transport> transport, const ConnectionOpt
       writer_(
           options.output, &transport_->output(), pool, &counters->output,
           [this] { WakeFromWriter(); }, [this] { return loop_->IsInLoopThread(); }),
+      own_spares_(spares == nullptr ? std::make_unique<SpareStreams>(kOwnSpareStreams) : nullptr),
+      spares_(spares != nullptr ? spares : own_spares_.get()),
       // Start() grants the whole window at once (WINDOW_UPDATE after SETTINGS).
       connection_window_(std::max(options.connection_window, kDefaultInitialWindowSize)) {
   counters_->connections.fetch_add(1, std::memory_order_relaxed);
@@ -721,13 +736,12 @@ void Connection::OnField(std::string_view name, std::string_view value) {
 }
 
 std::shared_ptr<Connection::Stream> Connection::AcquireStream() {
-  std::shared_ptr<Stream> s;
-  if (spare_streams_.empty()) {
+  std::shared_ptr<Stream> s = spares_->Take();
+  if (s == nullptr) {
     s = std::make_shared<Stream>(this);
   } else {
-    s = std::move(spare_streams_.back());
-    spare_streams_.pop_back();
     s->Recycle();
+    s->MoveTo(this);
   }
   http::RequestEditor req(s->request_);
   req.Reset();
@@ -737,8 +751,10 @@ std::shared_ptr<Connection::Stream> Connection::AcquireStream() {
   return s;
 }
 
-void Connection::ReleaseUnopenedStream(std::shared_ptr<Stream> s) {
-  if (spare_streams_.size() < kMaxSpareStreams) spare_streams_.push_back(std::move(s));
+void Connection::ReleaseUnopenedStream(std::shared_ptr<Stream> s) { spares_->Put(std::move(s)); }
+
+bool Connection::Serves(const Stream& s, uint32_t id) const {
+  return s.conn_ == this && s.id_ == id && s.in_map_;
 }
 
 std::optional<Http2Error> Connection::EndHeaderBlock() {
@@ -865,9 +881,9 @@ void Connection::WatchDeferred(const std::shared_ptr<Stream>& s) {
   s->deferred_timer_ = loop_->RunAfter(options_.deferred_response_timeout, [conn, weak, id] {
     std::shared_ptr<Connection> self = conn.lock();
     std::shared_ptr<Stream> stream = weak.lock();
-    if (self == nullptr || stream == nullptr || stream->id_ != id) return;
+    if (self == nullptr || stream == nullptr || !self->Serves(*stream, id)) return;
     stream->deferred_timer_ = 0;
-    if (self->closed_ || !stream->in_map_ || stream->response_done_) return;
+    if (self->closed_ || stream->response_done_) return;
     if (stream->response_.progress() != stream->deferred_progress_) {
       self->WatchDeferred(stream);  // it moved: another period
       return;
@@ -1043,8 +1059,7 @@ void Connection::MaybeCloseStream(Stream* s) {
   s->unfinished_timer_ = loop_->RunAfter(options_.unfinished_request_timeout, [conn, weak, id] {
     std::shared_ptr<Connection> self = conn.lock();
     std::shared_ptr<Stream> stream = weak.lock();
-    if (self == nullptr || self->closed_ || stream == nullptr || stream->id_ != id ||
-        !stream->in_map_) {
+    if (self == nullptr || self->closed_ || stream == nullptr || !self->Serves(*stream, id)) {
       return;
     }
     stream->unfinished_timer_ = 0;
@@ -1085,11 +1100,10 @@ void Connection::RecycleRetiredStreams() {
     // Nobody else holds it (no handler, no deferred response): reuse it.
     // Only streams whose exchange never left the loop thread: use_count()
     // alone does not order another thread's last accesses before ours.
-    if (s.use_count() == 1 && !s->on_worker_ && !s->ended_off_loop_.load() &&
-        spare_streams_.size() < kMaxSpareStreams) {
+    if (s.use_count() == 1 && !s->on_worker_ && !s->ended_off_loop_.load()) {
       // Its output too, unless the writer's queues still hold it.
       if (s->out_.use_count() != 1) s->out_.reset();
-      spare_streams_.push_back(std::move(s));
+      spares_->Put(std::move(s));
     }
   }
   retired_streams_.clear();
@@ -1364,6 +1378,26 @@ void Connection::RunOnLoop(std::function<void()> task) {
   // inbox is held here.
   const std::shared_ptr<EventLoop::Inbox> inbox = inbox_;
   inbox->Post(std::move(task));
+}
+
+SpareStreams::SpareStreams(size_t capacity, size_t max_stream_bytes)
+    : capacity_(capacity), max_stream_bytes_(max_stream_bytes) {
+  streams_.reserve(capacity);
+}
+
+SpareStreams::~SpareStreams() = default;
+
+std::shared_ptr<Connection::Stream> SpareStreams::Take() {
+  if (streams_.empty()) return nullptr;
+  std::shared_ptr<Connection::Stream> s = std::move(streams_.back());
+  streams_.pop_back();
+  return s;
+}
+
+void SpareStreams::Put(std::shared_ptr<Connection::Stream> stream) {
+  if (streams_.size() < capacity_ && stream->retained_bytes() <= max_stream_bytes_) {
+    streams_.push_back(std::move(stream));
+  }
 }
 
 }  // namespace sluice::http2

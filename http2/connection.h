@@ -55,12 +55,17 @@
 
 namespace sluice::http2 {
 
+class SpareStreams;
+
 class Connection final : public http::ProtocolConnection,
                          public std::enable_shared_from_this<Connection> {
  public:
-  // `dispatcher`, `counters` and `pool` must outlive the connection.
+  // `dispatcher`, `counters` and `pool` must outlive the connection. `spares`, when given, are
+  // the streams this connection shares with the other connections of its loop (SpareStreams,
+  // below); it must outlive the connection too. Without it the connection keeps its own.
   Connection(std::unique_ptr<Transport> transport, const ConnectionOptions& options,
-             http::RequestDispatcher* dispatcher, ConnectionCounters* counters, MemoryPool* pool);
+             http::RequestDispatcher* dispatcher, ConnectionCounters* counters, MemoryPool* pool,
+             SpareStreams* spares = nullptr);
   ~Connection() override;
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -143,7 +148,10 @@ class Connection final : public http::ProtocolConnection,
   // Closes `stream` in the protocol sense if both sides are done.
   void MaybeCloseStream(Stream* stream);
   void RemoveStream(Stream* stream);
-  // Moves the retired streams nobody holds any more to spare_streams_.
+  // Whether `stream` is this connection's open stream `id` (a task that kept a weak reference
+  // asks: a spare stream may serve another connection by now, under the same id).
+  bool Serves(const Stream& stream, uint32_t id) const;
+  // Moves the retired streams nobody holds any more to the spares.
   void RecycleRetiredStreams();
   // A stream the client has not opened: above the last one it opened, or
   // even (server-initiated; we never push).
@@ -213,9 +221,11 @@ class Connection final : public http::ProtocolConnection,
 
   // Open streams by id (a flat table: no allocation per stream once grown).
   absl::flat_hash_map<uint32_t, std::shared_ptr<Stream>> streams_;
-  // Closed streams nobody holds any more, reused (their Request/Response
-  // keep their capacity).
-  std::vector<std::shared_ptr<Stream>> spare_streams_;
+  // Closed streams nobody holds any more, reused (their Request/Response keep their capacity):
+  // the loop's (spares_ given to the constructor) or this connection's own.
+  friend class SpareStreams;
+  std::unique_ptr<SpareStreams> own_spares_;
+  SpareStreams* const spares_;
   // Streams removed during the current pass, recycled at its end.
   std::vector<std::shared_ptr<Stream>> retired_streams_;
   HeaderBlock block_;
@@ -250,6 +260,44 @@ class Connection final : public http::ProtocolConnection,
   // Exchanges whose response has not ended, with kClosedBit (connection.cc)
   // set once closed.
   std::atomic<uint64_t> open_exchanges_{0};
+};
+
+// Closed streams that nobody holds any more, each with the capacity of its buffers, kept for the
+// next request of any connection that shares the set. A server gives one to all the connections
+// of a loop: a new request then reuses a stream that another connection finished with a moment
+// ago, still in the cache, where a set of its own would hand it one that went cold while the
+// loop served the other connections (docs/architecture.md §8).
+//
+// Bounded: at most `capacity` streams, and a stream whose buffers grew past `max_stream_bytes`
+// (a large body, many headers) is freed rather than kept.
+//
+// Thread-safety: used only on the loop thread of the connections that share it. It must outlive
+// them, and they must share one ConnectionCounters: a reused stream's output counts its locks in
+// the counters of the connection that created it.
+class SpareStreams {
+ public:
+  static constexpr size_t kDefaultCapacity = 128;
+  static constexpr size_t kDefaultMaxStreamBytes = 32 * 1024;
+
+  explicit SpareStreams(size_t capacity = kDefaultCapacity,
+                        size_t max_stream_bytes = kDefaultMaxStreamBytes);
+  ~SpareStreams();
+  SpareStreams(const SpareStreams&) = delete;
+  SpareStreams& operator=(const SpareStreams&) = delete;
+
+  // The streams kept now.
+  size_t size() const { return streams_.size(); }
+
+ private:
+  friend class Connection;
+  // Null when none is kept.
+  std::shared_ptr<Connection::Stream> Take();
+  // Keeps `stream` if there is room and its buffers are within bounds; else it is freed.
+  void Put(std::shared_ptr<Connection::Stream> stream);
+
+  const size_t capacity_;
+  const size_t max_stream_bytes_;
+  std::vector<std::shared_ptr<Connection::Stream>> streams_;
 };
 
 }  // namespace sluice::http2

@@ -76,6 +76,11 @@ class StreamOutput : public std::enable_shared_from_this<StreamOutput> {
   explicit StreamOutput(uint32_t id, LockCounters* stage_counters)
       : id_(id), stage_mu_(stage_counters) {}
   uint32_t id() const { return id_; }
+  // The heap bytes its buffers keep while it waits to be opened again (loop, closed streams only:
+  // for pools that bound what they keep).
+  size_t retained_bytes() const {
+    return pending_.capacity() + staged_fields_.capacity() + staged_data_.capacity();
+  }
 
  private:
   friend class FrameWriter;

@@ -123,6 +123,8 @@ struct Server::Sniffer {
 // One event loop with its listener and the connections living on it. The
 // maps are touched on the loop thread only.
 struct Server::LoopState {
+  // Shared by the loop's HTTP/2 connections (first: it outlives them).
+  http2::SpareStreams h2_spares;
   std::unique_ptr<EventLoopThread> thread;
   std::unique_ptr<TcpListener> listener;
   std::unordered_map<const void*, Served> connections;
@@ -456,7 +458,8 @@ void Server::ServeProtocol(LoopState* state, std::unique_ptr<Transport> transpor
   Served served;
   if (http2) {
     served.conn = std::make_shared<http2::Connection>(std::move(transport), options_.http2,
-                                                      dispatcher_.get(), &h2_counters_, pool_);
+                                                      dispatcher_.get(), &h2_counters_, pool_,
+                                                      &state->h2_spares);
   } else {
     served.conn = std::make_shared<http1::Connection>(std::move(transport), options_.http1,
                                                       dispatcher_.get(), &counters_);

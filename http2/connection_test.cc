@@ -1,0 +1,246 @@
+// The streams a loop's HTTP/2 connections share (SpareStreams): what one connection finished with
+// serves the next request of another, each answer still goes to its own connection and stream,
+// and the set keeps no more than its bounds. Connections run over in-memory transports on one
+// loop, run on the test's thread.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/event_loop.h"
+#include "core/memory_pool.h"
+#include "core/memory_transport.h"
+#include "http/router_dispatcher.h"
+#include "http2/connection.h"
+#include "http2/frame.h"
+#include "http2/hpack.h"
+
+namespace sluice::http2 {
+namespace {
+
+constexpr std::string_view kBody = "Hello, World!";
+
+std::span<const uint8_t> AsBytes(std::string_view s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+// What the client side read: per stream id, whether its response ended with the expected body.
+struct Answers {
+  std::vector<uint32_t> ended;   // streams whose DATA with END_STREAM carried kBody
+  std::vector<uint32_t> resets;  // RST_STREAM
+  bool goaway = false;
+};
+
+// One client connection of the loop: its transport, the server connection, its HPACK state.
+class Client {
+ public:
+  Client(EventLoop* loop, MemoryPool* pool, http::RouterDispatcher* dispatcher,
+         ConnectionCounters* counters, SpareStreams* spares) {
+    auto transport = std::make_unique<MemoryTransport>(loop, pool);
+    transport_ = transport.get();
+    conn_ = std::make_shared<Connection>(std::move(transport), ConnectionOptions{}, dispatcher,
+                                         counters, pool, spares);
+  }
+
+  // On the loop: starts the connection and sends the preface.
+  void Start() {
+    conn_->Start();
+    std::string hello(kClientPreface);
+    AppendSettings({}, &hello);
+    Send(hello);
+  }
+
+  // On the loop: GET /plaintext on each of `count` new streams, in one write; `extra` adds a
+  // field to each request. Returns their ids.
+  std::vector<uint32_t> Get(int count, std::string_view extra = {}) {
+    std::vector<HeaderField> fields = {
+        {":method", "GET"}, {":path", "/plaintext"}, {":scheme", "http"}, {":authority", "a"}};
+    if (!extra.empty()) fields.push_back({"x-extra", extra});
+    std::string bytes;
+    std::vector<uint32_t> ids;
+    for (int i = 0; i < count; ++i) {
+      std::string block;
+      EXPECT_TRUE(encoder_.Encode(fields, &block).ok());
+      ids.push_back(next_id_);
+      AppendHeaders(next_id_, AsBytes(block), /*end_stream=*/true, kMinMaxFrameSize, &bytes);
+      next_id_ += 2;
+    }
+    Send(bytes);
+    return ids;
+  }
+
+  // On the loop: the frames the connection wrote since the last call.
+  Answers Read() {
+    Answers answers;
+    PipeReader& in = transport_->client_in();
+    ReadResult read;
+    if (!in.Read(&read, nullptr)) return answers;
+    std::string bytes(read.buffer.size(), '\0');
+    read.buffer.CopyTo(0, std::span<uint8_t>(reinterpret_cast<uint8_t*>(bytes.data()),
+                                             bytes.size()));
+    (void)in.AdvanceTo(bytes.size(), bytes.size());
+    size_t at = 0;
+    while (bytes.size() - at >= kFrameHeaderSize) {
+      const FrameHeader h = ReadFrameHeader(reinterpret_cast<const uint8_t*>(bytes.data() + at));
+      if (bytes.size() - at - kFrameHeaderSize < h.length) break;
+      const std::string_view payload(bytes.data() + at + kFrameHeaderSize, h.length);
+      if (h.type == static_cast<uint8_t>(FrameType::kData) &&
+          (h.flags & flags::kEndStream) != 0 && payload == kBody) {
+        answers.ended.push_back(h.stream_id);
+      } else if (h.type == static_cast<uint8_t>(FrameType::kRstStream)) {
+        answers.resets.push_back(h.stream_id);
+      } else if (h.type == static_cast<uint8_t>(FrameType::kGoaway)) {
+        answers.goaway = true;
+      }
+      at += kFrameHeaderSize + h.length;
+    }
+    return answers;
+  }
+
+  // On the loop: as a socket's end would.
+  void End() {
+    transport_->client_out().Complete();
+    conn_->Abort();
+  }
+
+ private:
+  void Send(std::string_view bytes) {
+    PipeWriter& out = transport_->client_out();
+    ASSERT_TRUE(out.Write(bytes).ok());
+    FlushResult flushed;
+    (void)out.Flush(&flushed, [](FlushResult) {});  // runs the connection's pending read
+  }
+
+  MemoryTransport* transport_;
+  std::shared_ptr<Connection> conn_;
+  HpackEncoder encoder_;
+  uint32_t next_id_ = 1;
+};
+
+class SpareStreamsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(dispatcher_
+                    .Add("GET", "/plaintext",
+                         [](http::Request&, http::Response& res) { res.Write(kBody); })
+                    .ok());
+    auto loop = EventLoop::Create();
+    ASSERT_TRUE(loop.ok());
+    loop_ = std::move(*loop);
+  }
+
+  // Runs `body` on the loop (this thread), then what it queued.
+  template <typename Body>
+  void OnLoop(Body body) {
+    loop_->Post([&body] { body(); });
+    loop_->Post([this] { loop_->Stop(); });
+    loop_->Run();
+  }
+
+  // Ends the clients' connections (before the spares and counters go).
+  void EndAll(std::vector<Client*> clients) {
+    OnLoop([&] {
+      for (Client* c : clients) c->End();
+    });
+    OnLoop([] {});
+  }
+
+  MemoryPool pool_;
+  http::RouterDispatcher dispatcher_;
+  ConnectionCounters counters_;
+  std::unique_ptr<EventLoop> loop_;
+};
+
+TEST_F(SpareStreamsTest, ANewRequestReusesTheStreamAnotherConnectionOfTheLoopFinishedWith) {
+  SpareStreams spares;
+  Client a(loop_.get(), &pool_, &dispatcher_, &counters_, &spares);
+  Client b(loop_.get(), &pool_, &dispatcher_, &counters_, &spares);
+  OnLoop([&] {
+    a.Start();
+    b.Start();
+  });
+  std::vector<uint32_t> ids_a;
+  OnLoop([&] { ids_a = a.Get(1); });
+  OnLoop([&] { EXPECT_EQ(a.Read().ended, ids_a); });
+  ASSERT_EQ(spares.size(), 1u);  // a's stream, finished
+
+  // b's request takes it (a stream of b's own would leave two spares after the exchange), and the
+  // answer goes to b's stream.
+  std::vector<uint32_t> ids_b;
+  OnLoop([&] { ids_b = b.Get(1); });
+  OnLoop([&] {
+    EXPECT_EQ(b.Read().ended, ids_b);
+    EXPECT_TRUE(a.Read().ended.empty());  // nothing reached a
+  });
+  EXPECT_EQ(spares.size(), 1u);
+
+  // And back to a, on its next stream.
+  OnLoop([&] { ids_a = a.Get(1); });
+  OnLoop([&] {
+    const Answers answers = a.Read();
+    EXPECT_EQ(answers.ended, ids_a);
+    EXPECT_TRUE(answers.resets.empty());
+    EXPECT_FALSE(answers.goaway);
+  });
+  EXPECT_EQ(spares.size(), 1u);
+  EXPECT_EQ(counters_.requests.load(), 3u);
+  EndAll({&a, &b});
+}
+
+TEST_F(SpareStreamsTest, StreamsServeBothConnectionsWhenTheirRequestsInterleave) {
+  SpareStreams spares;
+  Client a(loop_.get(), &pool_, &dispatcher_, &counters_, &spares);
+  Client b(loop_.get(), &pool_, &dispatcher_, &counters_, &spares);
+  OnLoop([&] {
+    a.Start();
+    b.Start();
+  });
+  // Each round, a batch on each connection in one loop pass: the streams a retires are the ones
+  // b takes, and the other way round.
+  for (int round = 0; round < 20; ++round) {
+    std::vector<uint32_t> ids_a, ids_b;
+    OnLoop([&] {
+      ids_a = a.Get(8);
+      ids_b = b.Get(8);
+    });
+    OnLoop([&] {
+      EXPECT_EQ(a.Read().ended, ids_a) << "round " << round;
+      EXPECT_EQ(b.Read().ended, ids_b) << "round " << round;
+    });
+  }
+  // Never more than one pass's worth: each batch reused what the last one left.
+  EXPECT_EQ(spares.size(), 8u);
+  EndAll({&a, &b});
+}
+
+TEST_F(SpareStreamsTest, KeepNoMoreStreamsThanTheirCapacity) {
+  SpareStreams spares(/*capacity=*/3);
+  Client a(loop_.get(), &pool_, &dispatcher_, &counters_, &spares);
+  OnLoop([&] { a.Start(); });
+  std::vector<uint32_t> ids;
+  OnLoop([&] { ids = a.Get(10); });
+  OnLoop([&] { EXPECT_EQ(a.Read().ended, ids); });
+  EXPECT_EQ(spares.size(), 3u);
+  EndAll({&a});
+}
+
+TEST_F(SpareStreamsTest, AStreamWhoseBuffersGrewPastTheBoundIsFreedNotKept) {
+  SpareStreams spares(/*capacity=*/16, /*max_stream_bytes=*/8 * 1024);
+  Client a(loop_.get(), &pool_, &dispatcher_, &counters_, &spares);
+  OnLoop([&] { a.Start(); });
+  std::vector<uint32_t> ids;
+  // A 12 KiB field: the request keeps that much capacity, over the bound.
+  OnLoop([&] { ids = a.Get(1, std::string(12 * 1024, 'x')); });
+  OnLoop([&] { EXPECT_EQ(a.Read().ended, ids); });
+  EXPECT_EQ(spares.size(), 0u);
+  OnLoop([&] { ids = a.Get(1); });
+  OnLoop([&] { EXPECT_EQ(a.Read().ended, ids); });
+  EXPECT_EQ(spares.size(), 1u);
+  EndAll({&a});
+}
+
+}  // namespace
+}  // namespace sluice::http2
