@@ -140,6 +140,13 @@ class SpareStreamsTest : public ::testing::Test {
     loop_->Run();
   }
 
+  // A client whose connection shares `spares`, started.
+  std::unique_ptr<Client> Connect(SpareStreams* spares) {
+    auto client = std::make_unique<Client>(loop_.get(), &pool_, &dispatcher_, &counters_, spares);
+    OnLoop([&] { client->Start(); });
+    return client;
+  }
+
   // Ends the clients' connections (before the spares and counters go).
   void EndAll(std::vector<Client*> clients) {
     OnLoop([&] {
@@ -156,12 +163,10 @@ class SpareStreamsTest : public ::testing::Test {
 
 TEST_F(SpareStreamsTest, ANewRequestReusesTheStreamAnotherConnectionOfTheLoopFinishedWith) {
   SpareStreams spares;
-  Client a(loop_.get(), &pool_, &dispatcher_, &counters_, &spares);
-  Client b(loop_.get(), &pool_, &dispatcher_, &counters_, &spares);
-  OnLoop([&] {
-    a.Start();
-    b.Start();
-  });
+  std::unique_ptr<Client> a_client = Connect(&spares);
+  std::unique_ptr<Client> b_client = Connect(&spares);
+  Client& a = *a_client;
+  Client& b = *b_client;
   std::vector<uint32_t> ids_a;
   OnLoop([&] { ids_a = a.Get(1); });
   OnLoop([&] { EXPECT_EQ(a.Read().ended, ids_a); });
@@ -192,12 +197,10 @@ TEST_F(SpareStreamsTest, ANewRequestReusesTheStreamAnotherConnectionOfTheLoopFin
 
 TEST_F(SpareStreamsTest, StreamsServeBothConnectionsWhenTheirRequestsInterleave) {
   SpareStreams spares;
-  Client a(loop_.get(), &pool_, &dispatcher_, &counters_, &spares);
-  Client b(loop_.get(), &pool_, &dispatcher_, &counters_, &spares);
-  OnLoop([&] {
-    a.Start();
-    b.Start();
-  });
+  std::unique_ptr<Client> a_client = Connect(&spares);
+  std::unique_ptr<Client> b_client = Connect(&spares);
+  Client& a = *a_client;
+  Client& b = *b_client;
   // Each round, a batch on each connection in one loop pass: the streams a retires are the ones
   // b takes, and the other way round.
   for (int round = 0; round < 20; ++round) {
@@ -218,8 +221,8 @@ TEST_F(SpareStreamsTest, StreamsServeBothConnectionsWhenTheirRequestsInterleave)
 
 TEST_F(SpareStreamsTest, KeepNoMoreStreamsThanTheirCapacity) {
   SpareStreams spares(/*capacity=*/3);
-  Client a(loop_.get(), &pool_, &dispatcher_, &counters_, &spares);
-  OnLoop([&] { a.Start(); });
+  std::unique_ptr<Client> a_client = Connect(&spares);
+  Client& a = *a_client;
   std::vector<uint32_t> ids;
   OnLoop([&] { ids = a.Get(10); });
   OnLoop([&] { EXPECT_EQ(a.Read().ended, ids); });
@@ -229,8 +232,8 @@ TEST_F(SpareStreamsTest, KeepNoMoreStreamsThanTheirCapacity) {
 
 TEST_F(SpareStreamsTest, AStreamWhoseBuffersGrewPastTheBoundIsFreedNotKept) {
   SpareStreams spares(/*capacity=*/16, /*max_stream_bytes=*/8 * 1024);
-  Client a(loop_.get(), &pool_, &dispatcher_, &counters_, &spares);
-  OnLoop([&] { a.Start(); });
+  std::unique_ptr<Client> a_client = Connect(&spares);
+  Client& a = *a_client;
   std::vector<uint32_t> ids;
   // A 12 KiB field: the request keeps that much capacity, over the bound.
   OnLoop([&] { ids = a.Get(1, std::string(12 * 1024, 'x')); });
