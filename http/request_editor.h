@@ -37,6 +37,19 @@ class RequestEditor {
     return r_.storage_.capacity() +
            (r_.headers_.capacity() + r_.params_.capacity()) * sizeof(r_.headers_[0]);
   }
+  // The head of `from` (method, path, query, authority, scheme and header fields), copied over
+  // this request's; what a connection sets apart (protocol version, peer, transport) and what
+  // comes later (body, route) are left as they are. For a connection that receives the same head
+  // again (HTTP/2's repeated header blocks): one copy instead of one per field.
+  void CopyHead(const Request& from) {
+    r_.storage_.assign(from.storage_);
+    r_.method_ = from.method_;
+    r_.path_ = from.path_;
+    r_.query_ = from.query_;
+    r_.authority_ = from.authority_;
+    r_.scheme_ = from.scheme_;
+    r_.headers_.assign(from.headers_.begin(), from.headers_.end());
+  }
   // The method (copied).
   void SetMethod(std::string_view v) { r_.method_ = r_.Store(v); }
   // The path before '?' (copied).

@@ -663,12 +663,23 @@ std::optional<Http2Error> Connection::OnContinuation(const Frame& frame) {
 
 std::optional<Http2Error> Connection::DecodeFragment(std::span<const uint8_t> fragment,
                                                      bool final) {
+  if (head_image_ready_ && kept_head_checked_ && block_.stream != nullptr && !block_.trailers &&
+      !block_.discard && decoder_.Replay(fragment, final)) {
+    // The kept block again, as a new request's whole head: its fields pass the checks they
+    // passed before, ending in kept_check_ (OnField), and give the head kept in head_image_.
+    block_.check = kept_check_;
+    block_.prechecked = true;
+    Stream& stream = *block_.stream;
+    http::RequestEditor(stream.request_).CopyHead(head_image_);
+    stream.content_length_ = head_image_length_;
+    return std::nullopt;
+  }
   Status s = decoder_.Decode(
       fragment, final,
       [this](std::string_view name, std::string_view value) { OnField(name, value); });
   // Any other decoding replaced (or dropped) the decoder's kept block; EndHeaderBlock says again
   // whether the new one passed as a request head.
-  if (!decoder_.replayed()) kept_head_checked_ = false;
+  if (!decoder_.replayed()) kept_head_checked_ = head_image_ready_ = false;
   if (!s.ok()) {
     counters_->abuse.hpack_errors.fetch_add(1, std::memory_order_relaxed);
     return Http2Error::Connection(ErrorCode::kCompressionError,
@@ -792,6 +803,14 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
   kept_head_checked_ =
       block_.malformed == nullptr && !block_.too_large && decoder_.holds_kept_block();
   if (kept_head_checked_) kept_check_ = block_.check;
+  if (!kept_head_checked_) {
+    head_image_ready_ = false;
+  } else if (!head_image_ready_ && !block_.bad_length) {
+    // Its first pass as a head: kept whole for its replays (DecodeFragment).
+    http::RequestEditor(head_image_).CopyHead(req);
+    head_image_length_ = s->content_length_;
+    head_image_ready_ = true;
+  }
   if (block_.malformed != nullptr) {
     ReportRejected(ErrorCode::kProtocolError);
     ResetStream(id, ErrorCode::kProtocolError);

@@ -217,6 +217,12 @@ class Connection final : public http::ProtocolConnection,
   // replays (HpackDecoder::replayed) need no field checks (OnField). Loop thread only.
   bool kept_head_checked_ = false;
   RequestHeaderCheck kept_check_;
+  // The head that kept block gave (its Request fields and content-length), once a stream took
+  // it whole: a replay of the block copies it into the new stream's Request at once instead of
+  // field by field (DecodeFragment). Loop thread only.
+  bool head_image_ready_ = false;
+  http::Request head_image_;
+  std::optional<uint64_t> head_image_length_;
   FrameWriter writer_;
 
   // Open streams by id (a flat table: no allocation per stream once grown).

@@ -1,7 +1,10 @@
-// The streams a loop's HTTP/2 connections share (SpareStreams): what one connection finished with
-// serves the next request of another, each answer still goes to its own connection and stream,
-// and the set keeps no more than its bounds. Connections run over in-memory transports on one
-// loop, run on the test's thread.
+// An HTTP/2 server connection driven in process. The streams a loop's connections share
+// (SpareStreams): what one connection finished with serves the next request of another, each
+// answer still goes to its own connection and stream, and the set keeps no more than its bounds.
+// Repeated request heads (a header block with the bytes of the last one, copied whole from the
+// first head it gave): the handler sees each as the first, content-length included. Connections
+// run over in-memory transports on one loop, run on the test's thread.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <array>
@@ -59,6 +62,12 @@ class Client {
     std::vector<HeaderField> fields = {
         {":method", "GET"}, {":path", "/plaintext"}, {":scheme", "http"}, {":authority", "a"}};
     if (!extra.empty()) fields.push_back({"x-extra", extra});
+    return Send(fields, count);
+  }
+
+  // On the loop: a request with `fields` (END_STREAM on its HEADERS) on each of `count` new
+  // streams, in one write. Returns their ids.
+  std::vector<uint32_t> Send(const std::vector<HeaderField>& fields, int count) {
     std::string bytes;
     std::vector<uint32_t> ids;
     for (int i = 0; i < count; ++i) {
@@ -120,13 +129,27 @@ class Client {
   uint32_t next_id_ = 1;
 };
 
-class SpareStreamsTest : public ::testing::Test {
+class ConnectionTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(dispatcher_
                     .Add("GET", "/plaintext",
                          [](http::Request&, http::Response& res) { res.Write(kBody); })
                     .ok());
+    // Records what the handler sees of the request, and answers like /plaintext.
+    auto record = [this](http::Request& req, http::Response& res) {
+      std::string seen = std::string(req.method()) + " " + std::string(req.scheme()) + "://" +
+                         std::string(req.authority()) + std::string(req.path()) + "?" +
+                         std::string(req.query()) + " v" + std::string(req.protocol_version());
+      for (size_t i = 0; i < req.header_count(); ++i) {
+        seen += " " + std::string(req.header(i).first) + "=" + std::string(req.header(i).second);
+      }
+      seen += " length=" + (req.content_length() ? std::to_string(*req.content_length()) : "-");
+      seen_.push_back(seen);
+      res.Write(kBody);
+    };
+    ASSERT_TRUE(dispatcher_.Add("GET", "/echo", record).ok());
+    ASSERT_TRUE(dispatcher_.Add("POST", "/echo", record).ok());
     auto loop = EventLoop::Create();
     ASSERT_TRUE(loop.ok());
     loop_ = std::move(*loop);
@@ -155,13 +178,14 @@ class SpareStreamsTest : public ::testing::Test {
     OnLoop([] {});
   }
 
+  std::vector<std::string> seen_;  // by /echo
   MemoryPool pool_;
   http::RouterDispatcher dispatcher_;
   ConnectionCounters counters_;
   std::unique_ptr<EventLoop> loop_;
 };
 
-TEST_F(SpareStreamsTest, ANewRequestReusesTheStreamAnotherConnectionOfTheLoopFinishedWith) {
+TEST_F(ConnectionTest, ANewRequestReusesTheStreamAnotherConnectionOfTheLoopFinishedWith) {
   SpareStreams spares;
   std::unique_ptr<Client> a_client = Connect(&spares);
   std::unique_ptr<Client> b_client = Connect(&spares);
@@ -195,7 +219,7 @@ TEST_F(SpareStreamsTest, ANewRequestReusesTheStreamAnotherConnectionOfTheLoopFin
   EndAll({&a, &b});
 }
 
-TEST_F(SpareStreamsTest, StreamsServeBothConnectionsWhenTheirRequestsInterleave) {
+TEST_F(ConnectionTest, StreamsServeBothConnectionsWhenTheirRequestsInterleave) {
   SpareStreams spares;
   std::unique_ptr<Client> a_client = Connect(&spares);
   std::unique_ptr<Client> b_client = Connect(&spares);
@@ -219,7 +243,7 @@ TEST_F(SpareStreamsTest, StreamsServeBothConnectionsWhenTheirRequestsInterleave)
   EndAll({&a, &b});
 }
 
-TEST_F(SpareStreamsTest, KeepNoMoreStreamsThanTheirCapacity) {
+TEST_F(ConnectionTest, KeepNoMoreStreamsThanTheirCapacity) {
   SpareStreams spares(/*capacity=*/3);
   std::unique_ptr<Client> a_client = Connect(&spares);
   Client& a = *a_client;
@@ -230,7 +254,7 @@ TEST_F(SpareStreamsTest, KeepNoMoreStreamsThanTheirCapacity) {
   EndAll({&a});
 }
 
-TEST_F(SpareStreamsTest, AStreamWhoseBuffersGrewPastTheBoundIsFreedNotKept) {
+TEST_F(ConnectionTest, AStreamWhoseBuffersGrewPastTheBoundIsFreedNotKept) {
   SpareStreams spares(/*capacity=*/16, /*max_stream_bytes=*/8 * 1024);
   std::unique_ptr<Client> a_client = Connect(&spares);
   Client& a = *a_client;
@@ -242,6 +266,54 @@ TEST_F(SpareStreamsTest, AStreamWhoseBuffersGrewPastTheBoundIsFreedNotKept) {
   OnLoop([&] { ids = a.Get(1); });
   OnLoop([&] { EXPECT_EQ(a.Read().ended, ids); });
   EXPECT_EQ(spares.size(), 1u);
+  EndAll({&a});
+}
+
+TEST_F(ConnectionTest, ARepeatedRequestHeadReachesTheHandlerAsTheFirstDid) {
+  SpareStreams spares;
+  std::unique_ptr<Client> a_client = Connect(&spares);
+  Client& a = *a_client;
+  const std::vector<HeaderField> echo = {{":method", "GET"},   {":path", "/echo?q=1"},
+                                         {":scheme", "https"}, {":authority", "example.test"},
+                                         {"x-one", "1"},       {"accept", "*/*"}};
+  const std::vector<HeaderField> other = {{":method", "GET"},
+                                          {":path", "/echo"},
+                                          {":scheme", "http"},
+                                          {":authority", "other.test"}};
+  const std::string first = "GET https://example.test/echo?q=1 v2 x-one=1 accept=*/* length=-";
+  const std::string second = "GET http://other.test/echo? v2 length=-";
+  // The first block indexes its fields; from the second on the bytes repeat (kept, then copied
+  // whole); then another head, and the first again.
+  for (const auto* fields : {&echo, &echo, &echo, &echo, &other, &echo, &echo}) {
+    std::vector<uint32_t> ids;
+    OnLoop([&] { ids = a.Send(*fields, 1); });
+    OnLoop([&] { EXPECT_EQ(a.Read().ended, ids); });
+  }
+  EXPECT_THAT(seen_, ::testing::ElementsAre(first, first, first, first, second, first, first));
+  EndAll({&a});
+}
+
+TEST_F(ConnectionTest, ARepeatedRequestHeadKeepsItsContentLength) {
+  SpareStreams spares;
+  std::unique_ptr<Client> a_client = Connect(&spares);
+  Client& a = *a_client;
+  // content-length 3 with END_STREAM on the HEADERS: a malformed request (RFC 9113 §8.1.1), every
+  // time, also when its head is copied from the first.
+  const std::vector<HeaderField> post = {{":method", "POST"},
+                                         {":path", "/echo"},
+                                         {":scheme", "http"},
+                                         {":authority", "a"},
+                                         {"content-length", "3"}};
+  for (int i = 0; i < 4; ++i) {
+    std::vector<uint32_t> ids;
+    OnLoop([&] { ids = a.Send(post, 1); });
+    OnLoop([&] {
+      const Answers answers = a.Read();
+      EXPECT_EQ(answers.resets, ids) << "request " << i;
+      EXPECT_TRUE(answers.ended.empty()) << "request " << i;
+    });
+  }
+  EXPECT_TRUE(seen_.empty());
   EndAll({&a});
 }
 

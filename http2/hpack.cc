@@ -318,14 +318,25 @@ void HpackDecoder::CountTableSizeUpdates(std::span<const uint8_t> fragment) {
   }
 }
 
+bool HpackDecoder::IsKeptBlock(std::span<const uint8_t> fragment, bool final) const {
+  return !in_block_ && final && !kept_block_.empty() && fragment.size() == kept_block_.size() &&
+         std::memcmp(fragment.data(), kept_block_.data(), fragment.size()) == 0;
+}
+
+bool HpackDecoder::Replay(std::span<const uint8_t> fragment, bool final) {
+  if (inflater_ == nullptr || failed_ || !IsKeptBlock(fragment, final)) return false;
+  replayed_ = true;
+  ++reused_blocks_;
+  return true;
+}
+
 Status HpackDecoder::Decode(std::span<const uint8_t> fragment, bool final,
                             const FieldCallback& on_field) {
   replayed_ = false;
   if (inflater_ == nullptr) return InternalError("HPACK decode: no inflater (out of memory)");
   if (failed_) return InvalidArgumentError("HPACK decode: the inflater failed earlier");
   const bool whole_block = !in_block_ && final;
-  replayed_ = whole_block && !kept_block_.empty() && fragment.size() == kept_block_.size() &&
-              std::memcmp(fragment.data(), kept_block_.data(), fragment.size()) == 0;
+  replayed_ = IsKeptBlock(fragment, final);
   if (replayed_) {
     for (size_t at = 0; at < kept_fields_.size();) {
       const uint32_t name_size = ReadLength(kept_fields_, at);

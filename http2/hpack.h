@@ -108,6 +108,10 @@ class HpackDecoder {
   // incremental indexing, no size update) is kept with its fields, and the same bytes again (a
   // client repeating its request headers) yield the same fields without nghttp2, until a block
   // that changes the table.
+  // The same as Decode for a whole block (`final`, no fragment before it) with the kept block's
+  // bytes, without the callbacks: true, and replayed() with it, when `fragment` is that block
+  // (the caller knows its fields already); false, and nothing changed, otherwise (decode it).
+  [[nodiscard]] bool Replay(std::span<const uint8_t> fragment, bool final);
   // Dynamic table size updates seen in blocks so far.
   uint64_t table_size_updates() const { return table_size_updates_; }
   // Blocks answered from the kept decoding (tests, benchmarks).
@@ -125,6 +129,8 @@ class HpackDecoder {
   // raw bytes, which may split one update's integer across fragments.
   enum class BlockPrefix : uint8_t { kOpcode, kSizeUpdateInteger, kPastPrefix };
   void CountTableSizeUpdates(std::span<const uint8_t> fragment);
+  // `fragment` is a whole block with the kept block's bytes.
+  bool IsKeptBlock(std::span<const uint8_t> fragment, bool final) const;
 
   Status DecodeWithNghttp2(std::span<const uint8_t> fragment, bool final,
                            const FieldCallback& on_field);

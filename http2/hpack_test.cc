@@ -521,6 +521,27 @@ TEST(HpackDecoder, SaysWhetherABlockWasReplayedFromTheKeptOne) {
   EXPECT_FALSE(decoder.holds_kept_block());
 }
 
+TEST(HpackDecoder, ReplaysOnlyTheKeptBlockWholeAndLeavesAnythingElseToDecode) {
+  HpackEncoder encoder;
+  HpackDecoder decoder;
+  const std::string first = Encode(encoder, Request());
+  const std::string again = Encode(encoder, Request());
+  EXPECT_FALSE(decoder.Replay(Bytes(first), true));  // nothing kept yet
+  DecodeBlock(decoder, first);
+  EXPECT_FALSE(decoder.Replay(Bytes(again), true));  // the first block is not kept (it indexed)
+  DecodeBlock(decoder, again);
+  EXPECT_FALSE(decoder.Replay(Bytes(again), false));  // not a whole block
+  EXPECT_FALSE(decoder.Replay(Bytes(again).first(again.size() - 1), true));
+  EXPECT_TRUE(decoder.Replay(Bytes(again), true));
+  EXPECT_TRUE(decoder.replayed());
+  EXPECT_EQ(decoder.reused_blocks(), 1u);
+  // What was not replayed decodes as before, and a replay leaves the table as it was.
+  EXPECT_EQ(DecodeBlock(decoder, again), ToPairs(Request()));
+  EXPECT_EQ(decoder.reused_blocks(), 2u);
+  EXPECT_THAT(DecodeBlock(decoder, "\x40\x03x-a\x01" "1"s), ElementsAre(Pair("x-a", "1")));
+  EXPECT_FALSE(decoder.Replay(Bytes(again), true));  // the table changed: the kept block is gone
+}
+
 TEST(HpackDecoder, DecodesTheSameBytesAfreshAfterABlockChangedTheTable) {
   HpackDecoder decoder;
   // 0xbe: dynamic index 62, the newest entry. After "x-a: 1" is added it is x-a; after "x-b: 2"
