@@ -197,10 +197,11 @@ class Session {
             live_rate += latest.rps();
           }
         }
-      }
-      if (all_done) {
-        if (lost_count_ == agents_.size()) return UnavailableError(LostSummary());
-        return OkStatus();
+        // Still under mu_, which guards lost_count_.
+        if (all_done) {
+          if (lost_count_ == agents_.size()) return UnavailableError(LostSummary());
+          return OkStatus();
+        }
       }
       if (steady_clock::now() >= next_tick) {
         next_tick += options_.progress_interval;
