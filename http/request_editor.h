@@ -32,6 +32,8 @@ class RequestEditor {
 
   // Clears everything, keeping capacity.
   void Reset() { r_.Reset(); }
+  // The bytes of the fields stored so far (method, path, authority, headers...).
+  size_t stored_bytes() const { return r_.storage_.size(); }
   // The heap bytes the request keeps across Reset (for pools that bound what they keep).
   size_t retained_bytes() const {
     return r_.storage_.capacity() +

@@ -22,6 +22,10 @@ constexpr uint64_t kClosedBit = uint64_t{1} << 63;
 // retires).
 constexpr size_t kOwnSpareStreams = 16;
 
+// The largest request head (its stored fields) kept whole for its repeats: a client that repeats
+// a larger one has it decoded field by field.
+constexpr size_t kMaxHeadImageBytes = 8 * 1024;
+
 std::span<const uint8_t> AsBytes(std::string_view s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
@@ -68,6 +72,8 @@ class Connection::Stream final : public http::ResponseSink,
   // Makes a closed stream nobody holds any more new again, keeping the capacity of its Request,
   // Response and buffers (and its output, when nobody else holds that: out_).
   void Recycle() {
+    http::RequestEditor(request_).Reset();
+    response_.Reset(nullptr);
     id_ = 0;
     content_length_.reset();
     body_received_ = 0;
@@ -289,8 +295,10 @@ Connection::Connection(std::unique_ptr<Transport> transport, const ConnectionOpt
       writer_(
           options.output, &transport_->output(), pool, &counters->output,
           [this] { WakeFromWriter(); }, [this] { return loop_->IsInLoopThread(); }),
-      own_spares_(spares == nullptr ? std::make_unique<SpareStreams>(kOwnSpareStreams) : nullptr),
-      spares_(spares != nullptr ? spares : own_spares_.get()),
+      own_spares_(spares == nullptr || !spares->Bind(counters)
+                      ? std::make_unique<SpareStreams>(kOwnSpareStreams)
+                      : nullptr),
+      spares_(own_spares_ != nullptr ? own_spares_.get() : spares),
       // Start() grants the whole window at once (WINDOW_UPDATE after SETTINGS).
       connection_window_(std::max(options.connection_window, kDefaultInitialWindowSize)) {
   counters_->connections.fetch_add(1, std::memory_order_relaxed);
@@ -672,6 +680,7 @@ std::optional<Http2Error> Connection::DecodeFragment(std::span<const uint8_t> fr
     Stream& stream = *block_.stream;
     http::RequestEditor(stream.request_).CopyHead(head_image_);
     stream.content_length_ = head_image_length_;
+    ++unfolded_.copied_heads;
     return std::nullopt;
   }
   Status s = decoder_.Decode(
@@ -751,11 +760,9 @@ std::shared_ptr<Connection::Stream> Connection::AcquireStream() {
   if (s == nullptr) {
     s = std::make_shared<Stream>(this);
   } else {
-    s->Recycle();
-    s->MoveTo(this);
+    s->MoveTo(this);  // recycled when it was put there
   }
-  http::RequestEditor req(s->request_);
-  req.Reset();
+  http::RequestEditor req(s->request_);  // new, or reset when it became spare
   req.SetProtocolVersion("2");
   req.SetPeerAddress(transport_->peer_address());
   req.SetTransportInfo(&transport_->info());
@@ -805,8 +812,9 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
   if (kept_head_checked_) kept_check_ = block_.check;
   if (!kept_head_checked_) {
     head_image_ready_ = false;
-  } else if (!head_image_ready_ && !block_.bad_length) {
-    // Its first pass as a head: kept whole for its replays (DecodeFragment).
+  } else if (!head_image_ready_ && decoder_.replayed() && !block_.bad_length &&
+             http::RequestEditor(req).stored_bytes() <= kMaxHeadImageBytes) {
+    // Its first repeat: kept whole for the next ones (DecodeFragment).
     http::RequestEditor(head_image_).CopyHead(req);
     head_image_length_ = s->content_length_;
     head_image_ready_ = true;
@@ -1208,6 +1216,9 @@ void Connection::FoldCounters() {
   if (unfolded_.requests != 0) {
     counters_->requests.fetch_add(unfolded_.requests, std::memory_order_relaxed);
   }
+  if (unfolded_.copied_heads != 0) {
+    counters_->copied_heads.fetch_add(unfolded_.copied_heads, std::memory_order_relaxed);
+  }
   unfolded_ = {};
 }
 
@@ -1406,17 +1417,30 @@ SpareStreams::SpareStreams(size_t capacity, size_t max_stream_bytes)
 
 SpareStreams::~SpareStreams() = default;
 
+bool SpareStreams::Bind(const ConnectionCounters* counters) {
+  if (counters_ == nullptr) counters_ = counters;
+  return counters_ == counters;
+}
+
 std::shared_ptr<Connection::Stream> SpareStreams::Take() {
   if (streams_.empty()) return nullptr;
   std::shared_ptr<Connection::Stream> s = std::move(streams_.back());
   streams_.pop_back();
+  low_water_ = std::min(low_water_, streams_.size());
   return s;
 }
 
 void SpareStreams::Put(std::shared_ptr<Connection::Stream> stream) {
   if (streams_.size() < capacity_ && stream->retained_bytes() <= max_stream_bytes_) {
+    stream->Recycle();
     streams_.push_back(std::move(stream));
   }
+}
+
+void SpareStreams::Trim() {
+  streams_.erase(streams_.begin(),
+                 streams_.begin() + static_cast<std::ptrdiff_t>(std::min(low_water_, streams_.size())));
+  low_water_ = streams_.size();
 }
 
 }  // namespace sluice::http2

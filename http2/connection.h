@@ -206,6 +206,7 @@ class Connection final : public http::ProtocolConnection,
     uint64_t passes = 0;
     uint64_t streams = 0;
     uint64_t requests = 0;
+    uint64_t copied_heads = 0;
   };
   Unfolded unfolded_;  // loop thread only (FoldCounters)
   std::function<void()> on_closed_;
@@ -217,9 +218,9 @@ class Connection final : public http::ProtocolConnection,
   // replays (HpackDecoder::replayed) need no field checks (OnField). Loop thread only.
   bool kept_head_checked_ = false;
   RequestHeaderCheck kept_check_;
-  // The head that kept block gave (its Request fields and content-length), once a stream took
-  // it whole: a replay of the block copies it into the new stream's Request at once instead of
-  // field by field (DecodeFragment). Loop thread only.
+  // The head that kept block gave (its Request fields and content-length), saved at its first
+  // replay (a head that repeats; at most kMaxHeadImageBytes): later replays copy it into the new
+  // stream's Request at once instead of field by field (DecodeFragment). Loop thread only.
   bool head_image_ready_ = false;
   http::Request head_image_;
   std::optional<uint64_t> head_image_length_;
@@ -275,11 +276,16 @@ class Connection final : public http::ProtocolConnection,
 // loop served the other connections (docs/architecture.md §8).
 //
 // Bounded: at most `capacity` streams, and a stream whose buffers grew past `max_stream_bytes`
-// (a large body, many headers) is freed rather than kept.
+// (a large body, many headers) is freed rather than kept. A stream is cleared when it is put here
+// (nothing of its last exchange stays but the capacity), and Trim frees what recent demand did not
+// need, so that memory follows the load after a burst.
 //
-// Thread-safety: used only on the loop thread of the connections that share it. It must outlive
-// them, and they must share one ConnectionCounters: a reused stream's output counts its locks in
-// the counters of the connection that created it.
+// The connections that share a set must share one ConnectionCounters (a reused stream's output
+// counts its locks in the counters it was made with): the first connection binds the set to its
+// counters, and a connection with others keeps spares of its own.
+//
+// Thread-safety: used only on the loop thread of the connections that share it; it must outlive
+// them.
 class SpareStreams {
  public:
   static constexpr size_t kDefaultCapacity = 128;
@@ -293,9 +299,14 @@ class SpareStreams {
 
   // The streams kept now.
   size_t size() const { return streams_.size(); }
+  // Frees the streams that stayed unused since the last Trim (the fewest kept at any time since),
+  // the least recently used first. A loop calls it periodically.
+  void Trim();
 
  private:
   friend class Connection;
+  // Whether connections counting in `counters` may share the set (the first one decides).
+  bool Bind(const ConnectionCounters* counters);
   // Null when none is kept.
   std::shared_ptr<Connection::Stream> Take();
   // Keeps `stream` if there is room and its buffers are within bounds; else it is freed.
@@ -303,7 +314,10 @@ class SpareStreams {
 
   const size_t capacity_;
   const size_t max_stream_bytes_;
+  const ConnectionCounters* counters_ = nullptr;
+  // Oldest first: Take and Put work at the back.
   std::vector<std::shared_ptr<Connection::Stream>> streams_;
+  size_t low_water_ = 0;  // the fewest streams kept since the last Trim
 };
 
 }  // namespace sluice::http2

@@ -64,6 +64,9 @@ struct ConnectionCounters {
   std::atomic<uint64_t> connections{0};
   std::atomic<uint64_t> streams{0};
   std::atomic<uint64_t> requests{0};
+  // Request heads copied whole from the last one because their header block repeated its bytes
+  // (the rest were decoded field by field).
+  std::atomic<uint64_t> copied_heads{0};
   std::atomic<uint64_t> stream_errors{0};      // RST_STREAM we sent (not NO_ERROR)
   std::atomic<uint64_t> connection_errors{0};  // GOAWAY we sent with an error code
   std::atomic<uint64_t> peer_resets{0};        // RST_STREAM received

@@ -163,9 +163,11 @@ class ConnectionTest : public ::testing::Test {
     loop_->Run();
   }
 
-  // A client whose connection shares `spares`, started.
-  std::unique_ptr<Client> Connect(SpareStreams* spares) {
-    auto client = std::make_unique<Client>(loop_.get(), &pool_, &dispatcher_, &counters_, spares);
+  // A client whose connection shares `spares` (and counts in `counters`, by default the
+  // fixture's), started.
+  std::unique_ptr<Client> Connect(SpareStreams* spares, ConnectionCounters* counters = nullptr) {
+    auto client = std::make_unique<Client>(loop_.get(), &pool_, &dispatcher_,
+                                           counters != nullptr ? counters : &counters_, spares);
     OnLoop([&] { client->Start(); });
     return client;
   }
@@ -284,12 +286,16 @@ TEST_F(ConnectionTest, ARepeatedRequestHeadReachesTheHandlerAsTheFirstDid) {
   const std::string second = "GET http://other.test/echo? v2 length=-";
   // The first block indexes its fields; from the second on the bytes repeat (kept, then copied
   // whole); then another head, and the first again.
-  for (const auto* fields : {&echo, &echo, &echo, &echo, &other, &echo, &echo}) {
+  for (const auto* fields : {&echo, &echo, &echo, &echo, &other, &echo, &echo, &echo, &echo}) {
     std::vector<uint32_t> ids;
     OnLoop([&] { ids = a.Send(*fields, 1); });
     OnLoop([&] { EXPECT_EQ(a.Read().ended, ids); });
   }
-  EXPECT_THAT(seen_, ::testing::ElementsAre(first, first, first, first, second, first, first));
+  EXPECT_THAT(seen_, ::testing::ElementsAre(first, first, first, first, second, first, first, first,
+                                            first));
+  // Each run of the same head: the first indexes its fields (or, after `other`, is decoded once
+  // more), the second is kept, the third repeats it and is saved, the rest are copied.
+  EXPECT_EQ(counters_.copied_heads.load(), 3u);
   EndAll({&a});
 }
 
@@ -304,7 +310,7 @@ TEST_F(ConnectionTest, ARepeatedRequestHeadKeepsItsContentLength) {
                                          {":scheme", "http"},
                                          {":authority", "a"},
                                          {"content-length", "3"}};
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 5; ++i) {
     std::vector<uint32_t> ids;
     OnLoop([&] { ids = a.Send(post, 1); });
     OnLoop([&] {
@@ -314,6 +320,48 @@ TEST_F(ConnectionTest, ARepeatedRequestHeadKeepsItsContentLength) {
     });
   }
   EXPECT_TRUE(seen_.empty());
+  EXPECT_EQ(counters_.copied_heads.load(), 2u);  // the fourth and the fifth
+  EndAll({&a});
+}
+
+TEST_F(ConnectionTest, AConnectionCountingElsewhereKeepsSparesOfItsOwn) {
+  SpareStreams spares;
+  std::unique_ptr<Client> a_client = Connect(&spares);  // binds the set to counters_
+  ConnectionCounters other_counters;
+  std::unique_ptr<Client> b_client = Connect(&spares, &other_counters);
+  Client& a = *a_client;
+  Client& b = *b_client;
+  std::vector<uint32_t> ids;
+  OnLoop([&] { ids = a.Get(2); });
+  OnLoop([&] { EXPECT_EQ(a.Read().ended, ids); });
+  ASSERT_EQ(spares.size(), 2u);
+  // b neither takes from the set nor adds to it.
+  OnLoop([&] { ids = b.Get(3); });
+  OnLoop([&] { EXPECT_EQ(b.Read().ended, ids); });
+  EXPECT_EQ(spares.size(), 2u);
+  EXPECT_EQ(other_counters.requests.load(), 3u);
+  EndAll({&a, &b});
+}
+
+TEST_F(ConnectionTest, TrimFreesTheSpareStreamsRecentDemandDidNotNeed) {
+  SpareStreams spares;
+  std::unique_ptr<Client> a_client = Connect(&spares);
+  Client& a = *a_client;
+  std::vector<uint32_t> ids;
+  OnLoop([&] { ids = a.Get(10); });
+  OnLoop([&] { EXPECT_EQ(a.Read().ended, ids); });
+  ASSERT_EQ(spares.size(), 10u);
+  spares.Trim();  // the first period starts: nothing is known to be unneeded yet
+  EXPECT_EQ(spares.size(), 10u);
+  OnLoop([&] { ids = a.Get(3); });  // three at once: seven stayed unused
+  OnLoop([&] { EXPECT_EQ(a.Read().ended, ids); });
+  spares.Trim();
+  EXPECT_EQ(spares.size(), 3u);
+  spares.Trim();  // a period without requests
+  EXPECT_EQ(spares.size(), 0u);
+  OnLoop([&] { ids = a.Get(1); });  // and requests still get streams
+  OnLoop([&] { EXPECT_EQ(a.Read().ended, ids); });
+  EXPECT_EQ(spares.size(), 1u);
   EndAll({&a});
 }
 

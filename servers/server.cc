@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -134,11 +135,11 @@ struct Server::LoopState {
 
 namespace {
 
-// Trims `pool` every `interval` on `loop`, until the loop stops (its pending timer is dropped).
-void TrimEvery(EventLoop* loop, MemoryPool* pool, std::chrono::milliseconds interval) {
-  loop->RunAfter(interval, [loop, pool, interval] {
-    pool->Trim();
-    TrimEvery(loop, pool, interval);
+// Runs `trim` every `interval` on `loop`, until the loop stops (its pending timer is dropped).
+void TrimEvery(EventLoop* loop, std::function<void()> trim, std::chrono::milliseconds interval) {
+  loop->RunAfter(interval, [loop, trim = std::move(trim), interval]() mutable {
+    trim();
+    TrimEvery(loop, std::move(trim), interval);
   });
 }
 
@@ -330,7 +331,15 @@ Status Server::Start() {
   }
   port_ = port;
   if (options_.pool_trim_interval.count() > 0) {
-    TrimEvery(loops_.front()->thread->loop(), pool_, options_.pool_trim_interval);
+    TrimEvery(
+        loops_.front()->thread->loop(), [pool = pool_] { pool->Trim(); },
+        options_.pool_trim_interval);
+    // Each loop's spare HTTP/2 streams, on that loop.
+    for (const std::unique_ptr<LoopState>& state : loops_) {
+      TrimEvery(
+          state->thread->loop(), [spares = &state->h2_spares] { spares->Trim(); },
+          options_.pool_trim_interval);
+    }
   }
   return OkStatus();
 }

@@ -123,7 +123,8 @@ struct ServerOptions {
   // How often the pool gives the memory of blocks idle since the last time back to the system
   // (MemoryPool::Trim, on the first loop), so that RSS follows recent demand rather than the
   // worst burst since start (0: never). A pool shared with other servers, or trimmed by its
-  // owner as well, sees the shortest of their periods.
+  // owner as well, sees the shortest of their periods. Each loop's spare HTTP/2 streams
+  // (http2::SpareStreams) are trimmed on the same period.
   std::chrono::milliseconds pool_trim_interval{1'000};
   // How long Shutdown waits for in-flight exchanges before closing.
   std::chrono::milliseconds shutdown_grace{10'000};
