@@ -626,6 +626,7 @@ ServerStats Server::stats() const {
   s.h2_connection_errors = get(h2_counters_.connection_errors);
   s.h2_peer_resets = get(h2_counters_.peer_resets);
   s.h2_refused_streams = get(h2_counters_.refused_streams);
+  s.h2_copied_heads = get(h2_counters_.copied_heads);
   return s;
 }
 
@@ -678,6 +679,9 @@ std::vector<telemetry::MetricFamily> Server::MetricFamilies() const {
       one(s.linger_timeouts));
   add("sluice_http2_connections_total", "HTTP/2 connections.", kCounter, one(s.h2_connections));
   add("sluice_http2_streams_total", "HTTP/2 streams opened.", kCounter, one(s.h2_streams));
+  add("sluice_http2_copied_heads_total",
+      "HTTP/2 request heads copied whole: their header block repeated the last one.", kCounter,
+      one(s.h2_copied_heads));
   add("sluice_http2_stream_errors_total", "RST_STREAM sent with an error code.", kCounter,
       one(s.h2_stream_errors));
   add("sluice_http2_connection_errors_total", "GOAWAY sent with an error code.", kCounter,

@@ -174,6 +174,8 @@ struct ServerStats {
   uint64_t h2_connection_errors = 0;
   uint64_t h2_peer_resets = 0;
   uint64_t h2_refused_streams = 0;
+  // HTTP/2 request heads copied whole because their header block repeated the last one.
+  uint64_t h2_copied_heads = 0;
 };
 
 // An HTTP/1.1 and HTTP/2 server, cleartext or TLS: routes and middleware, then Start; see the

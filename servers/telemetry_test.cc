@@ -364,6 +364,7 @@ TEST_P(TelemetryTest, MetricsPageServesPrometheusText) {
                                    "http_response_status_code=\"200\",http_route=\"/plaintext\""));
   EXPECT_THAT(page.body, HasSubstr("sluice_connections_accepted_total "));
   EXPECT_THAT(page.body, HasSubstr("sluice_http2_abuse_limit_hits_total{limit=\"rapid_reset\"} 0"));
+  EXPECT_THAT(page.body, HasSubstr("sluice_http2_copied_heads_total "));
   EXPECT_THAT(page.body, HasSubstr("sluice_open_connections "));
 }
 
