@@ -172,6 +172,13 @@ class ConnectionTest : public ::testing::Test {
     return client;
   }
 
+  // `count` GETs of /plaintext from `client` in one write (see Client::Get), each answered.
+  void GetAnswered(Client& client, int count, std::string_view extra = {}) {
+    std::vector<uint32_t> ids;
+    OnLoop([&] { ids = client.Get(count, extra); });
+    OnLoop([&] { EXPECT_EQ(client.Read().ended, ids); });
+  }
+
   // Ends the clients' connections (before the spares and counters go).
   void EndAll(std::vector<Client*> clients) {
     OnLoop([&] {
@@ -249,9 +256,7 @@ TEST_F(ConnectionTest, KeepNoMoreStreamsThanTheirCapacity) {
   SpareStreams spares(/*capacity=*/3);
   std::unique_ptr<Client> a_client = Connect(&spares);
   Client& a = *a_client;
-  std::vector<uint32_t> ids;
-  OnLoop([&] { ids = a.Get(10); });
-  OnLoop([&] { EXPECT_EQ(a.Read().ended, ids); });
+  GetAnswered(a, 10);
   EXPECT_EQ(spares.size(), 3u);
   EndAll({&a});
 }
@@ -260,13 +265,10 @@ TEST_F(ConnectionTest, AStreamWhoseBuffersGrewPastTheBoundIsFreedNotKept) {
   SpareStreams spares(/*capacity=*/16, /*max_stream_bytes=*/8 * 1024);
   std::unique_ptr<Client> a_client = Connect(&spares);
   Client& a = *a_client;
-  std::vector<uint32_t> ids;
   // A 12 KiB field: the request keeps that much capacity, over the bound.
-  OnLoop([&] { ids = a.Get(1, std::string(12 * 1024, 'x')); });
-  OnLoop([&] { EXPECT_EQ(a.Read().ended, ids); });
+  GetAnswered(a, 1, std::string(12 * 1024, 'x'));
   EXPECT_EQ(spares.size(), 0u);
-  OnLoop([&] { ids = a.Get(1); });
-  OnLoop([&] { EXPECT_EQ(a.Read().ended, ids); });
+  GetAnswered(a, 1);
   EXPECT_EQ(spares.size(), 1u);
   EndAll({&a});
 }
@@ -331,13 +333,10 @@ TEST_F(ConnectionTest, AConnectionCountingElsewhereKeepsSparesOfItsOwn) {
   std::unique_ptr<Client> b_client = Connect(&spares, &other_counters);
   Client& a = *a_client;
   Client& b = *b_client;
-  std::vector<uint32_t> ids;
-  OnLoop([&] { ids = a.Get(2); });
-  OnLoop([&] { EXPECT_EQ(a.Read().ended, ids); });
+  GetAnswered(a, 2);
   ASSERT_EQ(spares.size(), 2u);
   // b neither takes from the set nor adds to it.
-  OnLoop([&] { ids = b.Get(3); });
-  OnLoop([&] { EXPECT_EQ(b.Read().ended, ids); });
+  GetAnswered(b, 3);
   EXPECT_EQ(spares.size(), 2u);
   EXPECT_EQ(other_counters.requests.load(), 3u);
   EndAll({&a, &b});
@@ -347,20 +346,16 @@ TEST_F(ConnectionTest, TrimFreesTheSpareStreamsRecentDemandDidNotNeed) {
   SpareStreams spares;
   std::unique_ptr<Client> a_client = Connect(&spares);
   Client& a = *a_client;
-  std::vector<uint32_t> ids;
-  OnLoop([&] { ids = a.Get(10); });
-  OnLoop([&] { EXPECT_EQ(a.Read().ended, ids); });
+  GetAnswered(a, 10);
   ASSERT_EQ(spares.size(), 10u);
   spares.Trim();  // the first period starts: nothing is known to be unneeded yet
   EXPECT_EQ(spares.size(), 10u);
-  OnLoop([&] { ids = a.Get(3); });  // three at once: seven stayed unused
-  OnLoop([&] { EXPECT_EQ(a.Read().ended, ids); });
+  GetAnswered(a, 3);  // three at once: seven stayed unused
   spares.Trim();
   EXPECT_EQ(spares.size(), 3u);
   spares.Trim();  // a period without requests
   EXPECT_EQ(spares.size(), 0u);
-  OnLoop([&] { ids = a.Get(1); });  // and requests still get streams
-  OnLoop([&] { EXPECT_EQ(a.Read().ended, ids); });
+  GetAnswered(a, 1);  // and requests still get streams
   EXPECT_EQ(spares.size(), 1u);
   EndAll({&a});
 }
