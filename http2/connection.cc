@@ -134,8 +134,8 @@ class Connection::Stream final : public http::ResponseSink,
     }
     fields[n++] = {"date", http::DateCache::ForThisThread().Now()};
     if (head_request_) body = {};
-    const bool ok =
-        conn_->writer_.SendHead(*out_, std::span<const HeaderField>(fields, n), body, end);
+    const bool ok = conn_->writer_.SendHead(*out_, std::span<const HeaderField>(fields, n), body,
+                                            end, conn_->LoopAlone());
     if (end) EndExchange();
     return ok;
   }
@@ -162,7 +162,7 @@ class Connection::Stream final : public http::ResponseSink,
   bool SendData(std::span<const uint8_t> data, bool end) override {
     if (head_request_) data = {};
     bool ok = true;
-    if (!data.empty() || end) ok = conn_->writer_.SendData(*out_, data, end);
+    if (!data.empty() || end) ok = conn_->writer_.SendData(*out_, data, end, conn_->LoopAlone());
     if (end) EndExchange();
     return ok;
   }
@@ -264,8 +264,16 @@ class Connection::Stream final : public http::ResponseSink,
  private:
   // The last use of the exchange by the thread ending it.
   void EndExchange() {
-    if (!conn_->loop_->IsInLoopThread()) ended_off_loop_.store(true);
-    const uint8_t was = exchange_state_.exchange(kEndedExchange);
+    uint8_t was;
+    if (conn_->loop_->IsInLoopThread()) {
+      // The loop carries the response: no other thread writes the state meanwhile (the others
+      // that do, BeginExchange and SettleInlineExchange, are the loop's), so no locked exchange.
+      was = exchange_state_.load(std::memory_order_relaxed);
+      exchange_state_.store(kEndedExchange, std::memory_order_relaxed);
+    } else {
+      ended_off_loop_.store(true);
+      was = exchange_state_.exchange(kEndedExchange);
+    }
     // Not counted yet: the loop (SettleInlineExchange) sees the end and counts nothing. Ended
     // already (or never begun): nothing left to settle. Response ends an exchange once; this
     // keeps a second end from taking the count below the exchanges still open.
@@ -801,7 +809,9 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
     }
     return OnRequestEnd(s.get());
   }
-  std::shared_ptr<Stream> s = std::move(block_.stream);
+  // The map holds the stream from here on (no counted copy): one removed from it while this
+  // runs stays alive in retired_streams_ until the pass ends.
+  Stream* const s = block_.stream.get();
   http::Request& req = s->request_;
   const std::string_view method = req.method();
   if (block_.malformed == nullptr && !block_.too_large) block_.malformed = block_.check.Finish();
@@ -822,13 +832,13 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
   if (block_.malformed != nullptr) {
     ReportRejected(ErrorCode::kProtocolError);
     ResetStream(id, ErrorCode::kProtocolError);
-    ReleaseUnopenedStream(std::move(s));
+    ReleaseUnopenedStream(std::move(block_.stream));
     return std::nullopt;
   }
   std::shared_ptr<StreamOutput> out = std::move(s->out_);  // kept when nobody else held it
   s->Open(id, writer_.OpenStream(id, std::move(out)), options_.stream_window);
   s->in_map_ = true;
-  streams_.emplace(id, s);
+  streams_.emplace(id, std::move(block_.stream));
   ++unfolded_.streams;
   idle_ = false;
   const bool bad_length = block_.bad_length;
@@ -838,7 +848,7 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
     ResetStream(id, ErrorCode::kProtocolError);
     return std::nullopt;
   }
-  http::RequestEditor(req).SetBody(!block_.end_stream, s->content_length_, s.get());
+  http::RequestEditor(req).SetBody(!block_.end_stream, s->content_length_, s);
   s->head_request_ = method == "HEAD";
   if (block_.too_large) {
     counters_->abuse.header_list_too_large.fetch_add(1, std::memory_order_relaxed);
@@ -852,10 +862,10 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
   return std::nullopt;
 }
 
-void Connection::StartRequest(const std::shared_ptr<Stream>& s) {
+void Connection::StartRequest(Stream* s) {
   http::Request& req = s->request_;
   http::Response& res = s->response_;
-  res.Reset(s.get());
+  res.Reset(s);
   ++unfolded_.requests;
   WorkerPool* const workers = dispatcher_->workers();
   s->BeginExchange(/*counted=*/workers != nullptr);
@@ -870,7 +880,7 @@ void Connection::StartRequest(const std::shared_ptr<Stream>& s) {
     s->on_worker_ = true;
     ConnectionCounters* const counters = counters_;
     std::weak_ptr<Connection> conn = weak_from_this();
-    if (workers->Post([s, handler, counters, conn, inbox = inbox_] {
+    if (workers->Post([s = s->shared_from_this(), handler, counters, conn, inbox = inbox_] {
           http::RunHandler(*handler, s->request_, s->response_, counters->handler_failures);
           if (s->response_.deferred()) {
             // The response goes on after the handler: watch it from the loop. Only locals and
@@ -879,7 +889,7 @@ void Connection::StartRequest(const std::shared_ptr<Stream>& s) {
             // loop knows from its own state (WatchDeferred).
             // The inbox outlives the loop: a post racing the server's shutdown is refused.
             inbox->Post([conn, s] {
-              if (auto self = conn.lock()) self->WatchDeferred(s);
+              if (auto self = conn.lock()) self->WatchDeferred(s.get());
             });
           }
         })) {
@@ -896,14 +906,14 @@ void Connection::StartRequest(const std::shared_ptr<Stream>& s) {
   if (res.deferred()) WatchDeferred(s);
 }
 
-void Connection::WatchDeferred(const std::shared_ptr<Stream>& s) {
+void Connection::WatchDeferred(Stream* s) {
   if (options_.deferred_response_timeout.count() <= 0 || s->deferred_timer_ != 0 || !s->in_map_ ||
       s->response_done_ || closed_) {
     return;
   }
   s->deferred_progress_ = s->response_.progress();
   std::weak_ptr<Connection> conn = weak_from_this();
-  std::weak_ptr<Stream> weak = s;
+  std::weak_ptr<Stream> weak = s->weak_from_this();
   const uint32_t id = s->id_;
   s->deferred_timer_ = loop_->RunAfter(options_.deferred_response_timeout, [conn, weak, id] {
     std::shared_ptr<Connection> self = conn.lock();
@@ -912,7 +922,7 @@ void Connection::WatchDeferred(const std::shared_ptr<Stream>& s) {
     stream->deferred_timer_ = 0;
     if (self->closed_ || stream->response_done_) return;
     if (stream->response_.progress() != stream->deferred_progress_) {
-      self->WatchDeferred(stream);  // it moved: another period
+      self->WatchDeferred(stream.get());  // it moved: another period
       return;
     }
     self->counters_->deferred_timeouts.fetch_add(1, std::memory_order_relaxed);
@@ -924,9 +934,9 @@ void Connection::WatchDeferred(const std::shared_ptr<Stream>& s) {
   });
 }
 
-void Connection::AnswerDirectly(const std::shared_ptr<Stream>& s, uint16_t status) {
+void Connection::AnswerDirectly(Stream* s, uint16_t status) {
   http::Response& res = s->response_;
-  res.Reset(s.get());
+  res.Reset(s);
   s->BeginExchange(/*counted=*/true);
   res.BeginTelemetry(dispatcher_->hooks(), s->request_);
   res.SetStatus(status);
@@ -1122,6 +1132,22 @@ void Connection::RemoveStream(Stream* s) {
   }
 }
 
+std::vector<Connection::Stream*> Connection::RetireOpenStreams(std::string_view why) {
+  // Retired, not dropped: code up the stack may still be using one (EndHeaderBlock holds no
+  // counted copy). The map is emptied first, so nothing below walks it while it changes.
+  const size_t first = retired_streams_.size();
+  for (auto& [id, s] : streams_) retired_streams_.push_back(std::move(s));
+  streams_.clear();
+  std::vector<Stream*> open;
+  open.reserve(retired_streams_.size() - first);
+  for (size_t i = first; i < retired_streams_.size(); ++i) open.push_back(retired_streams_[i].get());
+  for (Stream* s : open) {
+    s->EndBody(UnavailableError(why));
+    s->in_map_ = false;
+  }
+  return open;
+}
+
 void Connection::RecycleRetiredStreams() {
   for (std::shared_ptr<Stream>& s : retired_streams_) {
     // Nobody else holds it (no handler, no deferred response): reuse it.
@@ -1302,14 +1328,7 @@ void Connection::CloseAfterFlush() {
     preface_timer_ = 0;
   }
   // Streams still open end here: their handlers' later writes fail.
-  std::vector<std::shared_ptr<Stream>> open;
-  for (auto& [id, s] : streams_) open.push_back(s);
-  for (auto& s : open) {
-    s->EndBody(UnavailableError("the connection closes"));
-    s->in_map_ = false;
-    writer_.CloseStream(*s->out_);
-  }
-  streams_.clear();
+  for (Stream* s : RetireOpenStreams("the connection closes")) writer_.CloseStream(*s->out_);
   // What is written goes out, then the transport half-closes.
   writer_.Complete();
   linger_.Start(weak_from_this(), [this](http::Linger::End end) {
@@ -1351,11 +1370,7 @@ void Connection::FinishClosed() {
     *t = 0;
   }
   writer_.Abort();
-  for (auto& [id, s] : streams_) {
-    s->EndBody(UnavailableError("the connection closed"));
-    s->in_map_ = false;
-  }
-  streams_.clear();
+  RetireOpenStreams("the connection closed");
   open_exchanges_.fetch_or(kClosedBit);
   NotifyClosedIfDone();
 }
@@ -1373,6 +1388,14 @@ void Connection::NotifyClosedIfDone() {
   std::function<void()> cb = std::move(on_closed_);
   on_closed_ = nullptr;
   cb();
+}
+
+bool Connection::LoopAlone() const {
+  // Acquire: a producer off the loop finished with the writer before its exchange left the count
+  // (ExchangeEnded's decrement). An exchange handed off by an inline handler that has not
+  // returned yet is not counted, but its thread is not the loop: hence the second test.
+  return (open_exchanges_.load(std::memory_order_acquire) & ~kClosedBit) == 0 &&
+         loop_->IsInLoopThread();
 }
 
 void Connection::ExchangeEnded() {

@@ -135,12 +135,12 @@ class Connection final : public http::ProtocolConnection,
   // A stream whose head was refused before it opened goes back to the spares.
   void ReleaseUnopenedStream(std::shared_ptr<Stream> stream);
   // Dispatches a stream whose request head was valid.
-  void StartRequest(const std::shared_ptr<Stream>& stream);
+  void StartRequest(Stream* stream);
   // The deferred-response timeout of a stream whose handler returned without ending its
   // response: checks the response's progress once per period (loop).
-  void WatchDeferred(const std::shared_ptr<Stream>& stream);
+  void WatchDeferred(Stream* stream);
   // Answers a request the connection refuses itself (431, 413).
-  void AnswerDirectly(const std::shared_ptr<Stream>& stream, uint16_t status);
+  void AnswerDirectly(Stream* stream, uint16_t status);
   void HandleError(const Http2Error& error);
   void ResetStream(uint32_t id, ErrorCode code);
   // Telemetry of a stream reset before it was dispatched (http::ReportRejected).
@@ -191,6 +191,13 @@ class Connection final : public http::ProtocolConnection,
   void RunOnLoop(std::function<void()> task);
   // Exchanges (dispatched requests whose response has not ended).
   void ExchangeEnded();
+  // The caller is the loop thread and no exchange of this connection is carried off the loop
+  // (on a worker, or deferred to another thread): nobody else is writing its output, so the
+  // frame writer needs no lock (FrameWriter::SendHead's `alone`).
+  bool LoopAlone() const;
+  // Moves every open stream to retired_streams_ and ends its body with UNAVAILABLE (`why`);
+  // returns them.
+  std::vector<Stream*> RetireOpenStreams(std::string_view why);
 
   std::unique_ptr<Transport> transport_;
   std::shared_ptr<Connection> read_keepalive_;
@@ -233,7 +240,9 @@ class Connection final : public http::ProtocolConnection,
   friend class SpareStreams;
   std::unique_ptr<SpareStreams> own_spares_;
   SpareStreams* const spares_;
-  // Streams removed during the current pass, recycled at its end.
+  // Streams removed during the current pass, recycled at its end. A stream leaves streams_ only
+  // into this list (RemoveStream, RetireOpenStreams), so one the loop is using stays alive until
+  // the pass ends, held by no counted copy of its own.
   std::vector<std::shared_ptr<Stream>> retired_streams_;
   HeaderBlock block_;
   // The writer's events, reused (HandleWriterEvents).

@@ -2,15 +2,20 @@
 // (SpareStreams): what one connection finished with serves the next request of another, each
 // answer still goes to its own connection and stream, and the set keeps no more than its bounds.
 // Repeated request heads (a header block with the bytes of the last one, copied whole from the
-// first head it gave): the handler sees each as the first, content-length included. Connections
-// run over in-memory transports on one loop, run on the test's thread.
+// first head it gave): the handler sees each as the first, content-length included. The frame
+// writer's lock: inline answers take none while no exchange of the connection is carried off the
+// loop, and every answer takes it while one is. Connections run over in-memory transports on one
+// loop, run on the test's thread.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <future>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "core/event_loop.h"
@@ -33,6 +38,7 @@ std::span<const uint8_t> AsBytes(std::string_view s) {
 // What the client side read: per stream id, whether its response ended with the expected body.
 struct Answers {
   std::vector<uint32_t> ended;   // streams whose DATA with END_STREAM carried kBody
+  std::vector<uint32_t> closed;  // streams whose DATA carried END_STREAM, whatever its payload
   std::vector<uint32_t> resets;  // RST_STREAM
   bool goaway = false;
 };
@@ -96,8 +102,10 @@ class Client {
       const FrameHeader h = ReadFrameHeader(reinterpret_cast<const uint8_t*>(bytes.data() + at));
       if (bytes.size() - at - kFrameHeaderSize < h.length) break;
       const std::string_view payload(bytes.data() + at + kFrameHeaderSize, h.length);
-      if (h.type == static_cast<uint8_t>(FrameType::kData) &&
-          (h.flags & flags::kEndStream) != 0 && payload == kBody) {
+      const bool data_end =
+          h.type == static_cast<uint8_t>(FrameType::kData) && (h.flags & flags::kEndStream) != 0;
+      if (data_end) answers.closed.push_back(h.stream_id);
+      if (data_end && payload == kBody) {
         answers.ended.push_back(h.stream_id);
       } else if (h.type == static_cast<uint8_t>(FrameType::kRstStream)) {
         answers.resets.push_back(h.stream_id);
@@ -149,6 +157,14 @@ class ConnectionTest : public ::testing::Test {
       res.Write(kBody);
     };
     ASSERT_TRUE(dispatcher_.Add("GET", "/echo", record).ok());
+    // Deferred: the response is handed to the test's thread (late_), which ends it.
+    ASSERT_TRUE(dispatcher_
+                    .Add("GET", "/late",
+                         [this](http::Request&, http::Response& res) {
+                           res.DeferEnd();
+                           late_.set_value(&res);
+                         })
+                    .ok());
     ASSERT_TRUE(dispatcher_.Add("POST", "/echo", record).ok());
     auto loop = EventLoop::Create();
     ASSERT_TRUE(loop.ok());
@@ -187,7 +203,11 @@ class ConnectionTest : public ::testing::Test {
     OnLoop([] {});
   }
 
+  // The frame writers' lock acquisitions, as of their last flush.
+  uint64_t WriterLocks() { return counters_.output.Snapshot().frame_lock.acquisitions; }
+
   std::vector<std::string> seen_;  // by /echo
+  std::promise<http::Response*> late_;  // by /late
   MemoryPool pool_;
   http::RouterDispatcher dispatcher_;
   ConnectionCounters counters_;
@@ -358,6 +378,78 @@ TEST_F(ConnectionTest, TrimFreesTheSpareStreamsRecentDemandDidNotNeed) {
   GetAnswered(a, 1);  // and requests still get streams
   EXPECT_EQ(spares.size(), 1u);
   EndAll({&a});
+}
+
+}  // namespace
+}  // namespace sluice::http2
+
+namespace sluice::http2 {
+namespace {
+
+TEST_F(ConnectionTest, InlineAnswersTakeNoWriterLockWhileNoExchangeIsCarriedOffTheLoop) {
+  SpareStreams spares;
+  std::unique_ptr<Client> client = Connect(&spares);
+  GetAnswered(*client, 1);
+  uint64_t before = WriterLocks();
+  GetAnswered(*client, 4);
+  const uint64_t for_4 = WriterLocks() - before;
+  before = WriterLocks();
+  GetAnswered(*client, 32);
+  const uint64_t for_32 = WriterLocks() - before;
+  // The pass's own acquisitions (the writer's events, the flush), none per answer.
+  EXPECT_EQ(for_32, for_4);
+  EXPECT_LT(for_32, 4u);
+  EndAll({client.get()});
+}
+
+TEST_F(ConnectionTest, WhileAnExchangeIsCarriedOffTheLoopEveryAnswerTakesTheWriterLock) {
+  SpareStreams spares;
+  std::unique_ptr<Client> client_holder = Connect(&spares);
+  Client& client = *client_holder;
+  std::future<http::Response*> late = late_.get_future();
+  std::vector<uint32_t> late_id;
+  OnLoop([&] {
+    late_id = client.Send(
+        {{":method", "GET"}, {":path", "/late"}, {":scheme", "http"}, {":authority", "a"}}, 1);
+  });
+  ASSERT_EQ(late.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  http::Response* const res = late.get();
+  // The late response is written by another thread while the loop answers 32 inline requests
+  // of the same connection, and ended after them: both sides write into one frame writer, so the
+  // loop must lock (a write without it is a data race ThreadSanitizer reports).
+  std::promise<void> go;
+  std::promise<void> answered;
+  std::thread carrier([res, started = go.get_future(), done = answered.get_future()]() mutable {
+    started.wait();
+    res->Write(kBody);
+    done.wait();
+    res->End();
+  });
+  std::vector<uint32_t> ids;
+  const uint64_t before = WriterLocks();
+  OnLoop([&] {
+    go.set_value();
+    ids = client.Get(32);
+  });
+  answered.set_value();
+  carrier.join();
+  OnLoop([] {});  // the carrier's wake-up: its stream's end is taken, and the output flushed
+  EXPECT_GE(WriterLocks() - before, 32u);
+  const Answers answers = client.Read();
+  std::vector<uint32_t> closed = answers.closed;
+  std::vector<uint32_t> expected = ids;
+  expected.push_back(late_id[0]);
+  std::sort(closed.begin(), closed.end());
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(closed, expected);
+  EXPECT_TRUE(answers.resets.empty());
+  EXPECT_FALSE(answers.goaway);
+
+  // Once it ended, the loop is alone again: answers take no lock.
+  const uint64_t after = WriterLocks();
+  GetAnswered(client, 32);
+  EXPECT_LT(WriterLocks() - after, 4u);
+  EndAll({&client});
 }
 
 }  // namespace

@@ -200,14 +200,40 @@ Status FrameWriter::SetPeerHeaderTableSize(uint32_t size) {
 }
 
 bool FrameWriter::SendHead(StreamOutput& stream, std::span<const HeaderField> fields,
-                           std::span<const uint8_t> body, bool end) {
+                           std::span<const uint8_t> body, bool end, bool alone) {
   if (options_.strategy == OutputStrategy::kQueue) return Stage(stream, &fields, body, end);
+  if (alone) return SendAlone(stream, &fields, body, end);
   return SendLocked(stream, &fields, body, end);
 }
 
-bool FrameWriter::SendData(StreamOutput& stream, std::span<const uint8_t> data, bool end) {
+bool FrameWriter::SendData(StreamOutput& stream, std::span<const uint8_t> data, bool end,
+                           bool alone) {
   if (options_.strategy == OutputStrategy::kQueue) return Stage(stream, nullptr, data, end);
+  if (alone) return SendAlone(stream, nullptr, data, end);
   return SendLocked(stream, nullptr, data, end);
+}
+
+bool FrameWriter::WriteOutputLocked(StreamOutput& stream, std::span<const HeaderField>* fields,
+                                    std::span<const uint8_t> data, bool end) {
+  bool ok = true;
+  if (fields != nullptr) ok = WriteHeadersLocked(stream, *fields, end && data.empty());
+  if (ok && (!data.empty() || (end && fields == nullptr))) QueueDataLocked(stream, data, end);
+  return ok;
+}
+
+bool FrameWriter::SendAlone(StreamOutput& stream, std::span<const HeaderField>* fields,
+                            std::span<const uint8_t> data,
+                            bool end) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  // What SendLocked does for a loop-thread producer, without the locks: the caller is the only
+  // thread using the writer until it returns.
+  if (aborted_ || completed_ || stream.closed_) return false;
+  const bool ok = WriteOutputLocked(stream, fields, data, end);
+  if (ok && !in_pass_) FlushLocked(nullptr);
+  if ((!finished_.empty() || blocked_since_) && !wake_pending_ && !in_pass_) {
+    wake_pending_ = true;
+    wake_loop_();
+  }
+  return ok;
 }
 
 bool FrameWriter::SendLocked(StreamOutput& stream, std::span<const HeaderField>* fields,
@@ -222,8 +248,7 @@ bool FrameWriter::SendLocked(StreamOutput& stream, std::span<const HeaderField>*
     if (aborted_ || completed_ || stream.closed_) return false;
     {
       PipeLockScope pipe(out_->mutex(), &frame_mu_);
-      if (fields != nullptr) ok = WriteHeadersLocked(stream, *fields, end && data.empty());
-      if (ok && (!data.empty() || (end && fields == nullptr))) QueueDataLocked(stream, data, end);
+      ok = WriteOutputLocked(stream, fields, data, end);
       if (ok && !(on_loop && in_pass_)) FlushLocked(on_loop ? nullptr : &waiter);
     }
     if (!on_loop) {

@@ -192,12 +192,18 @@ class FrameWriter {
   void Abort();
 
   // ---- Producers (any thread; one at a time per stream) --------------------
+  // `alone` is the caller's word that it is the loop thread and that no producer on another
+  // thread can call the writer before this call returns (the connection knows: none of its
+  // exchanges is carried off the loop). The lock strategies then take no lock for the write:
+  // there is nobody to exclude. kQueue stages as always.
+  //
   // The response head (`fields` start with ":status"), then `body`, then
   // END_STREAM if `end`. False if the stream or the connection is gone.
   bool SendHead(StreamOutput& stream, std::span<const HeaderField> fields,
-                std::span<const uint8_t> body, bool end);
+                std::span<const uint8_t> body, bool end, bool alone = false);
   // More body; END_STREAM if `end`. False if the stream or connection is gone.
-  bool SendData(StreamOutput& stream, std::span<const uint8_t> data, bool end);
+  bool SendData(StreamOutput& stream, std::span<const uint8_t> data, bool end,
+                bool alone = false);
 
   // Adds what was written since the last flush to the server's OutputStats now (any thread):
   // for a caller that writes while a flush is in flight and so does not flush itself.
@@ -215,6 +221,13 @@ class FrameWriter {
   // Lock-strategy producer path.
   bool SendLocked(StreamOutput& stream, std::span<const HeaderField>* fields,
                   std::span<const uint8_t> data, bool end);
+  // The same for a caller that is alone (see SendHead): no lock.
+  bool SendAlone(StreamOutput& stream, std::span<const HeaderField>* fields,
+                 std::span<const uint8_t> data, bool end);
+  // The head, then the data, of either path. Requires frame_mu_ or being alone.
+  [[nodiscard]] bool WriteOutputLocked(StreamOutput& stream, std::span<const HeaderField>* fields,
+                                       std::span<const uint8_t> data, bool end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
   // kQueue producer path.
   bool Stage(StreamOutput& stream, std::span<const HeaderField>* fields,
              std::span<const uint8_t> data, bool end);
