@@ -1132,19 +1132,21 @@ void Connection::RemoveStream(Stream* s) {
   }
 }
 
-std::vector<Connection::Stream*> Connection::RetireOpenStreams(std::string_view why) {
+std::vector<std::shared_ptr<Connection::Stream>> Connection::RetireOpenStreams(
+    std::string_view why) {
   // Retired, not dropped: code up the stack may still be using one (EndHeaderBlock holds no
-  // counted copy). The map is emptied first, so nothing below walks it while it changes.
-  const size_t first = retired_streams_.size();
-  for (auto& [id, s] : streams_) retired_streams_.push_back(std::move(s));
-  streams_.clear();
-  std::vector<Stream*> open;
-  open.reserve(retired_streams_.size() - first);
-  for (size_t i = first; i < retired_streams_.size(); ++i) open.push_back(retired_streams_[i].get());
-  for (Stream* s : open) {
-    s->EndBody(UnavailableError(why));
+  // counted copy). The callers hold copies too: outside a pass, a write from a body callback
+  // below can wake the writer's events at once (WakeFromWriter), which recycles the retired
+  // streams before this returns. The map is emptied first, so nothing walks it while it changes.
+  std::vector<std::shared_ptr<Stream>> open;
+  open.reserve(streams_.size());
+  for (auto& [id, s] : streams_) {
     s->in_map_ = false;
+    open.push_back(s);
+    retired_streams_.push_back(std::move(s));
   }
+  streams_.clear();
+  for (const std::shared_ptr<Stream>& s : open) s->EndBody(UnavailableError(why));
   return open;
 }
 
@@ -1328,7 +1330,9 @@ void Connection::CloseAfterFlush() {
     preface_timer_ = 0;
   }
   // Streams still open end here: their handlers' later writes fail.
-  for (Stream* s : RetireOpenStreams("the connection closes")) writer_.CloseStream(*s->out_);
+  for (const std::shared_ptr<Stream>& s : RetireOpenStreams("the connection closes")) {
+    writer_.CloseStream(*s->out_);
+  }
   // What is written goes out, then the transport half-closes.
   writer_.Complete();
   linger_.Start(weak_from_this(), [this](http::Linger::End end) {

@@ -195,9 +195,9 @@ class Connection final : public http::ProtocolConnection,
   // (on a worker, or deferred to another thread): nobody else is writing its output, so the
   // frame writer needs no lock (FrameWriter::SendHead's `alone`).
   bool LoopAlone() const;
-  // Moves every open stream to retired_streams_ and ends its body with UNAVAILABLE (`why`);
-  // returns them.
-  std::vector<Stream*> RetireOpenStreams(std::string_view why);
+  // Moves every open stream to retired_streams_ (out of the map first) and ends its body with
+  // UNAVAILABLE (`why`); returns them, held.
+  std::vector<std::shared_ptr<Stream>> RetireOpenStreams(std::string_view why);
 
   std::unique_ptr<Transport> transport_;
   std::shared_ptr<Connection> read_keepalive_;

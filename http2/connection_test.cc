@@ -47,11 +47,12 @@ struct Answers {
 class Client {
  public:
   Client(EventLoop* loop, MemoryPool* pool, http::RouterDispatcher* dispatcher,
-         ConnectionCounters* counters, SpareStreams* spares) {
+         ConnectionCounters* counters, SpareStreams* spares,
+         const ConnectionOptions& options = {}) {
     auto transport = std::make_unique<MemoryTransport>(loop, pool);
     transport_ = transport.get();
-    conn_ = std::make_shared<Connection>(std::move(transport), ConnectionOptions{}, dispatcher,
-                                         counters, pool, spares);
+    conn_ = std::make_shared<Connection>(std::move(transport), options, dispatcher, counters,
+                                         pool, spares);
   }
 
   // On the loop: starts the connection and sends the preface.
@@ -71,16 +72,17 @@ class Client {
     return Send(fields, count);
   }
 
-  // On the loop: a request with `fields` (END_STREAM on its HEADERS) on each of `count` new
-  // streams, in one write. Returns their ids.
-  std::vector<uint32_t> Send(const std::vector<HeaderField>& fields, int count) {
+  // On the loop: a request with `fields` (END_STREAM on its HEADERS unless `end_stream` is false)
+  // on each of `count` new streams, in one write. Returns their ids.
+  std::vector<uint32_t> Send(const std::vector<HeaderField>& fields, int count,
+                             bool end_stream = true) {
     std::string bytes;
     std::vector<uint32_t> ids;
     for (int i = 0; i < count; ++i) {
       std::string block;
       EXPECT_TRUE(encoder_.Encode(fields, &block).ok());
       ids.push_back(next_id_);
-      AppendHeaders(next_id_, AsBytes(block), /*end_stream=*/true, kMinMaxFrameSize, &bytes);
+      AppendHeaders(next_id_, AsBytes(block), end_stream, kMinMaxFrameSize, &bytes);
       next_id_ += 2;
     }
     Send(bytes);
@@ -181,9 +183,11 @@ class ConnectionTest : public ::testing::Test {
 
   // A client whose connection shares `spares` (and counts in `counters`, by default the
   // fixture's), started.
-  std::unique_ptr<Client> Connect(SpareStreams* spares, ConnectionCounters* counters = nullptr) {
+  std::unique_ptr<Client> Connect(SpareStreams* spares, ConnectionCounters* counters = nullptr,
+                                  const ConnectionOptions& options = {}) {
     auto client = std::make_unique<Client>(loop_.get(), &pool_, &dispatcher_,
-                                           counters != nullptr ? counters : &counters_, spares);
+                                           counters != nullptr ? counters : &counters_, spares,
+                                           options);
     OnLoop([&] { client->Start(); });
     return client;
   }
@@ -450,6 +454,53 @@ TEST_F(ConnectionTest, WhileAnExchangeIsCarriedOffTheLoopEveryAnswerTakesTheWrit
   GetAnswered(client, 32);
   EXPECT_LT(WriterLocks() - after, 4u);
   EndAll({&client});
+}
+
+}  // namespace
+}  // namespace sluice::http2
+
+namespace sluice::http2 {
+namespace {
+
+// The connection gives up on a peer that keeps its window shut (a timer, outside any pass) while
+// a handler still waits for the request's body. The body's end reaches the handler, whose last
+// write wakes the writer's events at once: the streams the close retired are recycled under the
+// close's feet, and the close must still hold what it goes on using (AddressSanitizer's finding
+// when it did not).
+TEST_F(ConnectionTest, AStreamWhoseHandlerEndsItAsTheConnectionGivesUpOnAStalledPeerIsHeldToTheEnd) {
+  bool body_ended = false;
+  ASSERT_TRUE(dispatcher_
+                  .Add("POST", "/stalled",
+                       [&body_ended](http::Request& req, http::Response& res) {
+                         res.DeferEnd();
+                         // More than the peer's initial window: the rest waits for an update.
+                         res.Write(std::string(70'000, 'x'));
+                         req.ReadBody([](std::span<const uint8_t>) {},
+                                      [&body_ended, &res](Status) {
+                                        body_ended = true;
+                                        res.End();
+                                      });
+                       })
+                  .ok());
+  ConnectionOptions options;
+  options.limits.window_stall_timeout = std::chrono::milliseconds(20);
+  SpareStreams spares;
+  std::unique_ptr<Client> client = Connect(&spares, nullptr, options);
+  OnLoop([&] {
+    client->Send({{":method", "POST"}, {":path", "/stalled"}, {":scheme", "http"},
+                  {":authority", "a"}},
+                 1, /*end_stream=*/false);
+  });
+  // Until the stall timer has fired and the connection has said GOAWAY (10 s at most).
+  bool goaway = false;
+  for (int i = 0; i < 500 && !goaway; ++i) {
+    loop_->RunAfter(std::chrono::milliseconds(20), [this] { loop_->Stop(); });
+    loop_->Run();
+    OnLoop([&] { goaway = client->Read().goaway; });
+  }
+  EXPECT_TRUE(goaway);
+  EXPECT_TRUE(body_ended);
+  EndAll({client.get()});
 }
 
 }  // namespace
