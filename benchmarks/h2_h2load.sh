@@ -12,7 +12,9 @@
 # DURATION seconds pinned to LOAD_CPU (default 1); the server's utime and stime (its whole process
 # tree, from /proc) are sampled around the measured h2load run and divided by the requests h2load
 # saw succeed. Sides take turns within a round (interleaved), ROUNDS rounds; the table gives the
-# median and range of each side and the ratio of medians to h2o. 127.0.0.1 only.
+# median and range of each side and the ratio of medians to h2o. The table is headed by the
+# machine: CPU model, cores, kernel and the measured cost of one system call (//tools:syscall_cost,
+# pinned to SERVER_CPU). 127.0.0.1 only.
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
@@ -22,13 +24,34 @@ SIDES=${SIDES:-"single_lock two_locks queue h2o nghttpd"}
 SERVER_CPU=${SERVER_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
 case "${1:-}" in
   -h | --help) usage; exit 0 ;;
   --version) echo "h2_h2load.sh (sluice)"; exit 0 ;;
   "") ;;
   *) echo "h2_h2load.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 esac
+for setting in ROUNDS DURATION; do
+  if ! [[ "${!setting}" =~ ^[1-9][0-9]{0,4}$ ]]; then
+    echo "h2_h2load.sh: $setting=${!setting}: needs a whole number from 1 to 99999" >&2
+    exit 2
+  fi
+done
+for setting in SERVER_CPU LOAD_CPU; do
+  if ! [[ "${!setting}" =~ ^[0-9]{1,4}$ ]]; then
+    echo "h2_h2load.sh: $setting=${!setting}: needs a CPU number" >&2
+    exit 2
+  fi
+done
+for shape in $SHAPES; do
+  case "$shape" in h2c | tls) ;; *) echo "h2_h2load.sh: SHAPES: unknown shape '$shape'" >&2; exit 2 ;; esac
+done
+for side in $SIDES; do
+  case "$side" in
+    single_lock | two_locks | queue | h2o | nghttpd) ;;
+    *) echo "h2_h2load.sh: SIDES: unknown side '$side'" >&2; exit 2 ;;
+  esac
+done
 for tool in h2load h2o nghttpd openssl taskset /usr/bin/python3; do
   command -v "$tool" >/dev/null || { echo "h2_h2load.sh: $tool is required" >&2; exit 2; }
 done
@@ -44,10 +67,13 @@ cleanup() {
 trap cleanup EXIT
 
 if [ -z "${PLAINTEXT:-}" ]; then
-  ./bazelw build -c opt //servers:plaintext >&2
+  ./bazelw build -c opt //servers:plaintext //tools:syscall_cost >&2
   cp -f bazel-bin/servers/plaintext "$work/plaintext"
   PLAINTEXT=$work/plaintext
+else
+  ./bazelw build -c opt //tools:syscall_cost >&2
 fi
+cp -f bazel-bin/tools/syscall_cost "$work/syscall_cost"
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost \
   -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
 cp benchmarks/peers/plaintext.txt "$work/plaintext.txt"
@@ -106,6 +132,10 @@ start_server() {  # side shape port
   exit 1
 }
 
+# One system call's cost, in ns (median of the tool's rounds), on the server's CPU.
+syscall_ns() { taskset -c "$SERVER_CPU" "$work/syscall_cost" | sed -n 's/^syscall_ns=\([0-9.]*\).*/\1/p'; }
+syscall_before=$(syscall_ns)
+
 results=$work/results.tsv
 for round in $(seq "$ROUNDS"); do
   for shape in $SHAPES; do
@@ -127,6 +157,11 @@ for round in $(seq "$ROUNDS"); do
     done
   done
 done
+
+syscall_after=$(syscall_ns)
+cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+echo "machine: ${cpu_model:-unknown CPU}, $(nproc) cores, kernel $(uname -r);" \
+  "one system call ${syscall_before} ns before the runs, ${syscall_after} ns after"
 
 /usr/bin/python3 - "$results" "$DURATION" "$(getconf CLK_TCK)" <<'EOF'
 import statistics, sys
