@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
@@ -178,26 +179,48 @@ void SeriesAttributes(const SeriesSnapshot& s, std::string* out) {
 // The attributes of a server span (OpenTelemetry's HTTP semantic conventions: the required and
 // recommended ones; the opt-in body sizes and network.protocol.name, implied by "http", are left
 // out), written through `out`, which has String(key, value) (skipping empty values) and
-// Int(key, value): the JSON and protobuf encodings list the same attributes.
+// Int(key, value): the JSON and protobuf encodings list the same attributes. In two groups: those
+// the requests of one route from one kind of client repeat (RouteAttributes, whose values
+// RouteValues lists), and those of the request alone: its query and the client's address and
+// port, which differ from connection to connection (RequestAttributes).
 template <typename Out>
-void SpanAttributes(const ExchangeSnapshot& s, Out& out) {
+void RouteAttributes(const ExchangeSnapshot& s, Out& out) {
   out.String("http.request.method", s.method());
   out.String("url.scheme", s.scheme());
   const std::string_view target = s.target();
-  const size_t q = target.find('?');
-  out.String("url.path", target.substr(0, q));
-  if (q != std::string_view::npos) out.String("url.query", target.substr(q + 1));
+  out.String("url.path", target.substr(0, target.find('?')));
   out.String("http.route", s.route());
   if (s.status != 0) out.Int("http.response.status_code", s.status);
   out.String("network.protocol.version", s.protocol_version());
   auto [host, port] = SplitAuthority(s.authority());
   out.String("server.address", host);
   if (port > 0) out.Int("server.port", port);
+  out.String("user_agent.original", s.user_agent());
+  out.String("error.type", s.error_type());
+}
+
+// What RouteAttributes writes depends on these values and the status alone.
+constexpr size_t kRouteValues = 8;
+std::array<std::string_view, kRouteValues> RouteValues(const ExchangeSnapshot& s) {
+  return {s.method(),           s.scheme(),    s.target().substr(0, s.target().find('?')),
+          s.route(),            s.protocol_version(), s.authority(),
+          s.user_agent(),       s.error_type()};
+}
+
+template <typename Out>
+void RequestAttributes(const ExchangeSnapshot& s, Out& out) {
+  const std::string_view target = s.target();
+  const size_t q = target.find('?');
+  if (q != std::string_view::npos) out.String("url.query", target.substr(q + 1));
   auto [client, client_port] = SplitAuthority(s.peer());
   out.String("client.address", client);
   if (client_port > 0) out.Int("client.port", client_port);
-  out.String("user_agent.original", s.user_agent());
-  out.String("error.type", s.error_type());
+}
+
+template <typename Out>
+void SpanAttributes(const ExchangeSnapshot& s, Out& out) {
+  RouteAttributes(s, out);
+  RequestAttributes(s, out);
 }
 
 // "{method} {route}", or the method alone; "HTTP" for a method that could not be parsed.
@@ -314,6 +337,38 @@ class ProtoAttributes {
   const int field_;
   ProtoOut* const out_;
 };
+
+// Appends the span's route attributes to `o`: the last span's bytes when their values are the same
+// (most spans in a row, on a busy route), else encoded and kept. True if copied.
+bool AddRouteAttributes(const ExchangeSnapshot& s, SpanBatchEncoder::KeptRoute* kept,
+                        ProtoOut* o) {
+  const std::array<std::string_view, kRouteValues> values = RouteValues(s);
+  static_assert(kRouteValues == std::tuple_size_v<decltype(kept->sizes)>);
+  bool same = kept->valid && kept->status == s.status;
+  for (size_t i = 0, at = 0; same && i < kRouteValues; ++i) {
+    same = kept->sizes[i] == values[i].size() &&
+           std::memcmp(kept->values.data() + at, values[i].data(), values[i].size()) == 0;
+    at += values[i].size();
+  }
+  if (!same) {
+    kept->values.clear();
+    for (size_t i = 0; i < kRouteValues; ++i) {
+      kept->sizes[i] = values[i].size();
+      kept->values.append(values[i]);
+    }
+    kept->status = s.status;
+    kept->bytes.clear();
+    {
+      ProtoOut r(&kept->bytes);
+      ProtoAttributes attributes(9, &r);
+      RouteAttributes(s, attributes);
+    }
+    kept->valid = true;
+  }
+  o->Need(kept->bytes.size());
+  o->Raw(kept->bytes);
+  return same;
+}
 
 }  // namespace
 
@@ -663,8 +718,9 @@ void SpanBatchEncoder::Add(const ExchangeSnapshot& s) {
     o.Varint(2);  // SPAN_KIND_SERVER
     o.Fixed64(7, static_cast<uint64_t>(s.start_unix_ns));
     o.Fixed64(8, static_cast<uint64_t>(s.start_unix_ns) + s.duration_ns);
+    if (AddRouteAttributes(s, &route_, &o)) ++route_reused_;
     ProtoAttributes attributes(9, &o);
-    SpanAttributes(s, attributes);
+    RequestAttributes(s, attributes);
     // Status{code = 3: STATUS_CODE_ERROR (2)} for a 5xx or a failed exchange; else unset.
     o.Need(ProtoOut::Field(2));
     if (!s.error_type().empty()) o.Bytes(15, std::string_view("\x18\x02", 2));

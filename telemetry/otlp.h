@@ -24,6 +24,7 @@
 
 #include <absl/base/thread_annotations.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -98,6 +99,18 @@ class SpanBatchEncoder {
   void Add(const ExchangeSnapshot& span);
   size_t spans() const { return spans_; }
   std::string_view Finish();
+  // Spans whose route attributes (all but the query and the client's address and port) were the
+  // last span's and were copied encoded, not encoded again; since construction.
+  uint64_t route_attributes_reused() const { return route_reused_; }
+
+  // The last span's route attributes, encoded, with the values they came from (Add's business).
+  struct KeptRoute {
+    std::string values;              // the values, back to back
+    std::array<size_t, 8> sizes{};   // and their sizes
+    uint16_t status = 0;
+    std::string bytes;               // the encoded KeyValues
+    bool valid = false;
+  };
 
  private:
   std::string resource_;  // the Resource and InstrumentationScope messages of this batch
@@ -107,6 +120,8 @@ class SpanBatchEncoder {
   std::string span_;      // one span, before its length is known
   std::string prefix_;    // its tag and length
   size_t spans_ = 0;
+  KeptRoute route_;
+  uint64_t route_reused_ = 0;
 };
 // The same message as SpansProtobuf, in `scratch` (the view is valid until its next use).
 std::string_view EncodeSpansProtobuf(std::span<const ExchangeSnapshot> spans,

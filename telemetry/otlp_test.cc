@@ -412,6 +412,55 @@ TEST(Otlp, SpansProtobufCarriesIdsParentTimesStatusAndAttributes) {
   }
 }
 
+// A span whose route attributes (all but the query and the client's) are the last span's takes
+// their encoded bytes from it; each span still decodes to exactly what it gives encoded alone.
+TEST(Otlp, SpansOfOneRouteInARowShareTheirRouteAttributesAndEachDecodesAsIfAlone) {
+  auto span = [](std::string_view method, std::string_view route, uint16_t status,
+                 std::string_view peer, std::string_view version) {
+    ExchangeRecord r;
+    r.method = method;
+    r.route = route;
+    r.scheme = "http";
+    r.protocol_version = version;
+    r.status = status;
+    r.peer_address = peer;
+    r.trace.sampled = true;
+    r.trace.trace_id = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    r.trace.span_id = {1, 2, 3, 4, 5, 6, 7, 8};
+    ExchangeSnapshot s;
+    s.CopyFrom(r);
+    return s;
+  };
+  const ExchangeSnapshot spans[] = {
+      span("GET", "/a", 200, "127.0.0.1:40000", "1.1"),
+      span("GET", "/a", 200, "127.0.0.1:40001", "1.1"),   // the last one's, another client
+      span("GET", "/b", 200, "127.0.0.1:40001", "1.1"),   // another route
+      span("GET", "/b", 200, "10.0.0.1:7", "1.1"),        // the last one's
+      span("GET", "/b", 404, "10.0.0.1:7", "1.1"),        // another status, nothing else
+      span("GET", "/b", 503, "10.0.0.1:7", "1.1"),        // another status (and error.type)
+      span("POST", "/b", 503, "10.0.0.1:7", "1.1"),       // another method
+      span("POST", "/b", 503, "10.0.0.1:7", "2"),         // another protocol version
+      span("POST", "/b", 503, "[::1]:9", "2"),            // the last one's
+  };
+  SpanBatchEncoder encoder;
+  encoder.Begin("svc");
+  for (const ExchangeSnapshot& s : spans) encoder.Add(s);
+  const std::string body(encoder.Finish());
+  EXPECT_EQ(encoder.route_attributes_reused(), 3u);
+  const auto messages = FieldsNumbered(FieldsNumbered(FieldsNumbered(body, 1)[0], 2)[0], 2);
+  ASSERT_EQ(messages.size(), std::size(spans));
+  for (size_t i = 0; i < std::size(spans); ++i) {
+    const std::string alone = SpansProtobuf({&spans[i], 1}, "svc");
+    const auto alone_span = FieldsNumbered(FieldsNumbered(FieldsNumbered(alone, 1)[0], 2)[0], 2)[0];
+    EXPECT_EQ(AttributesOf(messages[i], 9), AttributesOf(alone_span, 9)) << "span " << i;
+    EXPECT_EQ(FieldsNumbered(messages[i], 9).size(), FieldsNumbered(alone_span, 9).size())
+        << "span " << i;
+  }
+  EXPECT_EQ(AttributesOf(messages[1], 9)["client.port"], "i:40001");
+  EXPECT_EQ(AttributesOf(messages[4], 9)["http.response.status_code"], "i:404");
+  EXPECT_EQ(AttributesOf(messages[8], 9)["client.address"], "s:::1");
+}
+
 TEST(Otlp, SpansJsonAndProtobufListTheSameAttributes) {
   const ExchangeSnapshot s = Span();
   const std::string json = SpansJson({&s, 1}, "svc");
