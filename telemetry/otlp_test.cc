@@ -148,6 +148,24 @@ OtlpOptions Options(int attempts, std::chrono::milliseconds backoff) {
   return o;
 }
 
+// A sampled exchange over http with these, as a span (trace and span ids set, no parent).
+ExchangeSnapshot SpanOf(std::string_view method, std::string_view route, uint16_t status,
+                        std::string_view peer, std::string_view version) {
+  ExchangeRecord r;
+  r.method = method;
+  r.route = route;
+  r.scheme = "http";
+  r.protocol_version = version;
+  r.status = status;
+  r.peer_address = peer;
+  r.trace.sampled = true;
+  r.trace.trace_id = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  r.trace.span_id = {1, 2, 3, 4, 5, 6, 7, 8};
+  ExchangeSnapshot s;
+  s.CopyFrom(r);
+  return s;
+}
+
 ExchangeSnapshot Span() {
   ExchangeRecord r;
   r.method = "GET";
@@ -415,22 +433,7 @@ TEST(Otlp, SpansProtobufCarriesIdsParentTimesStatusAndAttributes) {
 // A span whose route attributes (all but the query and the client's) are the last span's takes
 // their encoded bytes from it; each span still decodes to exactly what it gives encoded alone.
 TEST(Otlp, SpansOfOneRouteInARowShareTheirRouteAttributesAndEachDecodesAsIfAlone) {
-  auto span = [](std::string_view method, std::string_view route, uint16_t status,
-                 std::string_view peer, std::string_view version) {
-    ExchangeRecord r;
-    r.method = method;
-    r.route = route;
-    r.scheme = "http";
-    r.protocol_version = version;
-    r.status = status;
-    r.peer_address = peer;
-    r.trace.sampled = true;
-    r.trace.trace_id = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
-    r.trace.span_id = {1, 2, 3, 4, 5, 6, 7, 8};
-    ExchangeSnapshot s;
-    s.CopyFrom(r);
-    return s;
-  };
+  const auto span = SpanOf;
   const ExchangeSnapshot spans[] = {
       span("GET", "/a", 200, "127.0.0.1:40000", "1.1"),
       span("GET", "/a", 200, "127.0.0.1:40001", "1.1"),   // the last one's, another client
