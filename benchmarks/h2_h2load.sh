@@ -38,11 +38,16 @@ for setting in ROUNDS DURATION; do
   fi
 done
 for setting in SERVER_CPU LOAD_CPU; do
-  if ! [[ "${!setting}" =~ ^[0-9]{1,4}$ ]]; then
-    echo "h2_h2load.sh: $setting=${!setting}: needs a CPU number" >&2
+  # A CPU list as taskset takes it ("0", "2,3", "0-1"), and one this process may run on.
+  if ! [[ "${!setting}" =~ ^[0-9]+([,-][0-9]+)*$ ]] || ! taskset -c "${!setting}" true 2>/dev/null; then
+    echo "h2_h2load.sh: $setting=${!setting}: needs a CPU list taskset accepts here (\"0\", \"2,3\")" >&2
     exit 2
   fi
 done
+if [ -z "${SHAPES// /}" ] || [ -z "${SIDES// /}" ]; then
+  echo "h2_h2load.sh: SHAPES and SIDES need at least one name each" >&2
+  exit 2
+fi
 for shape in $SHAPES; do
   case "$shape" in h2c | tls) ;; *) echo "h2_h2load.sh: SHAPES: unknown shape '$shape'" >&2; exit 2 ;; esac
 done
@@ -56,6 +61,11 @@ for tool in h2load h2o nghttpd openssl taskset /usr/bin/python3; do
   command -v "$tool" >/dev/null || { echo "h2_h2load.sh: $tool is required" >&2; exit 2; }
 done
 
+# A given server binary, by its own path (before the cd below, and before a build can move the
+# bazel-bin link it may go through): copied into the work directory once that exists.
+if [ -n "${PLAINTEXT:-}" ]; then
+  PLAINTEXT=$(realpath -e "$PLAINTEXT") || { echo "h2_h2load.sh: PLAINTEXT: no such file" >&2; exit 2; }
+fi
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
 chmod 755 "$work"  # h2o's worker runs as nobody and reads the body and its certificate here
@@ -71,6 +81,8 @@ if [ -z "${PLAINTEXT:-}" ]; then
   cp -f bazel-bin/servers/plaintext "$work/plaintext"
   PLAINTEXT=$work/plaintext
 else
+  cp -f "$PLAINTEXT" "$work/plaintext"
+  PLAINTEXT=$work/plaintext
   ./bazelw build -c opt //tools:syscall_cost >&2
 fi
 cp -f bazel-bin/tools/syscall_cost "$work/syscall_cost"
@@ -159,8 +171,8 @@ for round in $(seq "$ROUNDS"); do
 done
 
 syscall_after=$(syscall_ns)
-cpu_model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
-echo "machine: ${cpu_model:-unknown CPU}, $(nproc) cores, kernel $(uname -r);" \
+cpu_model=$(sed -n '/^model name/{s/^model name[[:space:]]*: //p;q}' /proc/cpuinfo)
+echo "machine: ${cpu_model:-unknown CPU}, $(nproc --all) CPUs, kernel $(uname -r);" \
   "one system call ${syscall_before} ns before the runs, ${syscall_after} ns after"
 
 /usr/bin/python3 - "$results" "$DURATION" "$(getconf CLK_TCK)" <<'EOF'

@@ -1,7 +1,8 @@
 #!/bin/bash
 # benchmarks/h2_h2load.sh refuses what it cannot run before it builds or starts anything: --help
 # and --version exit 0; an unknown argument, a ROUNDS or DURATION that is not a whole number of
-# at least 1, a CPU that is not a number, and an unknown shape or side exit 2 naming the problem.
+# at least 1, a CPU list taskset refuses, no shape or side, and an unknown shape or side exit 2
+# naming the problem.
 # Usage: h2_h2load_args_test.sh PATH_TO_SCRIPT
 set -u
 script="$1"
@@ -19,7 +20,9 @@ expect_run 2 "ROUNDS=x: needs a whole number" env ROUNDS=x bash "$script"
 expect_run 2 "ROUNDS=0: needs a whole number" env ROUNDS=0 bash "$script"
 expect_run 2 "DURATION=-5: needs a whole number" env DURATION=-5 bash "$script"
 expect_run 2 "DURATION=1.5: needs a whole number" env DURATION=1.5 bash "$script"
-expect_run 2 "LOAD_CPU=one: needs a CPU number" env LOAD_CPU=one bash "$script"
+expect_run 2 "LOAD_CPU=one: needs a CPU list" env LOAD_CPU=one bash "$script"
+expect_run 2 "SERVER_CPU=99999: needs a CPU list" env SERVER_CPU=99999 bash "$script"
+expect_run 2 "SHAPES and SIDES need at least one name" env SHAPES=" " bash "$script"
 expect_run 2 "SHAPES: unknown shape 'h3'" env SHAPES="h2c h3" bash "$script"
 expect_run 2 "SIDES: unknown side 'nginx'" env SIDES="h2o nginx" bash "$script"
 sh_test_finish

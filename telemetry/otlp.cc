@@ -351,6 +351,7 @@ bool AddRouteAttributes(const ExchangeSnapshot& s, SpanBatchEncoder::KeptRoute* 
     at += values[i].size();
   }
   if (!same) {
+    kept->valid = false;  // until the bytes match the values again
     kept->values.clear();
     for (size_t i = 0; i < kRouteValues; ++i) {
       kept->sizes[i] = values[i].size();

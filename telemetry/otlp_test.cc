@@ -15,6 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "http/exchange.h"
+#include "http/request_editor.h"
+
 namespace sluice::telemetry {
 namespace {
 
@@ -148,10 +151,21 @@ OtlpOptions Options(int attempts, std::chrono::milliseconds backoff) {
   return o;
 }
 
-// A sampled exchange over http with these, as a span (trace and span ids set, no parent).
+// A sampled exchange over http with these, as a span (trace and span ids set, no parent). The
+// request's target, authority and user agent come from `target` ("/path?query"), `host` and
+// `agent` when any is given.
 ExchangeSnapshot SpanOf(std::string_view method, std::string_view route, uint16_t status,
-                        std::string_view peer, std::string_view version) {
+                        std::string_view peer, std::string_view version,
+                        std::string_view target = {}, std::string_view host = {},
+                        std::string_view agent = {}) {
+  http::Request req;
+  http::RequestEditor edit(req);
+  edit.SetPath(target.substr(0, target.find('?')));
+  if (target.find('?') != std::string_view::npos) edit.SetQuery(target.substr(target.find('?') + 1));
+  edit.SetAuthority(host);
+  if (!agent.empty()) edit.AddHeader("user-agent", agent);
   ExchangeRecord r;
+  if (!target.empty() || !host.empty() || !agent.empty()) r.request = &req;
   r.method = method;
   r.route = route;
   r.scheme = "http";
@@ -433,23 +447,29 @@ TEST(Otlp, SpansProtobufCarriesIdsParentTimesStatusAndAttributes) {
 // A span whose route attributes (all but the query and the client's) are the last span's takes
 // their encoded bytes from it; each span still decodes to exactly what it gives encoded alone.
 TEST(Otlp, SpansOfOneRouteInARowShareTheirRouteAttributesAndEachDecodesAsIfAlone) {
-  const auto span = SpanOf;
   const ExchangeSnapshot spans[] = {
-      span("GET", "/a", 200, "127.0.0.1:40000", "1.1"),
-      span("GET", "/a", 200, "127.0.0.1:40001", "1.1"),   // the last one's, another client
-      span("GET", "/b", 200, "127.0.0.1:40001", "1.1"),   // another route
-      span("GET", "/b", 200, "10.0.0.1:7", "1.1"),        // the last one's
-      span("GET", "/b", 404, "10.0.0.1:7", "1.1"),        // another status, nothing else
-      span("GET", "/b", 503, "10.0.0.1:7", "1.1"),        // another status (and error.type)
-      span("POST", "/b", 503, "10.0.0.1:7", "1.1"),       // another method
-      span("POST", "/b", 503, "10.0.0.1:7", "2"),         // another protocol version
-      span("POST", "/b", 503, "[::1]:9", "2"),            // the last one's
+      SpanOf("GET", "/a", 200, "127.0.0.1:40000", "1.1"),
+      SpanOf("GET", "/a", 200, "127.0.0.1:40001", "1.1"),   // the last one's, another client
+      SpanOf("GET", "/b", 200, "127.0.0.1:40001", "1.1"),   // another route
+      SpanOf("GET", "/b", 200, "10.0.0.1:7", "1.1"),        // the last one's
+      SpanOf("GET", "/b", 404, "10.0.0.1:7", "1.1"),        // another status, nothing else
+      SpanOf("GET", "/b", 503, "10.0.0.1:7", "1.1"),        // another status (and error.type)
+      SpanOf("POST", "/b", 503, "10.0.0.1:7", "1.1"),       // another method
+      SpanOf("POST", "/b", 503, "10.0.0.1:7", "2"),         // another protocol version
+      SpanOf("POST", "/b", 503, "[::1]:9", "2"),            // the last one's
+      SpanOf("GET", "/u", 200, "[::1]:9", "2", "/u/1?a=1", "h:80", "curl"),
+      SpanOf("GET", "/u", 200, "[::1]:10", "2", "/u/1?a=2", "h:80", "curl"),  // the last one's
+      SpanOf("GET", "/u", 200, "[::1]:10", "2", "/u/2?a=2", "h:80", "curl"),  // another path
+      SpanOf("GET", "/u", 200, "[::1]:10", "2", "/u/2?a=2", "h:81", "curl"),  // another port
+      SpanOf("GET", "/u", 200, "[::1]:10", "2", "/u/2?a=2", "g:81", "curl"),  // another host
+      SpanOf("GET", "/u", 200, "[::1]:10", "2", "/u/2?a=2", "g:81", "wget"),  // another agent
+      SpanOf("GET", "/u", 200, "[::1]:10", "2", "/u/2", "g:81", "wget"),      // no query: the same
   };
   SpanBatchEncoder encoder;
   encoder.Begin("svc");
   for (const ExchangeSnapshot& s : spans) encoder.Add(s);
   const std::string body(encoder.Finish());
-  EXPECT_EQ(encoder.route_attributes_reused(), 3u);
+  EXPECT_EQ(encoder.route_attributes_reused(), 5u);
   const auto messages = FieldsNumbered(FieldsNumbered(FieldsNumbered(body, 1)[0], 2)[0], 2);
   ASSERT_EQ(messages.size(), std::size(spans));
   for (size_t i = 0; i < std::size(spans); ++i) {
@@ -462,6 +482,12 @@ TEST(Otlp, SpansOfOneRouteInARowShareTheirRouteAttributesAndEachDecodesAsIfAlone
   EXPECT_EQ(AttributesOf(messages[1], 9)["client.port"], "i:40001");
   EXPECT_EQ(AttributesOf(messages[4], 9)["http.response.status_code"], "i:404");
   EXPECT_EQ(AttributesOf(messages[8], 9)["client.address"], "s:::1");
+  EXPECT_EQ(AttributesOf(messages[10], 9)["url.query"], "s:a=2");
+  EXPECT_EQ(AttributesOf(messages[11], 9)["url.path"], "s:/u/2");
+  EXPECT_EQ(AttributesOf(messages[12], 9)["server.port"], "i:81");
+  EXPECT_EQ(AttributesOf(messages[13], 9)["server.address"], "s:g");
+  EXPECT_EQ(AttributesOf(messages[14], 9)["user_agent.original"], "s:wget");
+  EXPECT_EQ(AttributesOf(messages[15], 9).count("url.query"), 0u);
 }
 
 TEST(Otlp, SpansJsonAndProtobufListTheSameAttributes) {
