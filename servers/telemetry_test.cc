@@ -36,6 +36,7 @@ class Recorder : public telemetry::Listener {
     std::lock_guard<std::mutex> lock(mu_);
     ++starts_;
     (void)r;
+    cv_.notify_all();
   }
   void OnError(const ExchangeRecord& r) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -55,6 +56,11 @@ class Recorder : public telemetry::Listener {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, std::chrono::seconds(10), [&] { return stops_.size() >= n; });
     return stops_;
+  }
+  // Waits (bounded) until `n` requests started; true if they did.
+  bool WaitForStarts(int n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(10), [&] { return starts_ >= n; });
   }
   int starts() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -179,8 +185,10 @@ TEST_P(TelemetryTest, APeerResetMidBodyIsAnErrorAndTheExchangeStillStops) {
     ASSERT_TRUE(client.ok());
     ASSERT_TRUE((*client)->Send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n" +
                                 std::string(5000, 'a')));
-    // Let the server take the head and some body before the reset.
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    // The reset comes once the server has taken the head (the exchange started) and is waiting
+    // for the rest of the body. (A fixed pause before it lost the race under ThreadSanitizer: a
+    // reset that arrives first discards the unread request, and no exchange starts.)
+    ASSERT_TRUE(rec->WaitForStarts(i + 1));
     (*client)->CloseWithReset();
   }
   const std::vector<std::string> stops = rec->WaitForStops(20);
