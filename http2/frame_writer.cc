@@ -229,11 +229,15 @@ bool FrameWriter::SendAlone(StreamOutput& stream, std::span<const HeaderField>* 
   if (aborted_ || completed_ || stream.closed_) return false;
   const bool ok = WriteOutputLocked(stream, fields, data, end);
   if (ok && !in_pass_) FlushLocked(nullptr);
-  if ((!finished_.empty() || blocked_since_) && !wake_pending_ && !in_pass_) {
-    wake_pending_ = true;
-    wake_loop_();
-  }
+  if (ClaimWakeLocked(/*loop_in_pass=*/in_pass_)) wake_loop_();
   return ok;
+}
+
+bool FrameWriter::ClaimWakeLocked(bool loop_in_pass) {
+  if (finished_.empty() && !blocked_since_) return false;  // no news for the loop
+  if (wake_pending_ || loop_in_pass) return false;  // a wake is on its way, or the pass takes it
+  wake_pending_ = true;
+  return true;
 }
 
 bool FrameWriter::SendLocked(StreamOutput& stream, std::span<const HeaderField>* fields,
@@ -259,10 +263,7 @@ bool FrameWriter::SendLocked(StreamOutput& stream, std::span<const HeaderField>*
         stream.room_.Wait(&frame_mu_);
       }
     }
-    if ((!finished_.empty() || blocked_since_) && !wake_pending_ && !(on_loop && in_pass_)) {
-      wake_pending_ = true;
-      wake = true;
-    }
+    wake = ClaimWakeLocked(/*loop_in_pass=*/on_loop && in_pass_);
   }
   if (wake) wake_loop_();
   if (waiter != nullptr) {

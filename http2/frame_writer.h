@@ -228,6 +228,10 @@ class FrameWriter {
   [[nodiscard]] bool WriteOutputLocked(StreamOutput& stream, std::span<const HeaderField>* fields,
                                        std::span<const uint8_t> data, bool end)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
+  // After a producer's write: true if the loop must be woken for news (streams finished, output
+  // blocked on window) and no wake is pending; marks one pending. A loop in its pass takes the
+  // news at the pass's end instead.
+  bool ClaimWakeLocked(bool loop_in_pass) ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
   // kQueue producer path.
   bool Stage(StreamOutput& stream, std::span<const HeaderField>* fields,
              std::span<const uint8_t> data, bool end);
