@@ -1387,7 +1387,7 @@ void Connection::Abort() {
 
 void Connection::NotifyClosedIfDone() {
   if (!closed_ || notified_closed_ || !on_closed_) return;
-  if ((open_exchanges_.load() & ~kClosedBit) != 0 && !aborted_) return;
+  if (OpenExchanges(std::memory_order_seq_cst) != 0 && !aborted_) return;
   notified_closed_ = true;
   std::function<void()> cb = std::move(on_closed_);
   on_closed_ = nullptr;
@@ -1398,8 +1398,11 @@ bool Connection::LoopAlone() const {
   // Acquire: a producer off the loop finished with the writer before its exchange left the count
   // (ExchangeEnded's decrement). An exchange handed off by an inline handler that has not
   // returned yet is not counted, but its thread is not the loop: hence the second test.
-  return (open_exchanges_.load(std::memory_order_acquire) & ~kClosedBit) == 0 &&
-         loop_->IsInLoopThread();
+  return OpenExchanges(std::memory_order_acquire) == 0 && loop_->IsInLoopThread();
+}
+
+uint64_t Connection::OpenExchanges(std::memory_order order) const {
+  return open_exchanges_.load(order) & ~kClosedBit;
 }
 
 void Connection::ExchangeEnded() {

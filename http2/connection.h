@@ -195,6 +195,8 @@ class Connection final : public http::ProtocolConnection,
   // (on a worker, or deferred to another thread): nobody else is writing its output, so the
   // frame writer needs no lock (FrameWriter::SendHead's `alone`).
   bool LoopAlone() const;
+  // The exchanges counted in open_exchanges_, without the closed bit.
+  uint64_t OpenExchanges(std::memory_order order) const;
   // Moves every open stream to retired_streams_ (out of the map first) and ends its body with
   // UNAVAILABLE (`why`); returns them, held.
   std::vector<std::shared_ptr<Stream>> RetireOpenStreams(std::string_view why);

@@ -183,12 +183,23 @@ void SeriesAttributes(const SeriesSnapshot& s, std::string* out) {
 // the requests of one route from one kind of client repeat (RouteAttributes, whose values
 // RouteValues lists), and those of the request alone: its query and the client's address and
 // port, which differ from connection to connection (RequestAttributes).
+// A request target split at its first '?': the path, and the query without the '?' (empty if none).
+struct TargetParts {
+  std::string_view path;
+  std::string_view query;
+};
+TargetParts SplitTarget(std::string_view target) {
+  const size_t q = target.find('?');
+  if (q == std::string_view::npos) return {target, {}};
+  return {target.substr(0, q), target.substr(q + 1)};
+}
+
+// `path` is the target's (SplitTarget), found once per span by the caller.
 template <typename Out>
-void RouteAttributes(const ExchangeSnapshot& s, Out& out) {
+void RouteAttributes(const ExchangeSnapshot& s, std::string_view path, Out& out) {
   out.String("http.request.method", s.method());
   out.String("url.scheme", s.scheme());
-  const std::string_view target = s.target();
-  out.String("url.path", target.substr(0, target.find('?')));
+  out.String("url.path", path);
   out.String("http.route", s.route());
   if (s.status != 0) out.Int("http.response.status_code", s.status);
   out.String("network.protocol.version", s.protocol_version());
@@ -200,18 +211,17 @@ void RouteAttributes(const ExchangeSnapshot& s, Out& out) {
 }
 
 // What RouteAttributes writes depends on these values and the status alone.
-constexpr size_t kRouteValues = 8;
-std::array<std::string_view, kRouteValues> RouteValues(const ExchangeSnapshot& s) {
-  return {s.method(),           s.scheme(),    s.target().substr(0, s.target().find('?')),
-          s.route(),            s.protocol_version(), s.authority(),
-          s.user_agent(),       s.error_type()};
+constexpr size_t kRouteValues = SpanBatchEncoder::KeptRoute::kValues;
+std::array<std::string_view, kRouteValues> RouteValues(const ExchangeSnapshot& s,
+                                                       std::string_view path) {
+  return {s.method(),           s.scheme(),    path,           s.route(),
+          s.protocol_version(), s.authority(), s.user_agent(), s.error_type()};
 }
 
+// `query` is the target's (SplitTarget).
 template <typename Out>
-void RequestAttributes(const ExchangeSnapshot& s, Out& out) {
-  const std::string_view target = s.target();
-  const size_t q = target.find('?');
-  if (q != std::string_view::npos) out.String("url.query", target.substr(q + 1));
+void RequestAttributes(const ExchangeSnapshot& s, std::string_view query, Out& out) {
+  out.String("url.query", query);
   auto [client, client_port] = SplitAuthority(s.peer());
   out.String("client.address", client);
   if (client_port > 0) out.Int("client.port", client_port);
@@ -219,8 +229,9 @@ void RequestAttributes(const ExchangeSnapshot& s, Out& out) {
 
 template <typename Out>
 void SpanAttributes(const ExchangeSnapshot& s, Out& out) {
-  RouteAttributes(s, out);
-  RequestAttributes(s, out);
+  const TargetParts target = SplitTarget(s.target());
+  RouteAttributes(s, target.path, out);
+  RequestAttributes(s, target.query, out);
 }
 
 // "{method} {route}", or the method alone; "HTTP" for a method that could not be parsed.
@@ -340,10 +351,9 @@ class ProtoAttributes {
 
 // Appends the span's route attributes to `o`: the last span's bytes when their values are the same
 // (most spans in a row, on a busy route), else encoded and kept. True if copied.
-bool AddRouteAttributes(const ExchangeSnapshot& s, SpanBatchEncoder::KeptRoute* kept,
-                        ProtoOut* o) {
-  const std::array<std::string_view, kRouteValues> values = RouteValues(s);
-  static_assert(kRouteValues == std::tuple_size_v<decltype(kept->sizes)>);
+bool AddRouteAttributes(const ExchangeSnapshot& s, std::string_view path,
+                        SpanBatchEncoder::KeptRoute* kept, ProtoOut* o) {
+  const std::array<std::string_view, kRouteValues> values = RouteValues(s, path);
   bool same = kept->valid && kept->status == s.status;
   for (size_t i = 0, at = 0; same && i < kRouteValues; ++i) {
     same = kept->sizes[i] == values[i].size() &&
@@ -362,7 +372,7 @@ bool AddRouteAttributes(const ExchangeSnapshot& s, SpanBatchEncoder::KeptRoute* 
     {
       ProtoOut r(&kept->bytes);
       ProtoAttributes attributes(9, &r);
-      RouteAttributes(s, attributes);
+      RouteAttributes(s, path, attributes);
     }
     kept->valid = true;
   }
@@ -719,9 +729,10 @@ void SpanBatchEncoder::Add(const ExchangeSnapshot& s) {
     o.Varint(2);  // SPAN_KIND_SERVER
     o.Fixed64(7, static_cast<uint64_t>(s.start_unix_ns));
     o.Fixed64(8, static_cast<uint64_t>(s.start_unix_ns) + s.duration_ns);
-    if (AddRouteAttributes(s, &route_, &o)) ++route_reused_;
+    const TargetParts target = SplitTarget(s.target());
+    if (AddRouteAttributes(s, target.path, &route_, &o)) ++route_reused_;
     ProtoAttributes attributes(9, &o);
-    RequestAttributes(s, attributes);
+    RequestAttributes(s, target.query, attributes);
     // Status{code = 3: STATUS_CODE_ERROR (2)} for a 5xx or a failed exchange; else unset.
     o.Need(ProtoOut::Field(2));
     if (!s.error_type().empty()) o.Bytes(15, std::string_view("\x18\x02", 2));

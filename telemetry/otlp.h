@@ -105,8 +105,10 @@ class SpanBatchEncoder {
 
   // The last span's route attributes, encoded, with the values they came from (Add's business).
   struct KeptRoute {
-    std::string values;              // the values, back to back
-    std::array<size_t, 8> sizes{};   // and their sizes
+    static constexpr size_t kValues = 8;  // method, scheme, path, route, version, authority,
+                                          // user agent, error type
+    std::string values;                   // the values, back to back
+    std::array<size_t, kValues> sizes{};  // and their sizes
     uint16_t status = 0;
     std::string bytes;               // the encoded KeyValues
     bool valid = false;
