@@ -42,16 +42,37 @@ inline void Bump(std::atomic<uint64_t>& cell, uint64_t by = 1) {
   cell.store(cell.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
 }
 
+// Bucket bounds in the unit a histogram records (ns for durations, bytes for sizes), so that a
+// value is placed by integer comparisons, with no conversion to seconds on the request path. Each
+// bound must be a whole number of that unit (every default one is); one that is not fails to
+// compile.
+template <size_t N>
+constexpr std::array<uint64_t, N> ScaledBounds(const std::array<double, N>& bounds, double scale) {
+  std::array<uint64_t, N> out{};
+  for (size_t i = 0; i < N; ++i) {
+    const double scaled = bounds[i] * scale;
+    out[i] = static_cast<uint64_t>(scaled + 0.5);
+    const double off = scaled - static_cast<double>(out[i]);
+    if (off > 1e-6 || off < -1e-6) throw "a bucket bound is not a whole number of its unit";
+  }
+  return out;
+}
+constexpr std::array<uint64_t, kDurationBuckets.size()> kDurationBoundsNs =
+    ScaledBounds(kDurationBuckets, 1e9);
+constexpr std::array<uint64_t, kBodySizeBuckets.size()> kBodySizeBoundsBytes =
+    ScaledBounds(kBodySizeBuckets, 1);
+
 template <size_t N>
 struct Hist {
   std::array<std::atomic<uint64_t>, N + 1> buckets{};
   std::atomic<uint64_t> count{0};
   std::atomic<uint64_t> sum{0};  // ns for durations, bytes for sizes
 
-  void Record(double value, uint64_t raw, const std::array<double, N>& bounds) {
-    // Upper bounds are inclusive (OpenTelemetry's explicit bucket histogram).
-    const size_t i =
-        static_cast<size_t>(std::lower_bound(bounds.begin(), bounds.end(), value) - bounds.begin());
+  void Record(uint64_t raw, const std::array<uint64_t, N>& bounds) {
+    // Upper bounds are inclusive (OpenTelemetry's explicit bucket histogram). A linear scan: most
+    // values fall in the first buckets (durations under 5 ms, small bodies).
+    size_t i = 0;
+    while (i < N && raw > bounds[i]) ++i;
     Bump(buckets[i]);
     Bump(count);
     Bump(sum, raw);
@@ -233,12 +254,9 @@ void HttpServerMetrics::RecordStop(const ExchangeRecord& record) {
       if (s == nullptr) s = cells->Insert(overflow, "");
     }
   }
-  s->duration.Record(static_cast<double>(record.duration_ns) / 1e9, record.duration_ns,
-                     kDurationBuckets);
-  s->request_body.Record(static_cast<double>(record.request_body_bytes), record.request_body_bytes,
-                         kBodySizeBuckets);
-  s->response_body.Record(static_cast<double>(record.response_body_bytes),
-                          record.response_body_bytes, kBodySizeBuckets);
+  s->duration.Record(record.duration_ns, kDurationBoundsNs);
+  s->request_body.Record(record.request_body_bytes, kBodySizeBoundsBytes);
+  s->response_body.Record(record.response_body_bytes, kBodySizeBoundsBytes);
 }
 
 MetricsSnapshot HttpServerMetrics::Collect() const {
