@@ -53,7 +53,8 @@ constexpr std::array<uint64_t, N> ScaledBounds(const std::array<double, N>& boun
     const double scaled = bounds[i] * scale;
     out[i] = static_cast<uint64_t>(scaled + 0.5);
     const double off = scaled - static_cast<double>(out[i]);
-    if (off > 1e-6 || off < -1e-6) throw "a bucket bound is not a whole number of its unit";
+    const double tolerance = 1e-9 * (scaled > 1 ? scaled : 1);  // a few roundings of a double
+    if (off > tolerance || off < -tolerance) throw "a bucket bound is not a whole number of its unit";
   }
   return out;
 }

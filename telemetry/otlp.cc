@@ -175,14 +175,6 @@ void SeriesAttributes(const SeriesSnapshot& s, std::string* out) {
   a.String("error.type", s.error_type);
 }
 
-
-// The attributes of a server span (OpenTelemetry's HTTP semantic conventions: the required and
-// recommended ones; the opt-in body sizes and network.protocol.name, implied by "http", are left
-// out), written through `out`, which has String(key, value) (skipping empty values) and
-// Int(key, value): the JSON and protobuf encodings list the same attributes. In two groups: those
-// the requests of one route from one kind of client repeat (RouteAttributes, whose values
-// RouteValues lists), and those of the request alone: its query and the client's address and
-// port, which differ from connection to connection (RequestAttributes).
 // A request target split at its first '?': the path, and the query without the '?' (empty if none).
 struct TargetParts {
   std::string_view path;
@@ -194,6 +186,14 @@ TargetParts SplitTarget(std::string_view target) {
   return {target.substr(0, q), target.substr(q + 1)};
 }
 
+// The attributes of a server span (OpenTelemetry's HTTP semantic conventions: the required and
+// recommended ones; the opt-in body sizes and network.protocol.name, implied by "http", are left
+// out), written through `out`, which has String(key, value) (skipping empty values) and
+// Int(key, value): the JSON and protobuf encodings list the same attributes. In two groups: those
+// the requests of one route from one kind of client repeat (RouteAttributes, whose values
+// RouteValues lists), and those of the request alone: its query and the client's address and
+// port, which differ from connection to connection (RequestAttributes).
+//
 // `path` is the target's (SplitTarget), found once per span by the caller.
 template <typename Out>
 void RouteAttributes(const ExchangeSnapshot& s, std::string_view path, Out& out) {
