@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <sys/utsname.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -185,10 +186,18 @@ size_t Uring::DispatchCompletions() {
     uint32_t flags;
   };
   Completion batch[kDispatchBatch];
+  // At most one completion queue's worth per call, then back to the loop. An operation that
+  // submits may see its request complete during the submission (a full queue is submitted at
+  // once; a poll of a ready socket completes in the call): unbounded, one connection re-arming a
+  // request the kernel keeps ending at once (multishot requests end while the queue overflows)
+  // would hold the pass forever, and with it the loop's tasks, timers and the closes that would
+  // end the storm.
+  const size_t limit = ring->cq.ring_entries;
   size_t total = 0;
-  while (true) {
+  while (total < limit) {
+    const unsigned want = static_cast<unsigned>(std::min<size_t>(kDispatchBatch, limit - total));
     io_uring_cqe* cqes[kDispatchBatch];
-    unsigned n = io_uring_peek_batch_cqe(ring, cqes, kDispatchBatch);
+    unsigned n = io_uring_peek_batch_cqe(ring, cqes, want);
     if (n == 0) break;
     for (unsigned i = 0; i < n; ++i) {
       batch[i] = Completion{cqes[i]->user_data, cqes[i]->res, cqes[i]->flags};
@@ -201,7 +210,7 @@ size_t Uring::DispatchCompletions() {
       if (op != nullptr) op->OnCompletion(batch[i].result, batch[i].flags);
     }
     total += n;
-    if (n < kDispatchBatch) break;
+    if (n < want) break;
   }
   Count(counters_.completions, total);
   return total;

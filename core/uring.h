@@ -86,8 +86,10 @@ class Uring {
   // Submits what is queued and waits up to `timeout_ms` for a completion (-1: no limit; 0: do
   // not wait). One io_uring_enter (a kernel with IORING_FEAT_EXT_ARG takes the timeout in it).
   void SubmitAndWait(int timeout_ms);
-  // Hands every available completion to its operation (operations may queue new requests).
-  // Returns how many.
+  // Hands the available completions to their operations (operations may queue new requests), at
+  // most as many as the completion queue holds, so that operations whose new requests complete
+  // at once cannot keep one call (and the loop's pass) going: the rest wait for the next call.
+  // Returns how many it handed.
   size_t DispatchCompletions();
   // Whether requests are queued and not yet submitted.
   bool HasUnsubmitted() const;

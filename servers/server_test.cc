@@ -905,6 +905,19 @@ TEST_P(ServerTest, ServesOtherConnectionsWhileRejectingBadInput) {
       << CloseOutcomeName(closed);
 }
 
+TEST_P(ServerTest, KeepsServingThroughAFloodOfConnectionsThatCloseAtOnce) {
+  StartServer();
+  // Each connection ends in completions on an io_uring loop (its accept, its receive's EOF, its
+  // poll); thousands of them overflow the completion queue, and the loop must still get through
+  // its passes to close them and to answer.
+  const auto deadline = steady_clock::now() + std::chrono::seconds(3);
+  int opened = 0;
+  for (; opened < 20'000 && steady_clock::now() < deadline; ++opened) {
+    ASSERT_NE(Connect(), nullptr) << "after " << opened << " connections";
+  }
+  EXPECT_EQ(Exchange(Get("/plaintext")).status, 200) << "after " << opened << " connections";
+}
+
 // ---------------------------------------------------------------------------
 // Timers
 
