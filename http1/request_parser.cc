@@ -2,6 +2,8 @@
 
 #include <string_view>
 
+#include "http/target.h"
+
 namespace sluice::http1 {
 
 namespace {
@@ -109,9 +111,9 @@ std::string_view SplitTarget(Method method, std::string_view target, TargetParts
     rest =
         authority_end == std::string_view::npos ? std::string_view() : rest.substr(authority_end);
   }
-  const size_t question = rest.find('?');
-  parts->path = rest.substr(0, question);
-  if (question != std::string_view::npos) parts->query = rest.substr(question + 1);
+  const http::PathAndQuery split = http::SplitPathAndQuery(rest);
+  parts->path = split.path;
+  parts->query = split.query;
   // An absolute-form target without a path means "/" (RFC 9112 §3.2.1); a static literal, so the
   // view outlives any input.
   if (parts->path.empty()) parts->path = "/";

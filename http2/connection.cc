@@ -9,6 +9,7 @@
 #include "http/date_cache.h"
 #include "http/linger.h"
 #include "http/request_editor.h"
+#include "http/target.h"
 
 namespace sluice::http2 {
 namespace {
@@ -738,9 +739,9 @@ void Connection::OnField(std::string_view name, std::string_view value) {
       req.SetScheme(value == "https" ? "https" : "http");
       return;
     case RequestPseudoHeader::kPath: {
-      const size_t q = value.find('?');
-      req.SetPath(value.substr(0, q));
-      if (q != std::string_view::npos) req.SetQuery(value.substr(q + 1));
+      const http::PathAndQuery split = http::SplitPathAndQuery(value);
+      req.SetPath(split.path);
+      if (!split.query.empty()) req.SetQuery(split.query);
       return;
     }
     case RequestPseudoHeader::kAuthority:

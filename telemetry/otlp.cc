@@ -14,6 +14,7 @@
 #include <charconv>
 #include <cstring>
 
+#include "http/target.h"
 #include "telemetry/trace_context.h"
 
 namespace sluice::telemetry {
@@ -175,17 +176,6 @@ void SeriesAttributes(const SeriesSnapshot& s, std::string* out) {
   a.String("error.type", s.error_type);
 }
 
-// A request target split at its first '?': the path, and the query without the '?' (empty if none).
-struct TargetParts {
-  std::string_view path;
-  std::string_view query;
-};
-TargetParts SplitTarget(std::string_view target) {
-  const size_t q = target.find('?');
-  if (q == std::string_view::npos) return {target, {}};
-  return {target.substr(0, q), target.substr(q + 1)};
-}
-
 // The attributes of a server span (OpenTelemetry's HTTP semantic conventions: the required and
 // recommended ones; the opt-in body sizes and network.protocol.name, implied by "http", are left
 // out), written through `out`, which has String(key, value) (skipping empty values) and
@@ -194,7 +184,7 @@ TargetParts SplitTarget(std::string_view target) {
 // RouteValues lists), and those of the request alone: its query and the client's address and
 // port, which differ from connection to connection (RequestAttributes).
 //
-// `path` is the target's (SplitTarget), found once per span by the caller.
+// `path` is the target's (http::SplitPathAndQuery), found once per span by the caller.
 template <typename Out>
 void RouteAttributes(const ExchangeSnapshot& s, std::string_view path, Out& out) {
   out.String("http.request.method", s.method());
@@ -218,7 +208,7 @@ std::array<std::string_view, kRouteValues> RouteValues(const ExchangeSnapshot& s
           s.protocol_version(), s.authority(), s.user_agent(), s.error_type()};
 }
 
-// `query` is the target's (SplitTarget).
+// `query` is the target's (http::SplitPathAndQuery).
 template <typename Out>
 void RequestAttributes(const ExchangeSnapshot& s, std::string_view query, Out& out) {
   out.String("url.query", query);
@@ -229,7 +219,7 @@ void RequestAttributes(const ExchangeSnapshot& s, std::string_view query, Out& o
 
 template <typename Out>
 void SpanAttributes(const ExchangeSnapshot& s, Out& out) {
-  const TargetParts target = SplitTarget(s.target());
+  const http::PathAndQuery target = http::SplitPathAndQuery(s.target());
   RouteAttributes(s, target.path, out);
   RequestAttributes(s, target.query, out);
 }
@@ -729,7 +719,7 @@ void SpanBatchEncoder::Add(const ExchangeSnapshot& s) {
     o.Varint(2);  // SPAN_KIND_SERVER
     o.Fixed64(7, static_cast<uint64_t>(s.start_unix_ns));
     o.Fixed64(8, static_cast<uint64_t>(s.start_unix_ns) + s.duration_ns);
-    const TargetParts target = SplitTarget(s.target());
+    const http::PathAndQuery target = http::SplitPathAndQuery(s.target());
     if (AddRouteAttributes(s, target.path, &route_, &o)) ++route_reused_;
     ProtoAttributes attributes(9, &o);
     RequestAttributes(s, target.query, attributes);
