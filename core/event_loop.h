@@ -4,7 +4,10 @@
 // A loop pass is: epoll_wait (timeout = time to the next timer, 0 when tasks
 // are queued) → I/O handlers → expired timers → posted tasks → deferred tasks
 // (Defer: work the loop thread hands itself for later in the same pass, run
-// until none is left). File
+// until none is left). The I/O part is bounded, so that no flood holds a pass:
+// an epoll_wait's worth of events, an io_uring loop's completions up to one
+// completion queue (the rest next pass), a listener's accepts up to a count
+// (the rest in a posted task). File
 // descriptors are registered once, edge-triggered, and stay registered until
 // unregistered: the hot path never calls epoll_ctl. Other threads hand work
 // to the loop with Post(); the loop is woken through an eventfd, and at most

@@ -679,6 +679,45 @@ TEST_F(SocketTransportTest, TwoReusePortListenersShareOnePort) {
   EXPECT_GT(on_second, 0u);
 }
 
+TEST_F(SocketTransportTest, AnEpollListenerLeavesABurstOfQueuedConnectionsToLaterWork) {
+  // On the test's thread, so that the loop's passes can be watched from a posted task.
+  StatusOr<std::unique_ptr<EventLoop>> created = EventLoop::Create({.backend = IoBackend::kEpoll});
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  std::unique_ptr<EventLoop> loop = std::move(*created);
+  std::vector<std::shared_ptr<SocketConnection>> accepted;
+  TcpListenerOptions options;
+  options.connection.pool = &pool();
+  StatusOr<std::unique_ptr<TcpListener>> listener = TcpListener::Create(
+      loop.get(), "127.0.0.1:0", options,
+      [&](std::shared_ptr<SocketConnection> conn) { accepted.push_back(std::move(conn)); });
+  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+  // Handshakes complete in the kernel's queue before the loop runs.
+  constexpr size_t kQueued = 300;
+  std::vector<int> clients;
+  for (size_t i = 0; i < kQueued; ++i) clients.push_back(ConnectClient((*listener)->port()));
+  // Runs in the first pass, after that pass's readiness: a listener that accepted until the
+  // queue was empty would have taken all of them by then.
+  size_t accepted_by_first_tasks = 0;
+  loop->Post([&] { accepted_by_first_tasks = accepted.size(); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  std::function<void()> check = [&] {
+    if (accepted.size() == kQueued || std::chrono::steady_clock::now() > deadline) {
+      loop->Stop();
+    } else {
+      loop->RunAfter(milliseconds(1), check);
+    }
+  };
+  check();
+  loop->Run();
+  EXPECT_GT(accepted_by_first_tasks, 0u);
+  EXPECT_LT(accepted_by_first_tasks, kQueued);
+  EXPECT_EQ(accepted.size(), kQueued);
+  EXPECT_EQ((*listener)->stats().accepted, kQueued);
+  accepted.clear();
+  listener->reset();
+  for (int fd : clients) close(fd);
+}
+
 TEST_F(SocketTransportTest, ListenerRejectsBadAddresses) {
   SessionHost host;
   host.OnLoop([&] {

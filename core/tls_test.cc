@@ -846,7 +846,7 @@ TEST_F(TlsTest, EchoesSeveralMegabytesByteForByte) {
   });
   ASSERT_TRUE(server.WaitFor([&] { return server.session(0)->input_done; }));
   server.OnLoop([&] {
-    EXPECT_TRUE(server.session(0)->input_status.ok());
+    EXPECT_TRUE(server.session(0)->input_status.ok()) << server.session(0)->input_status.ToString();
     EXPECT_EQ(server.session(0)->received, data.size());
   });
 }

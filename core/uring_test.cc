@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <liburing.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -38,19 +39,19 @@ TEST(Uring, HandsAtMostOneCompletionQueueAtATimeWhileOperationsKeepCompletingAtO
   constexpr int kBudget = 10'000;
   Resubmitting op(&uring, kBudget);
   io_uring_prep_nop(uring.NewSqe(&op));
-  uring.SubmitAndWait(-1);
-  // The completion queue is twice the submission queue.
-  const size_t first = uring.DispatchCompletions();
-  EXPECT_GT(first, 0u);
-  EXPECT_LE(first, 2 * kEntries);
-  // Later calls hand the rest, each bounded the same way; none is lost.
-  size_t total = first;
+  // Every call hands a bounded number; none is lost. More than a completion queue's worth waits
+  // at some point (the kernel keeps what overflows), so the largest call meets the bound.
+  size_t total = 0;
+  size_t largest = 0;
   for (int calls = 0; uring.in_flight() > 0 && calls < kBudget; ++calls) {
-    uring.SubmitAndWait(-1);
+    uring.SubmitAndWait(1000);
     const size_t handed = uring.DispatchCompletions();
-    EXPECT_LE(handed, 2 * kEntries);
+    ASSERT_GT(handed, 0u) << "nothing completed within 1 s; in flight: " << uring.in_flight();
+    largest = std::max(largest, handed);
     total += handed;
   }
+  // The completion queue is twice the submission queue.
+  EXPECT_EQ(largest, 2 * kEntries);
   EXPECT_EQ(uring.in_flight(), 0u);
   EXPECT_EQ(total, static_cast<size_t>(kBudget) + 1);
   EXPECT_EQ(op.completions, kBudget + 1);

@@ -6,6 +6,7 @@
 #ifndef SLUICE_HTTP_TARGET_H_
 #define SLUICE_HTTP_TARGET_H_
 
+#include <cstddef>
 #include <string_view>
 
 namespace sluice::http {
@@ -16,7 +17,7 @@ struct PathAndQuery {
 };
 
 constexpr PathAndQuery SplitPathAndQuery(std::string_view target) {
-  const size_t q = target.find('?');
+  const std::size_t q = target.find('?');
   if (q == std::string_view::npos) return {target, {}};
   return {target.substr(0, q), target.substr(q + 1)};
 }
