@@ -713,7 +713,12 @@ TEST_F(SocketTransportTest, AnEpollListenerLeavesABurstOfQueuedConnectionsToLate
   EXPECT_LT(accepted_by_first_tasks, kQueued);
   EXPECT_EQ(accepted.size(), kQueued);
   EXPECT_EQ((*listener)->stats().accepted, kQueued);
+  // An open connection keeps itself alive: close each, and let the loop run the closes and the
+  // releases they post (tasks run in order, so the stop posted after them comes last).
+  for (const std::shared_ptr<SocketConnection>& conn : accepted) conn->Close();
   accepted.clear();
+  loop->Post([&] { loop->Post([&] { loop->Stop(); }); });
+  loop->Run();
   listener->reset();
   for (int fd : clients) close(fd);
 }
