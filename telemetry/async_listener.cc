@@ -135,15 +135,20 @@ void AsyncListener::Drain(bool remainder) {
 
 void AsyncListener::Run() {
   bool remainder = false;  // deliver a partial batch too: the poll interval passed, or a Flush
+  uint64_t answering = 0;  // the Flush requests this remainder pass answers
   while (!stop_.load()) {
     Drain(remainder);
     if (remainder) consumer_->Idle();
     remainder = false;
     MutexLock lock(&mu_);
+    if (answering > flushes_done_) {
+      flushes_done_ = answering;
+      cv_.SignalAll();
+    }
     // Producers signal again from here on; this look at the queue comes after (under the lock).
     wake_pending_.store(false);
-    if (stop_.load() || flush_requested_) {
-      flush_requested_ = false;
+    if (stop_.load() || flushes_requested_ > flushes_done_) {
+      answering = flushes_requested_;
       remainder = true;
       continue;
     }
@@ -152,16 +157,19 @@ void AsyncListener::Run() {
   }
   Drain(/*remainder=*/true);
   consumer_->Idle();
+  MutexLock lock(&mu_);
+  flushes_done_ = flushes_requested_;
+  cv_.SignalAll();
 }
 
 void AsyncListener::Flush() {
-  const uint64_t target = queued();
+  // Answered by a pass that starts after this request: it drains the queue to empty, so it takes
+  // everything queued before the call, and ends with the consumer's Idle, which waits for what
+  // the consumer still has under way (an exporter's posts in flight).
   MutexLock lock(&mu_);
-  while (delivered() < target) {
-    flush_requested_ = true;
-    cv_.SignalAll();
-    cv_.WaitWithDeadline(&mu_, std::chrono::steady_clock::now() + std::chrono::milliseconds(50));
-  }
+  const uint64_t mine = ++flushes_requested_;
+  cv_.SignalAll();
+  while (flushes_done_ < mine) cv_.Wait(&mu_);
 }
 
 }  // namespace sluice::telemetry

@@ -111,7 +111,7 @@ class SnapshotConsumer {
   }
   virtual void Consume(std::span<const ExchangeSnapshot> batch) = 0;
   // Called after a partial batch was handed over (about every poll interval while no whole batch
-  // forms) and before the thread ends: flush files, retry exports.
+  // forms, and for a Flush) and before the thread ends: flush files, finish exports under way.
   virtual void Idle() {}
 
  private:
@@ -147,7 +147,8 @@ class AsyncListener : public Listener {
   uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
   // Acquire: what the consumer did with a counted snapshot is visible to the caller.
   uint64_t delivered() const { return delivered_.load(std::memory_order_acquire); }
-  // Blocks until everything queued before the call has been consumed (tests, shutdown).
+  // Blocks until everything queued before the call has been consumed and the consumer's Idle has
+  // returned after it (tests, shutdown).
   void Flush();
 
  private:
@@ -167,7 +168,8 @@ class AsyncListener : public Listener {
   std::atomic<bool> wake_pending_{false};
   Mutex mu_;
   CondVar cv_;
-  bool flush_requested_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t flushes_requested_ ABSL_GUARDED_BY(mu_) = 0;  // Flush calls so far
+  uint64_t flushes_done_ ABSL_GUARDED_BY(mu_) = 0;       // of those, answered
   std::thread thread_;
 };
 

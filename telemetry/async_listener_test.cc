@@ -132,6 +132,36 @@ TEST(AsyncListener, AConsumerTakingSnapshotsOneAtATimeGetsEachInOrderInBoundedBa
   }
 }
 
+// Finishes its batches later, in Idle, and takes a while to (as an exporter waiting for its posts
+// in flight does): records how many snapshots were finished when each Idle returned.
+class FinishesInIdle : public SnapshotConsumer {
+ public:
+  void Consume(std::span<const ExchangeSnapshot> batch) override { taken_ += batch.size(); }
+  void Idle() override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the collector's answer
+    finished_.store(taken_, std::memory_order_release);
+  }
+  uint64_t finished() const { return finished_.load(std::memory_order_acquire); }
+
+ private:
+  uint64_t taken_ = 0;  // the listener thread's
+  std::atomic<uint64_t> finished_{0};
+};
+
+TEST(AsyncListener, FlushReturnsOnlyAfterTheConsumerFinishedWhatItTookInIdle) {
+  auto owned = std::make_unique<FinishesInIdle>();
+  FinishesInIdle* consumer = owned.get();
+  AsyncListener listener(std::move(owned), {.capacity = 64, .batch = 8});
+  ExchangeRecord r;
+  for (uint64_t round = 1; round <= 5; ++round) {
+    // Whole batches: handed over at once, without a remainder pass of their own.
+    for (int i = 0; i < 16; ++i) listener.OnRequestStop(r);
+    listener.Flush();
+    ASSERT_EQ(listener.dropped(), 0u);
+    EXPECT_EQ(consumer->finished(), round * 16) << "round " << round;
+  }
+}
+
 // Waits until `listener` has delivered `n` snapshots or `timeout` passed; true if it has.
 bool WaitForDelivered(const AsyncListener& listener, uint64_t n, std::chrono::seconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -898,8 +898,97 @@ OtlpCounters OtlpSender::counters() const {
 StatusOr<std::unique_ptr<OtlpSpanExporter>> OtlpSpanExporter::Create(OtlpOptions options) {
   StatusOr<OtlpEndpoint> endpoint = ParseOtlpEndpoint(options.endpoint);
   if (!endpoint.ok()) return endpoint.status();
-  return std::unique_ptr<OtlpSpanExporter>(
-      new OtlpSpanExporter(std::move(*endpoint), std::move(options)));
+  if (options.max_in_flight < 1) {
+    return InvalidArgumentError("OTLP max_in_flight must be at least 1, not " +
+                                std::to_string(options.max_in_flight));
+  }
+  return std::unique_ptr<OtlpSpanExporter>(new OtlpSpanExporter(*endpoint, options));
+}
+
+OtlpSpanExporter::OtlpSpanExporter(const OtlpEndpoint& endpoint, const OtlpOptions& options)
+    : protocol_(options.protocol), service_name_(options.service_name) {
+  const size_t n = static_cast<size_t>(options.max_in_flight);
+  {
+    MutexLock lock(&mu_);
+    posting_.assign(n, false);
+  }
+  for (size_t i = 0; i < n; ++i) slots_.push_back(std::make_unique<Slot>(endpoint, options));
+  for (size_t i = 0; i < n; ++i) slots_[i]->thread = std::thread([this, i] { Post(i); });
+}
+
+OtlpSpanExporter::~OtlpSpanExporter() {
+  Idle();
+  {
+    MutexLock lock(&mu_);
+    stop_ = true;
+    cv_.SignalAll();
+  }
+  for (const std::unique_ptr<Slot>& slot : slots_) slot->thread.join();
+}
+
+void OtlpSpanExporter::Post(size_t index) {
+  Slot& slot = *slots_[index];
+  for (;;) {
+    {
+      MutexLock lock(&mu_);
+      while (!posting_[index] && !stop_) cv_.Wait(&mu_);
+      if (!posting_[index]) return;  // stopped with nothing handed over
+    }
+    slot.sender.Send("/v1/traces", slot.content_type, slot.body, slot.items);
+    MutexLock lock(&mu_);
+    posting_[index] = false;
+    cv_.SignalAll();  // the consuming thread may wait for a free slot, or in Idle
+  }
+}
+
+void OtlpSpanExporter::Hand(std::string_view content_type, std::string_view body,
+                            uint64_t items) {
+  Slot& slot = *slots_[current_];
+  slot.content_type = content_type;
+  slot.body = body;
+  slot.items = items;
+  have_slot_ = false;
+  MutexLock lock(&mu_);
+  posting_[current_] = true;
+  cv_.SignalAll();
+  // Waits here, not when the next batch starts: Add runs while a queue cell is held.
+  while (std::find(posting_.begin(), posting_.end(), false) == posting_.end()) cv_.Wait(&mu_);
+}
+
+OtlpSpanExporter::Slot& OtlpSpanExporter::Current() {
+  if (!have_slot_) {
+    {
+      // The first free one (Hand left one free), so that at low rates each batch goes over the
+      // same connection.
+      MutexLock lock(&mu_);
+      while (std::find(posting_.begin(), posting_.end(), false) == posting_.end()) {
+        cv_.Wait(&mu_);
+      }
+      current_ = static_cast<size_t>(std::find(posting_.begin(), posting_.end(), false) -
+                                     posting_.begin());
+    }
+    have_slot_ = true;
+    slots_[current_]->encoder.Begin(service_name_);
+  }
+  return *slots_[current_];
+}
+
+void OtlpSpanExporter::Idle() {
+  MutexLock lock(&mu_);
+  while (std::find(posting_.begin(), posting_.end(), true) != posting_.end()) cv_.Wait(&mu_);
+}
+
+OtlpCounters OtlpSpanExporter::counters() const {
+  OtlpCounters sum;
+  for (const std::unique_ptr<Slot>& slot : slots_) {
+    const OtlpCounters c = slot->sender.counters();
+    sum.batches_sent += c.batches_sent;
+    sum.items_sent += c.items_sent;
+    sum.batches_dropped += c.batches_dropped;
+    sum.items_dropped += c.items_dropped;
+    sum.attempts_failed += c.attempts_failed;
+  }
+  return sum;
 }
 
 void OtlpSpanExporter::Add(const ExchangeSnapshot& span) {
@@ -907,7 +996,7 @@ void OtlpSpanExporter::Add(const ExchangeSnapshot& span) {
     SnapshotConsumer::Add(span);
     return;
   }
-  encoder_.Add(span);
+  Current().encoder.Add(span);
 }
 
 void OtlpSpanExporter::EndBatch() {
@@ -920,20 +1009,22 @@ void OtlpSpanExporter::EndBatch() {
 
 void OtlpSpanExporter::Consume(std::span<const ExchangeSnapshot> batch) {
   if (!protobuf()) {
-    sender_.Send("/v1/traces", "application/json",
-                 SpansJson(batch, sender_.options().service_name), batch.size());
+    if (batch.empty()) return;
+    std::string& json = Current().json;
+    json = SpansJson(batch, service_name_);
+    Hand("application/json", json, batch.size());
     return;
   }
-  for (const ExchangeSnapshot& s : batch) encoder_.Add(s);
+  for (const ExchangeSnapshot& s : batch) Current().encoder.Add(s);
   SendEncoded();
 }
 
 void OtlpSpanExporter::SendEncoded() {
-  const size_t spans = encoder_.spans();
+  if (!have_slot_) return;  // nothing added since the last batch
+  SpanBatchEncoder& encoder = slots_[current_]->encoder;
+  const size_t spans = encoder.spans();
   if (spans == 0) return;
-  const std::string_view body = encoder_.Finish();
-  sender_.Send("/v1/traces", "application/x-protobuf", body, spans);
-  encoder_.Begin(sender_.options().service_name);
+  Hand("application/x-protobuf", encoder.Finish(), spans);
 }
 
 StatusOr<std::unique_ptr<OtlpMetricExporter>> OtlpMetricExporter::Create(

@@ -10,15 +10,18 @@
 //
 // Delivery: each batch is one POST with a timeout; a connection failure or a 429/502/503/504
 // answer is retried with exponential backoff (doubling from `backoff`, at most `max_attempts`
-// tries), other answers are final. A batch that cannot be delivered is dropped and counted. Memory
-// is bounded by the AsyncListener's queue (spans) and by one snapshot (metrics): an unreachable or
-// slow collector costs dropped spans, never a blocked loop or unbounded growth.
+// tries), other answers are final. A batch that cannot be delivered is dropped and counted. Up to
+// `max_in_flight` span batches are posted at once, each on a kept connection of its own, so that
+// spans go on being encoded while the collector answers. Memory is bounded by the AsyncListener's
+// queue and those batches (spans) and by one snapshot (metrics): an unreachable or slow collector
+// costs dropped spans, never a blocked loop or unbounded growth.
 //
 // Only http:// endpoints (a collector on the host or the local network); https:// is refused with
 // a message.
 //
-// Thread contract: the span exporter runs on its AsyncListener's thread; the metric exporter owns
-// its thread. Counters are thread-safe.
+// Thread contract: the span exporter is called on its AsyncListener's thread and posts from threads
+// of its own (one per batch in flight); the metric exporter owns its thread. Counters are
+// thread-safe.
 #ifndef SLUICE_TELEMETRY_OTLP_H_
 #define SLUICE_TELEMETRY_OTLP_H_
 
@@ -34,6 +37,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "core/mutex.h"
 #include "core/status.h"
@@ -63,6 +67,10 @@ struct OtlpOptions {
   int max_attempts = 4;
   std::chrono::milliseconds backoff{100};  // before the second attempt; doubles
   std::chrono::milliseconds metrics_interval{10000};
+  // Span batches posted at once (each on a connection of its own); at least 1. One in flight
+  // stops the encoding of spans for a collector's whole round trip, during which the queue fills
+  // at the request rate.
+  int max_in_flight = 4;
 };
 
 struct OtlpCounters {
@@ -163,24 +171,57 @@ class OtlpSender {
 class OtlpSpanExporter : public SnapshotConsumer {
  public:
   [[nodiscard]] static StatusOr<std::unique_ptr<OtlpSpanExporter>> Create(OtlpOptions options);
+  // Waits for the posts in flight, then stops the posting threads.
+  ~OtlpSpanExporter() override;
   // In protobuf, each span is encoded as it is added, read where it was queued; in JSON, the
   // batch is collected (SnapshotConsumer's default) and encoded whole. Consume posts a batch given
-  // whole; it is not meant to be mixed with Add within one batch.
+  // whole; it is not meant to be mixed with Add within one batch. EndBatch and Consume hand the
+  // batch to a posting thread and return once a slot for the next batch is free (at once unless
+  // max_in_flight posts are under way).
   void Add(const ExchangeSnapshot& span) override;
   void EndBatch() override;
   void Consume(std::span<const ExchangeSnapshot> batch) override;
-  const OtlpSender& sender() const { return sender_; }
+  // Returns once every batch handed over has been delivered or dropped (AsyncListener::Flush
+  // waits for this).
+  void Idle() override;
+  // Summed over the connections.
+  OtlpCounters counters() const;
 
  private:
-  OtlpSpanExporter(OtlpEndpoint endpoint, OtlpOptions options)
-      : sender_(std::move(endpoint), std::move(options)) {
-    encoder_.Begin(sender_.options().service_name);
-  }
-  bool protobuf() const { return sender_.options().protocol == OtlpProtocol::kProtobuf; }
-  void SendEncoded();
+  // One batch in flight: its encoding, the connection it goes over, the thread that posts it.
+  struct Slot {
+    Slot(OtlpEndpoint endpoint, OtlpOptions options)
+        : sender(std::move(endpoint), std::move(options)) {}
+    OtlpSender sender;
+    SpanBatchEncoder encoder;  // protobuf
+    std::string json;          // or the JSON body
+    // What the posting thread sends; written by the consuming thread before it hands the slot
+    // over (under mu_), read by the posting thread after it takes it.
+    std::string_view content_type;
+    std::string_view body;
+    uint64_t items = 0;
+    std::thread thread;
+  };
 
-  OtlpSender sender_;
-  SpanBatchEncoder encoder_;  // the consuming thread's only; always begun
+  OtlpSpanExporter(const OtlpEndpoint& endpoint, const OtlpOptions& options);
+  bool protobuf() const { return protocol_ == OtlpProtocol::kProtobuf; }
+  // Hands the current slot's batch to its thread, then waits until a slot is free.
+  void Hand(std::string_view content_type, std::string_view body, uint64_t items);
+  // The slot this batch goes into; a batch's first call takes the first free one.
+  Slot& Current();
+  void SendEncoded();
+  void Post(size_t index);  // a posting thread
+
+  const OtlpProtocol protocol_;
+  const std::string service_name_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  // The consuming thread's: the slot this batch's spans go into (its encoder begun), if any yet.
+  size_t current_ = 0;
+  bool have_slot_ = false;
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::vector<bool> posting_ ABSL_GUARDED_BY(mu_);  // per slot: handed over, not yet done
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 class OtlpMetricExporter {

@@ -8,6 +8,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <condition_variable>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -24,9 +26,10 @@ namespace {
 using ::testing::HasSubstr;
 
 // A collector on 127.0.0.1 that answers each POST with the next status given (200 when none
-// left), or not at all (0), and keeps what it was sent (path, Content-Type, body). It keeps a
-// connection open for the next POST unless `close_after_each`, where it closes after each answer
-// without saying so (as a collector that times idle connections out would).
+// left), or not at all (0), and keeps what it was sent (path, Content-Type, body). It serves each
+// connection on a thread of its own and keeps it open for the next POST unless `close_after_each`,
+// where it closes after each answer without saying so (as a collector that times idle connections
+// out would). With hold_answers(n) it answers nothing until n POSTs have arrived (at most 5 s).
 class Receiver {
  public:
   struct Post {
@@ -50,8 +53,22 @@ class Receiver {
   }
   ~Receiver() {
     stop_ = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      held_.notify_all();
+    }
     thread_.join();
+    for (std::thread& t : servers_) t.join();
     close(fd_);
+  }
+  void hold_answers(size_t posts) {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_until_ = posts;
+  }
+  // The most POSTs that had arrived without an answer at one time.
+  size_t most_unanswered() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return most_unanswered_;
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   std::vector<Post> posts() {
@@ -75,8 +92,10 @@ class Receiver {
       const int c = accept(fd_, nullptr, nullptr);
       if (c < 0) continue;
       ++connections_;
-      Serve(c);
-      close(c);
+      servers_.emplace_back([this, c] {
+        Serve(c);
+        close(c);
+      });
     }
   }
 
@@ -105,7 +124,7 @@ class Receiver {
       }
       int status = 200;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        std::unique_lock<std::mutex> lock(mu_);
         const size_t sp = head.find(' ');
         posts_.push_back({head.substr(sp + 1, head.find(' ', sp + 1) - sp - 1),
                           HeaderOf(head, "Content-Type"), data.substr(end + 4, need - end - 4)});
@@ -113,6 +132,12 @@ class Receiver {
           status = statuses_.front();
           statuses_.pop_front();
         }
+        ++unanswered_;
+        most_unanswered_ = std::max(most_unanswered_, unanswered_);
+        held_.notify_all();
+        held_.wait_for(lock, std::chrono::seconds(5),
+                       [this] { return stop_ || posts_.size() >= hold_until_; });
+        --unanswered_;
       }
       data.erase(0, need);
       if (status == 0) {  // never answer: the client's timeout must end it
@@ -135,7 +160,12 @@ class Receiver {
   std::deque<int> statuses_;
   const bool close_after_each_;
   std::atomic<int> connections_{0};
+  std::vector<std::thread> servers_;  // Run's only
+  std::condition_variable held_;
   std::vector<Post> posts_;
+  size_t hold_until_ = 0;
+  size_t unanswered_ = 0;
+  size_t most_unanswered_ = 0;
 };
 
 OtlpEndpoint Endpoint(const std::string& url) {
@@ -299,10 +329,12 @@ TEST(Otlp, ASilentCollectorTimesOut) {
 
 // A span exporter that posts to `receiver` in `protocol`.
 std::unique_ptr<OtlpSpanExporter> ExporterTo(const Receiver& receiver,
-                                             OtlpProtocol protocol = OtlpProtocol::kProtobuf) {
+                                             OtlpProtocol protocol = OtlpProtocol::kProtobuf,
+                                             int max_in_flight = OtlpOptions().max_in_flight) {
   OtlpOptions options;
   options.endpoint = receiver.url();
   options.protocol = protocol;
+  options.max_in_flight = max_in_flight;
   auto exporter = OtlpSpanExporter::Create(options);
   EXPECT_TRUE(exporter.ok()) << exporter.status().ToString();
   return exporter.ok() ? std::move(*exporter) : nullptr;
@@ -314,6 +346,7 @@ TEST(Otlp, SpanExporterPostsEachBatchInJsonWhenAsked) {
   ASSERT_NE(exporter, nullptr);
   const ExchangeSnapshot spans[2] = {Span(), Span()};
   exporter->Consume(spans);
+  exporter->Idle();
   ASSERT_EQ(receiver.posts().size(), 1u);
   EXPECT_EQ(receiver.posts()[0].content_type, "application/json");
   const std::string body = receiver.posts()[0].body;
@@ -323,7 +356,7 @@ TEST(Otlp, SpanExporterPostsEachBatchInJsonWhenAsked) {
     ++span_ids;
   }
   EXPECT_EQ(span_ids, 2u);
-  EXPECT_EQ(exporter->sender().counters().items_sent, 2u);
+  EXPECT_EQ(exporter->counters().items_sent, 2u);
 }
 
 // A protobuf reader for the test: the fields of one message, by number.
@@ -512,7 +545,10 @@ TEST(Otlp, SpanExporterPostsProtobufOverOneKeptConnection) {
   auto exporter = ExporterTo(receiver);
   ASSERT_NE(exporter, nullptr);
   const ExchangeSnapshot spans[3] = {Span(), Span(), Span()};
-  for (int i = 0; i < 4; ++i) exporter->Consume(spans);
+  for (int i = 0; i < 4; ++i) {
+    exporter->Consume(spans);
+    exporter->Idle();  // one at a time: each batch finds the first connection free
+  }
   const auto posts = receiver.posts();
   ASSERT_EQ(posts.size(), 4u);
   for (const auto& post : posts) {
@@ -521,8 +557,8 @@ TEST(Otlp, SpanExporterPostsProtobufOverOneKeptConnection) {
     EXPECT_EQ(post.body, SpansProtobuf(spans, OtlpOptions().service_name));
   }
   EXPECT_EQ(receiver.connections(), 1);
-  EXPECT_EQ(exporter->sender().counters().items_sent, 12u);
-  EXPECT_EQ(exporter->sender().counters().attempts_failed, 0u);
+  EXPECT_EQ(exporter->counters().items_sent, 12u);
+  EXPECT_EQ(exporter->counters().attempts_failed, 0u);
 }
 
 TEST(Otlp, SpanExporterEncodesSpansAsTheyAreAddedAndPostsEachBatchAtItsEnd) {
@@ -537,11 +573,50 @@ TEST(Otlp, SpanExporterEncodesSpansAsTheyAreAddedAndPostsEachBatchAtItsEnd) {
   exporter->EndBatch();
   exporter->Add(spans[1]);  // the encoder starts over for the next batch
   exporter->EndBatch();
+  exporter->Idle();
   const auto posts = receiver.posts();
   ASSERT_EQ(posts.size(), 2u);
-  EXPECT_EQ(posts[0].body, SpansProtobuf(spans, service));
-  EXPECT_EQ(posts[1].body, SpansProtobuf({&spans[1], 1}, service));
-  EXPECT_EQ(exporter->sender().counters().items_sent, 4u);
+  // Both in flight at once may arrive in either order.
+  const bool in_order = posts[0].body.size() > posts[1].body.size();
+  EXPECT_EQ(posts[in_order ? 0 : 1].body, SpansProtobuf(spans, service));
+  EXPECT_EQ(posts[in_order ? 1 : 0].body, SpansProtobuf({&spans[1], 1}, service));
+  EXPECT_EQ(exporter->counters().items_sent, 4u);
+}
+
+TEST(Otlp, SpanExporterKeepsSeveralBatchesInFlightWhileTheCollectorIsSlowToAnswer) {
+  Receiver receiver;
+  receiver.hold_answers(3);  // no answer until three POSTs are under way at once
+  auto exporter = ExporterTo(receiver, OtlpProtocol::kProtobuf, /*max_in_flight=*/3);
+  ASSERT_NE(exporter, nullptr);
+  const ExchangeSnapshot spans[2] = {Span(), Span()};
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 4; ++i) exporter->Consume(spans);  // the fourth waits for a free slot
+  exporter->Idle();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));  // no hold timed out
+  EXPECT_EQ(receiver.most_unanswered(), 3u);
+  EXPECT_EQ(receiver.posts().size(), 4u);
+  EXPECT_EQ(receiver.connections(), 3);
+  EXPECT_EQ(exporter->counters().items_sent, 8u);
+  EXPECT_EQ(exporter->counters().attempts_failed, 0u);
+}
+
+TEST(Otlp, SpanExporterWithOneBatchInFlightPostsOneAtATime) {
+  Receiver receiver;
+  auto exporter = ExporterTo(receiver, OtlpProtocol::kProtobuf, /*max_in_flight=*/1);
+  ASSERT_NE(exporter, nullptr);
+  const ExchangeSnapshot spans[2] = {Span(), Span()};
+  for (int i = 0; i < 3; ++i) exporter->Consume(spans);
+  exporter->Idle();
+  EXPECT_EQ(receiver.most_unanswered(), 1u);
+  EXPECT_EQ(receiver.posts().size(), 3u);
+  EXPECT_EQ(receiver.connections(), 1);
+}
+
+TEST(Otlp, SpanExporterRefusesNoBatchesInFlight) {
+  OtlpOptions options;
+  options.endpoint = "http://127.0.0.1:4318";
+  options.max_in_flight = 0;
+  EXPECT_EQ(OtlpSpanExporter::Create(options).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(Otlp, SpanExporterInJsonCollectsTheAddedSpansIntoOneBatch) {
@@ -551,6 +626,7 @@ TEST(Otlp, SpanExporterInJsonCollectsTheAddedSpansIntoOneBatch) {
   const ExchangeSnapshot spans[2] = {Span(), Span()};
   for (const ExchangeSnapshot& s : spans) exporter->Add(s);
   exporter->EndBatch();
+  exporter->Idle();
   const auto posts = receiver.posts();
   ASSERT_EQ(posts.size(), 1u);
   EXPECT_EQ(posts[0].content_type, "application/json");
@@ -559,7 +635,9 @@ TEST(Otlp, SpanExporterInJsonCollectsTheAddedSpansIntoOneBatch) {
 
 TEST(Otlp, ABodyLargerThanTheSocketTakesArrivesWholeAfterPartialSends) {
   Receiver receiver;
-  OtlpSender sender(Endpoint(receiver.url()), Options(1, std::chrono::milliseconds(1)));
+  OtlpOptions options = Options(1, std::chrono::milliseconds(1));
+  options.timeout = std::chrono::seconds(30);  // 6 MiB through a sanitized build on a busy host
+  OtlpSender sender(Endpoint(receiver.url()), options);
   std::string body(6 << 20, '\0');  // far above a loopback socket's buffer: several sendmsg
   for (size_t i = 0; i < body.size(); ++i) body[i] = static_cast<char>('a' + i % 23);
   ASSERT_TRUE(sender.Send("/v1/traces", "application/x-protobuf", body, 1));

@@ -124,7 +124,7 @@ TelemetryCounters Telemetry::counters() const {
   if (tracer_) c.tracer = tracer_->counters();
   if (spans_) c.spans_dropped_queue = spans_->dropped();
   if (access_log_) c.access_log_dropped = access_log_->dropped();
-  if (span_exporter_) c.otlp_spans = span_exporter_->sender().counters();
+  if (span_exporter_) c.otlp_spans = span_exporter_->counters();
   if (metric_exporter_) c.otlp_metrics = metric_exporter_->counters();
   return c;
 }
