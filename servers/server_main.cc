@@ -69,6 +69,8 @@ std::string ServerUsage(std::string_view program, std::string_view description) 
                             followed (needs a --telemetry style)
   --otlp-endpoint=URL       export spans and metrics over OTLP/HTTP to URL (http://127.0.0.1:4318)
   --otlp-protocol=P         spans in http/protobuf (default) or http/json; metrics in JSON
+  --span-queue=N            spans queued for the exporter at most (2048); past it they are
+                            dropped and counted
   --access-log=FILE         one line per request to FILE (written off the loop threads)
   --access-log-format=F     combined (default), common or json
   --help                    this text
@@ -142,6 +144,10 @@ Status ParseServerFlags(int argc, char** argv, ServerOptions* options, bool* hel
         options->telemetry.otlp_protocol = telemetry::OtlpProtocol::kJson;
       } else {
         return bad("needs http/protobuf or http/json");
+      }
+    } else if (name == "--span-queue") {
+      if (!need_value() || !ParseNumber<size_t>(value, &options->telemetry.span_queue, 2, 1'000'000)) {
+        return bad("needs a number 2-1000000");
       }
     } else if (name == "--access-log") {
       if (!need_value() || value.empty()) return bad("needs a file");
