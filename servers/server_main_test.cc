@@ -22,7 +22,7 @@ TEST(ParseServerFlags, AcceptsEqualsAndSpaceForms) {
   Status s =
       Parse({"--address=0.0.0.0", "--port", "0", "--threads=3", "--handler-threads", "4",
              "--header-timeout-ms=1500", "--keep-alive-timeout-ms", "250", "--max-body-bytes=1000",
-             "--transport", "io_uring"},
+             "--transport", "io_uring", "--span-queue=16384"},
             &options, &help);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_FALSE(help);
@@ -34,6 +34,7 @@ TEST(ParseServerFlags, AcceptsEqualsAndSpaceForms) {
   EXPECT_EQ(options.limits.idle_timeout, std::chrono::milliseconds(250));
   EXPECT_EQ(options.limits.max_body_bytes, 1000u);
   EXPECT_EQ(options.transport, IoBackend::kIoUring);
+  EXPECT_EQ(options.telemetry.span_queue, 16384u);
 }
 
 TEST(ParseServerFlags, HelpWins) {
@@ -61,6 +62,8 @@ TEST(ParseServerFlags, NamesTheBadFlag) {
       {"--tls-cert=c.pem"},
       {"--transport=kqueue"},
       {"--transport"},
+      {"--span-queue=1"},
+      {"--span-queue=many"},
   };
   for (const auto& args : bad) {
     ServerOptions options;
@@ -78,7 +81,7 @@ TEST(ServerUsage, ListsEveryFlag) {
   for (const char* flag :
        {"--address", "--port", "--threads", "--handler-threads", "--tls", "--tls-cert", "--tls-key",
         "--tls-self-signed", "--tls-cert-out", "--header-timeout-ms", "--keep-alive-timeout-ms",
-        "--max-body-bytes", "--transport", "--help"}) {
+        "--max-body-bytes", "--transport", "--span-queue", "--help"}) {
     EXPECT_NE(usage.find(flag), std::string::npos) << flag;
   }
 }

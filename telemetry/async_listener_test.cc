@@ -269,6 +269,61 @@ TEST(BoundedQueue, ManyProducersOneConsumerLoseNothingThatWasAccepted) {
   EXPECT_EQ(q.capacity(), 1024u);
 }
 
+// Counts its lives, to see when the queue constructs and destroys its elements.
+struct Counted {
+  static inline int constructed = 0;
+  static inline int destroyed = 0;
+  Counted() { ++constructed; }
+  Counted(const Counted&) { ++constructed; }
+  Counted& operator=(const Counted& o) {
+    value = o.value;
+    return *this;
+  }
+  ~Counted() { ++destroyed; }
+  int value = 0;
+};
+
+TEST(BoundedQueue, ConstructsEachElementOnlyWhenItsCellIsFirstClaimed) {
+  Counted::constructed = 0;
+  Counted::destroyed = 0;
+  {
+    BoundedQueue<Counted> q(1024);
+    EXPECT_EQ(Counted::constructed, 0);  // nothing built (nor touched) up front
+    Counted c;
+    for (int i = 1; i <= 3; ++i) {
+      c.value = i;
+      ASSERT_TRUE(q.TryPush(c));
+    }
+    EXPECT_EQ(Counted::constructed, 1 + 3);  // `c` and the three cells claimed
+    Counted out;
+    ASSERT_TRUE(q.TryPop(&out));
+    EXPECT_EQ(out.value, 1);
+    ASSERT_TRUE(q.TryPush(c));  // a fourth cell
+    EXPECT_EQ(Counted::constructed, 2 + 4);
+    Counted::destroyed = 0;
+  }
+  // The queue destroyed the four cells it constructed (plus `c` and `out`), no more.
+  EXPECT_EQ(Counted::destroyed, 4 + 2);
+}
+
+TEST(BoundedQueue, AWholeLapReusesTheElementsItConstructed) {
+  Counted::constructed = 0;
+  Counted::destroyed = 0;
+  {
+    BoundedQueue<Counted> q(4);
+    Counted c, out;
+    for (int i = 0; i < 20; ++i) {
+      c.value = i;
+      ASSERT_TRUE(q.TryPush(c));
+      ASSERT_TRUE(q.TryPop(&out));
+      EXPECT_EQ(out.value, i);
+    }
+    EXPECT_EQ(Counted::constructed, 2 + 4);  // one per cell, on the first lap only
+    Counted::destroyed = 0;
+  }
+  EXPECT_EQ(Counted::destroyed, 4 + 2);
+}
+
 TEST(BoundedQueue, ACellBeingConsumedInPlaceIsNotReusedUntilTheReadReturns) {
   BoundedQueue<uint64_t> q(2);
   ASSERT_TRUE(q.TryPush(1));

@@ -12,6 +12,8 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "http/target.h"
@@ -913,7 +915,6 @@ OtlpSpanExporter::OtlpSpanExporter(const OtlpEndpoint& endpoint, const OtlpOptio
     posting_.assign(n, false);
   }
   for (size_t i = 0; i < n; ++i) slots_.push_back(std::make_unique<Slot>(endpoint, options));
-  for (size_t i = 0; i < n; ++i) slots_[i]->thread = std::thread([this, i] { Post(i); });
 }
 
 OtlpSpanExporter::~OtlpSpanExporter() {
@@ -921,9 +922,11 @@ OtlpSpanExporter::~OtlpSpanExporter() {
   {
     MutexLock lock(&mu_);
     stop_ = true;
-    cv_.SignalAll();
+    for (const std::unique_ptr<Slot>& slot : slots_) slot->handed.Signal();
   }
-  for (const std::unique_ptr<Slot>& slot : slots_) slot->thread.join();
+  for (const std::unique_ptr<Slot>& slot : slots_) {
+    if (slot->thread.joinable()) slot->thread.join();
+  }
 }
 
 void OtlpSpanExporter::Post(size_t index) {
@@ -931,41 +934,52 @@ void OtlpSpanExporter::Post(size_t index) {
   for (;;) {
     {
       MutexLock lock(&mu_);
-      while (!posting_[index] && !stop_) cv_.Wait(&mu_);
+      while (!posting_[index] && !stop_) slot.handed.Wait(&mu_);
       if (!posting_[index]) return;  // stopped with nothing handed over
     }
     slot.sender.Send("/v1/traces", slot.content_type, slot.body, slot.items);
     MutexLock lock(&mu_);
     posting_[index] = false;
-    cv_.SignalAll();  // the consuming thread may wait for a free slot, or in Idle
+    done_.SignalAll();  // the consuming thread (in Hand or Idle), or a destructor in Idle
   }
+}
+
+size_t OtlpSpanExporter::FirstFree() const {
+  return static_cast<size_t>(std::find(posting_.begin(), posting_.end(), false) -
+                             posting_.begin());
 }
 
 void OtlpSpanExporter::Hand(std::string_view content_type, std::string_view body,
                             uint64_t items) {
-  Slot& slot = *slots_[current_];
+  const size_t index = current_;
+  Slot& slot = *slots_[index];
   slot.content_type = content_type;
   slot.body = body;
   slot.items = items;
   have_slot_ = false;
+  // Only this (the consuming) thread starts posting threads, and only here.
+  if (!slot.thread.joinable()) {
+    slot.thread = std::thread([this, index] { Post(index); });
+    threads_started_.fetch_add(1, std::memory_order_relaxed);
+  }
   MutexLock lock(&mu_);
-  posting_[current_] = true;
-  cv_.SignalAll();
+  posting_[index] = true;
+  slot.handed.Signal();
   // Waits here, not when the next batch starts: Add runs while a queue cell is held.
-  while (std::find(posting_.begin(), posting_.end(), false) == posting_.end()) cv_.Wait(&mu_);
+  while (FirstFree() == posting_.size()) done_.Wait(&mu_);
 }
 
 OtlpSpanExporter::Slot& OtlpSpanExporter::Current() {
   if (!have_slot_) {
     {
-      // The first free one (Hand left one free), so that at low rates each batch goes over the
-      // same connection.
+      // The first free one, so that at low rates each batch goes over the same connection. There
+      // is one: Hand returns only once a slot is free, and only Hand marks one busy.
       MutexLock lock(&mu_);
-      while (std::find(posting_.begin(), posting_.end(), false) == posting_.end()) {
-        cv_.Wait(&mu_);
+      current_ = FirstFree();
+      if (current_ == posting_.size()) {
+        std::fprintf(stderr, "sluice: OtlpSpanExporter: no free slot outside Hand\n");
+        std::abort();
       }
-      current_ = static_cast<size_t>(std::find(posting_.begin(), posting_.end(), false) -
-                                     posting_.begin());
     }
     have_slot_ = true;
     slots_[current_]->encoder.Begin(service_name_);
@@ -975,19 +989,12 @@ OtlpSpanExporter::Slot& OtlpSpanExporter::Current() {
 
 void OtlpSpanExporter::Idle() {
   MutexLock lock(&mu_);
-  while (std::find(posting_.begin(), posting_.end(), true) != posting_.end()) cv_.Wait(&mu_);
+  while (std::find(posting_.begin(), posting_.end(), true) != posting_.end()) done_.Wait(&mu_);
 }
 
 OtlpCounters OtlpSpanExporter::counters() const {
   OtlpCounters sum;
-  for (const std::unique_ptr<Slot>& slot : slots_) {
-    const OtlpCounters c = slot->sender.counters();
-    sum.batches_sent += c.batches_sent;
-    sum.items_sent += c.items_sent;
-    sum.batches_dropped += c.batches_dropped;
-    sum.items_dropped += c.items_dropped;
-    sum.attempts_failed += c.attempts_failed;
-  }
+  for (const std::unique_ptr<Slot>& slot : slots_) sum += slot->sender.counters();
   return sum;
 }
 

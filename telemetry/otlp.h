@@ -79,6 +79,15 @@ struct OtlpCounters {
   uint64_t batches_dropped = 0;  // given up after the retries
   uint64_t items_dropped = 0;
   uint64_t attempts_failed = 0;  // connection errors and retryable answers
+
+  OtlpCounters& operator+=(const OtlpCounters& o) {
+    batches_sent += o.batches_sent;
+    items_sent += o.items_sent;
+    batches_dropped += o.batches_dropped;
+    items_dropped += o.items_dropped;
+    attempts_failed += o.attempts_failed;
+    return *this;
+  }
 };
 
 // One POST on a connection of its own. Returns the HTTP status, or UNAVAILABLE /
@@ -186,9 +195,13 @@ class OtlpSpanExporter : public SnapshotConsumer {
   void Idle() override;
   // Summed over the connections.
   OtlpCounters counters() const;
+  // Posting threads started so far (each slot's the first time it is handed a batch).
+  size_t posting_threads() const { return threads_started_.load(std::memory_order_relaxed); }
 
  private:
-  // One batch in flight: its encoding, the connection it goes over, the thread that posts it.
+  // One batch in flight: its encoding, the connection it goes over, the thread that posts it
+  // (started the first time the slot is handed a batch: at a low rate one slot does all the work
+  // and the others never cost a thread).
   struct Slot {
     Slot(OtlpEndpoint endpoint, OtlpOptions options)
         : sender(std::move(endpoint), std::move(options)) {}
@@ -200,15 +213,19 @@ class OtlpSpanExporter : public SnapshotConsumer {
     std::string_view content_type;
     std::string_view body;
     uint64_t items = 0;
+    CondVar handed;  // this slot's posting thread waits here for a batch (or stop_)
     std::thread thread;
   };
 
   OtlpSpanExporter(const OtlpEndpoint& endpoint, const OtlpOptions& options);
   bool protobuf() const { return protocol_ == OtlpProtocol::kProtobuf; }
-  // Hands the current slot's batch to its thread, then waits until a slot is free.
+  // Hands the current slot's batch to its thread (starting the thread if it is the slot's first),
+  // then waits until a slot is free.
   void Hand(std::string_view content_type, std::string_view body, uint64_t items);
-  // The slot this batch goes into; a batch's first call takes the first free one.
+  // The slot this batch goes into; a batch's first call takes the first free one (Hand leaves one
+  // free).
   Slot& Current();
+  size_t FirstFree() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendEncoded();
   void Post(size_t index);  // a posting thread
 
@@ -218,8 +235,9 @@ class OtlpSpanExporter : public SnapshotConsumer {
   // The consuming thread's: the slot this batch's spans go into (its encoder begun), if any yet.
   size_t current_ = 0;
   bool have_slot_ = false;
+  std::atomic<size_t> threads_started_{0};
   mutable Mutex mu_;
-  CondVar cv_;
+  CondVar done_;  // a post ended: the consuming thread waits here for a free slot, or in Idle
   std::vector<bool> posting_ ABSL_GUARDED_BY(mu_);  // per slot: handed over, not yet done
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -544,6 +544,7 @@ TEST(Otlp, SpanExporterPostsProtobufOverOneKeptConnection) {
   Receiver receiver;
   auto exporter = ExporterTo(receiver);
   ASSERT_NE(exporter, nullptr);
+  EXPECT_EQ(exporter->posting_threads(), 0u);  // threads start with the first batch
   const ExchangeSnapshot spans[3] = {Span(), Span(), Span()};
   for (int i = 0; i < 4; ++i) {
     exporter->Consume(spans);
@@ -557,6 +558,7 @@ TEST(Otlp, SpanExporterPostsProtobufOverOneKeptConnection) {
     EXPECT_EQ(post.body, SpansProtobuf(spans, OtlpOptions().service_name));
   }
   EXPECT_EQ(receiver.connections(), 1);
+  EXPECT_EQ(exporter->posting_threads(), 1u);  // the other slots never started theirs
   EXPECT_EQ(exporter->counters().items_sent, 12u);
   EXPECT_EQ(exporter->counters().attempts_failed, 0u);
 }
@@ -596,6 +598,7 @@ TEST(Otlp, SpanExporterKeepsSeveralBatchesInFlightWhileTheCollectorIsSlowToAnswe
   EXPECT_EQ(receiver.most_unanswered(), 3u);
   EXPECT_EQ(receiver.posts().size(), 4u);
   EXPECT_EQ(receiver.connections(), 3);
+  EXPECT_EQ(exporter->posting_threads(), 3u);
   EXPECT_EQ(exporter->counters().items_sent, 8u);
   EXPECT_EQ(exporter->counters().attempts_failed, 0u);
 }
