@@ -331,14 +331,18 @@ Status Server::Start() {
   }
   port_ = port;
   if (options_.pool_trim_interval.count() > 0) {
-    TrimEvery(
-        loops_.front()->thread->loop(), [pool = pool_] { pool->Trim(); },
-        options_.pool_trim_interval);
-    // Each loop's spare HTTP/2 streams, on that loop.
-    for (const std::unique_ptr<LoopState>& state : loops_) {
-      TrimEvery(
-          state->thread->loop(), [spares = &state->h2_spares] { spares->Trim(); },
-          options_.pool_trim_interval);
+    // Each loop's spare HTTP/2 streams, on that loop; the shared pool with the first loop's, on
+    // the same timer.
+    for (size_t i = 0; i < loops_.size(); ++i) {
+      http2::SpareStreams* spares = &loops_[i]->h2_spares;
+      std::function<void()> trim = [spares] { spares->Trim(); };
+      if (i == 0) {
+        trim = [pool = pool_, spares] {
+          pool->Trim();
+          spares->Trim();
+        };
+      }
+      TrimEvery(loops_[i]->thread->loop(), std::move(trim), options_.pool_trim_interval);
     }
   }
   return OkStatus();
