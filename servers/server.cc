@@ -333,16 +333,15 @@ Status Server::Start() {
   if (options_.pool_trim_interval.count() > 0) {
     // Each loop's spare HTTP/2 streams, on that loop; the shared pool with the first loop's, on
     // the same timer.
-    for (size_t i = 0; i < loops_.size(); ++i) {
-      http2::SpareStreams* spares = &loops_[i]->h2_spares;
-      std::function<void()> trim = [spares] { spares->Trim(); };
-      if (i == 0) {
-        trim = [pool = pool_, spares] {
-          pool->Trim();
-          spares->Trim();
-        };
-      }
-      TrimEvery(loops_[i]->thread->loop(), std::move(trim), options_.pool_trim_interval);
+    for (const std::unique_ptr<LoopState>& state : loops_) {
+      auto pool = state == loops_.front() ? pool_ : nullptr;
+      TrimEvery(
+          state->thread->loop(),
+          [pool, spares = &state->h2_spares] {
+            if (pool != nullptr) pool->Trim();
+            spares->Trim();
+          },
+          options_.pool_trim_interval);
     }
   }
   return OkStatus();

@@ -146,7 +146,8 @@ Status ParseServerFlags(int argc, char** argv, ServerOptions* options, bool* hel
         return bad("needs http/protobuf or http/json");
       }
     } else if (name == "--span-queue") {
-      if (!need_value() || !ParseNumber<size_t>(value, &options->telemetry.span_queue, 2, 1'000'000)) {
+      if (!need_value() ||
+          !ParseNumber<size_t>(value, &options->telemetry.span_queue, 2, 1'000'000)) {
         return bad("needs a number 2-1000000");
       }
     } else if (name == "--access-log") {

@@ -16,10 +16,10 @@
 #ifndef SLUICE_TELEMETRY_BOUNDED_QUEUE_H_
 #define SLUICE_TELEMETRY_BOUNDED_QUEUE_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <algorithm>
 #include <memory>
 #include <new>
 

@@ -957,12 +957,9 @@ void OtlpSpanExporter::Hand(std::string_view content_type, std::string_view body
   slot.body = body;
   slot.items = items;
   have_slot_ = false;
-  // Only this (the consuming) thread starts posting threads, and only here.
-  if (!slot.thread.joinable()) {
-    slot.thread = std::thread([this, index] { Post(index); });
-    threads_started_.fetch_add(1, std::memory_order_relaxed);
-  }
   MutexLock lock(&mu_);
+  // Only this (the consuming) thread starts posting threads, and only here.
+  if (!slot.thread.joinable()) slot.thread = std::thread([this, index] { Post(index); });
   posting_[index] = true;
   slot.handed.Signal();
   // Waits here, not when the next batch starts: Add runs while a queue cell is held.
@@ -990,6 +987,13 @@ OtlpSpanExporter::Slot& OtlpSpanExporter::Current() {
 void OtlpSpanExporter::Idle() {
   MutexLock lock(&mu_);
   while (std::find(posting_.begin(), posting_.end(), true) != posting_.end()) done_.Wait(&mu_);
+}
+
+size_t OtlpSpanExporter::posting_threads() const {
+  MutexLock lock(&mu_);
+  return static_cast<size_t>(std::count_if(slots_.begin(), slots_.end(), [](const auto& slot) {
+    return slot->thread.joinable();
+  }));
 }
 
 OtlpCounters OtlpSpanExporter::counters() const {

@@ -196,7 +196,7 @@ class OtlpSpanExporter : public SnapshotConsumer {
   // Summed over the connections.
   OtlpCounters counters() const;
   // Posting threads started so far (each slot's the first time it is handed a batch).
-  size_t posting_threads() const { return threads_started_.load(std::memory_order_relaxed); }
+  size_t posting_threads() const;
 
  private:
   // One batch in flight: its encoding, the connection it goes over, the thread that posts it
@@ -213,8 +213,8 @@ class OtlpSpanExporter : public SnapshotConsumer {
     std::string_view content_type;
     std::string_view body;
     uint64_t items = 0;
-    CondVar handed;  // this slot's posting thread waits here for a batch (or stop_)
-    std::thread thread;
+    CondVar handed;      // this slot's posting thread waits here for a batch (or stop_)
+    std::thread thread;  // started (under mu_) with the slot's first batch
   };
 
   OtlpSpanExporter(const OtlpEndpoint& endpoint, const OtlpOptions& options);
@@ -235,7 +235,6 @@ class OtlpSpanExporter : public SnapshotConsumer {
   // The consuming thread's: the slot this batch's spans go into (its encoder begun), if any yet.
   size_t current_ = 0;
   bool have_slot_ = false;
-  std::atomic<size_t> threads_started_{0};
   mutable Mutex mu_;
   CondVar done_;  // a post ended: the consuming thread waits here for a free slot, or in Idle
   std::vector<bool> posting_ ABSL_GUARDED_BY(mu_);  // per slot: handed over, not yet done
