@@ -7,8 +7,6 @@
 namespace sluice::telemetry {
 namespace {
 
-std::atomic<uint64_t> next_instance_id{1};
-
 // The index in kKnownMethods (the last, _OTHER, for anything else). GET and POST first: this runs
 // for every exchange.
 uint8_t MethodIndex(std::string_view method) {
@@ -37,11 +35,6 @@ uint8_t VersionIndex(std::string_view version) {
 }
 constexpr std::string_view kVersions[] = {"1.0", "1.1", "2"};
 
-// A cell written by one thread: relaxed load + store, no read-modify-write (nobody else writes).
-inline void Bump(std::atomic<uint64_t>& cell, uint64_t by = 1) {
-  cell.store(cell.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
-}
-
 // Bucket bounds in the unit a histogram records (ns for durations, bytes for sizes), so that a
 // value is placed by integer comparisons, with no conversion to seconds on the request path. Each
 // bound must be a whole number of that unit (every default one is); one that is not fails to
@@ -54,7 +47,8 @@ constexpr std::array<uint64_t, N> ScaledBounds(const std::array<double, N>& boun
     out[i] = static_cast<uint64_t>(scaled + 0.5);
     const double off = scaled - static_cast<double>(out[i]);
     const double tolerance = 1e-9 * (scaled > 1 ? scaled : 1);  // a few roundings of a double
-    if (off > tolerance || off < -tolerance) throw "a bucket bound is not a whole number of its unit";
+    if (off > tolerance || off < -tolerance)
+      throw "a bucket bound is not a whole number of its unit";
   }
   return out;
 }
@@ -74,9 +68,9 @@ struct Hist {
     // values fall in the first buckets (durations under 5 ms, small bodies).
     size_t i = 0;
     while (i < N && raw > bounds[i]) ++i;
-    Bump(buckets[i]);
-    Bump(count);
-    Bump(sum, raw);
+    PerThreadAdd(buckets[i]);
+    PerThreadAdd(count);
+    PerThreadAdd(sum, raw);
   }
   void AddTo(HistogramSnapshot* out, double divisor) const {
     if (out->buckets.empty()) out->buckets.assign(N + 1, 0);
@@ -147,6 +141,7 @@ struct HttpServerMetrics::ThreadCells {
   std::array<std::array<std::atomic<int64_t>, 2>, kKnownMethods.size()> active{};
   // Bit 2 * method + https: that pair was ever active here (its gauge is exported, even at 0).
   std::atomic<uint32_t> active_seen{0};
+  std::atomic<uint64_t> overflowed{0};  // exchanges recorded under the overflow set
 
   void AddActive(uint8_t method, bool https, int64_t delta) {
     auto& cell = active[method][https];
@@ -192,51 +187,20 @@ struct HttpServerMetrics::ThreadCells {
   }
 };
 
-namespace {
-
-struct CacheEntry {
-  uint64_t id;
-  HttpServerMetrics::ThreadCells* cells;
-};
-thread_local std::vector<CacheEntry> t_cells;
-thread_local CacheEntry t_last{0, nullptr};
-
-}  // namespace
-
 HttpServerMetrics::HttpServerMetrics(HttpMetricsOptions options)
     : options_(options),
-      id_(next_instance_id.fetch_add(1)),
       start_unix_ns_(std::chrono::duration_cast<std::chrono::nanoseconds>(
                          std::chrono::system_clock::now().time_since_epoch())
                          .count()) {}
 
 HttpServerMetrics::~HttpServerMetrics() = default;
 
-HttpServerMetrics::ThreadCells* HttpServerMetrics::Cells() {
-  if (t_last.id == id_) return t_last.cells;
-  for (const CacheEntry& e : t_cells) {
-    if (e.id == id_) {
-      t_last = e;
-      return e.cells;
-    }
-  }
-  auto cells = std::make_unique<ThreadCells>();
-  ThreadCells* raw = cells.get();
-  {
-    MutexLock lock(&mu_);
-    threads_.push_back(std::move(cells));
-  }
-  t_cells.push_back({id_, raw});
-  t_last = {id_, raw};
-  return raw;
-}
-
 void HttpServerMetrics::RecordStart(const ExchangeRecord& record) {
-  Cells()->AddActive(MethodIndex(record.method), record.scheme == "https", +1);
+  cells_.Local().AddActive(MethodIndex(record.method), record.scheme == "https", +1);
 }
 
 void HttpServerMetrics::RecordStop(const ExchangeRecord& record) {
-  ThreadCells* cells = Cells();
+  ThreadCells* cells = &cells_.Local();
   // The stop may run on another thread than the start (a handler's worker): per-thread values
   // are signed and only their sum means anything.
   cells->AddActive(MethodIndex(record.method), record.scheme == "https", -1);
@@ -244,11 +208,17 @@ void HttpServerMetrics::RecordStop(const ExchangeRecord& record) {
   Key key = KeyOf(record);
   Series* s = cells->Find(key);
   if (s == nullptr) {
-    if (series_count_.fetch_add(1, std::memory_order_relaxed) < options_.max_series) {
-      s = cells->Insert(key, record.route);
-    } else {
-      series_count_.fetch_sub(1, std::memory_order_relaxed);
-      overflowed_.fetch_add(1, std::memory_order_relaxed);
+    // Past the cap the shared count is only read: hostile traffic that makes a new set with
+    // every request writes per-thread cells, like any other.
+    if (series_count_.load(std::memory_order_relaxed) < options_.max_series) {
+      if (series_count_.fetch_add(1, std::memory_order_relaxed) < options_.max_series) {
+        s = cells->Insert(key, record.route);
+      } else {
+        series_count_.fetch_sub(1, std::memory_order_relaxed);
+      }
+    }
+    if (s == nullptr) {
+      PerThreadAdd(cells->overflowed);
       Key overflow;
       overflow.overflow = true;
       s = cells->Find(overflow);
@@ -263,20 +233,19 @@ void HttpServerMetrics::RecordStop(const ExchangeRecord& record) {
 MetricsSnapshot HttpServerMetrics::Collect() const {
   MetricsSnapshot out;
   out.start_unix_ns = start_unix_ns_;
-  out.overflowed = overflowed_.load(std::memory_order_relaxed);
   std::vector<std::pair<Key, SeriesSnapshot>> merged;
   std::array<std::array<int64_t, 2>, kKnownMethods.size()> active{};
   uint32_t seen = 0;
-  MutexLock lock(&mu_);
-  for (const auto& cells : threads_) {
+  cells_.ForEach([&](const ThreadCells& cells) {
     for (size_t m = 0; m < kKnownMethods.size(); ++m) {
       for (size_t h = 0; h < 2; ++h) {
-        active[m][h] += cells->active[m][h].load(std::memory_order_relaxed);
+        active[m][h] += cells.active[m][h].load(std::memory_order_relaxed);
       }
     }
-    seen |= cells->active_seen.load(std::memory_order_relaxed);
-    MutexLock cells_lock(&cells->mu);
-    for (const auto& s : cells->series) {
+    seen |= cells.active_seen.load(std::memory_order_relaxed);
+    out.overflowed += cells.overflowed.load(std::memory_order_relaxed);
+    MutexLock cells_lock(&cells.mu);
+    for (const auto& s : cells.series) {
       auto it = std::find_if(merged.begin(), merged.end(),
                              [&](const auto& e) { return e.first == s->key; });
       if (it == merged.end()) {
@@ -300,7 +269,7 @@ MetricsSnapshot HttpServerMetrics::Collect() const {
       s->request_body.AddTo(&it->second.request_body_size, 1.0);
       s->response_body.AddTo(&it->second.response_body_size, 1.0);
     }
-  }
+  });
   for (auto& [key, snap] : merged) out.series.push_back(std::move(snap));
   for (size_t m = 0; m < kKnownMethods.size(); ++m) {
     for (size_t h = 0; h < 2; ++h) {

@@ -25,8 +25,6 @@
 #ifndef SLUICE_TELEMETRY_HTTP_METRICS_H_
 #define SLUICE_TELEMETRY_HTTP_METRICS_H_
 
-#include <absl/base/thread_annotations.h>
-
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -35,8 +33,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/mutex.h"
 #include "telemetry/hooks.h"
+#include "telemetry/per_thread.h"
 
 namespace sluice::telemetry {
 
@@ -108,15 +106,10 @@ class HttpServerMetrics : public Listener {
   struct ThreadCells;  // one per recording thread (http_metrics.cc)
 
  private:
-  ThreadCells* Cells();
-
   const HttpMetricsOptions options_;
-  const uint64_t id_;  // tells this instance's thread-local cache entries from any other's
   const int64_t start_unix_ns_;
   std::atomic<size_t> series_count_{0};
-  std::atomic<uint64_t> overflowed_{0};
-  mutable Mutex mu_;
-  std::vector<std::unique_ptr<ThreadCells>> threads_ ABSL_GUARDED_BY(mu_);
+  PerThread<ThreadCells> cells_;
 };
 
 }  // namespace sluice::telemetry

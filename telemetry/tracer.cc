@@ -99,7 +99,8 @@ bool Tracer::SampleRoot(const std::array<uint8_t, 16>& trace_id) const {
 }
 
 void Tracer::OnRequestStart(ExchangeRecord& record) {
-  spans_.fetch_add(1, std::memory_order_relaxed);
+  Cells& cells = cells_.Local();
+  PerThreadAdd(cells.spans);
   TraceContext& t = record.trace;
   t = TraceContext{};
   record.tracestate.clear();
@@ -110,7 +111,7 @@ void Tracer::OnRequestStart(ExchangeRecord& record) {
     if (fields == 1) parent = ParseTraceParent(value);
     if (fields > 0 && !parent) {
       t.invalid_parent = true;
-      invalid_traceparent_.fetch_add(1, std::memory_order_relaxed);
+      PerThreadAdd(cells.invalid_traceparent);
     }
   }
   if (parent) {
@@ -121,10 +122,10 @@ void Tracer::OnRequestStart(ExchangeRecord& record) {
     const std::string_view state = Combined(*record.request, "tracestate", &fields);
     if (fields > 0) {
       if (std::optional<TraceState> ts = ParseTraceState(state)) {
-        if (ts->truncated) truncated_tracestate_.fetch_add(1, std::memory_order_relaxed);
+        if (ts->truncated) PerThreadAdd(cells.truncated_tracestate);
         if (t.sampled) record.tracestate = std::move(ts->value);
       } else {
-        invalid_tracestate_.fetch_add(1, std::memory_order_relaxed);
+        PerThreadAdd(cells.invalid_tracestate);
       }
     }
   } else {
@@ -132,16 +133,18 @@ void Tracer::OnRequestStart(ExchangeRecord& record) {
     t.sampled = SampleRoot(t.trace_id);
   }
   NewSpanId(&t.span_id);
-  if (t.sampled) sampled_.fetch_add(1, std::memory_order_relaxed);
+  if (t.sampled) PerThreadAdd(cells.sampled);
 }
 
 TracerCounters Tracer::counters() const {
   TracerCounters c;
-  c.spans = spans_.load(std::memory_order_relaxed);
-  c.sampled = sampled_.load(std::memory_order_relaxed);
-  c.invalid_traceparent = invalid_traceparent_.load(std::memory_order_relaxed);
-  c.invalid_tracestate = invalid_tracestate_.load(std::memory_order_relaxed);
-  c.truncated_tracestate = truncated_tracestate_.load(std::memory_order_relaxed);
+  cells_.ForEach([&c](const Cells& cells) {
+    c.spans += cells.spans.load(std::memory_order_relaxed);
+    c.sampled += cells.sampled.load(std::memory_order_relaxed);
+    c.invalid_traceparent += cells.invalid_traceparent.load(std::memory_order_relaxed);
+    c.invalid_tracestate += cells.invalid_tracestate.load(std::memory_order_relaxed);
+    c.truncated_tracestate += cells.truncated_tracestate.load(std::memory_order_relaxed);
+  });
   return c;
 }
 

@@ -11,7 +11,8 @@
 //
 // IDs come from a per-thread xoshiro256** generator seeded from the OS once per thread.
 //
-// Thread contract: thread-safe (counters are relaxed atomics; the generators are per thread).
+// Thread contract: thread-safe. The request path shares no written state: its counters are
+// per-thread cells (per_thread.h), summed by counters(), and the generators are per thread.
 #ifndef SLUICE_TELEMETRY_TRACER_H_
 #define SLUICE_TELEMETRY_TRACER_H_
 
@@ -19,6 +20,7 @@
 #include <cstdint>
 
 #include "telemetry/hooks.h"
+#include "telemetry/per_thread.h"
 
 namespace sluice::telemetry {
 
@@ -51,13 +53,18 @@ class Tracer : public Listener {
   static void NewSpanId(std::array<uint8_t, 8>* id);
 
  private:
+  // TracerCounters' fields, written by one thread each.
+  struct Cells {
+    std::atomic<uint64_t> spans{0};
+    std::atomic<uint64_t> sampled{0};
+    std::atomic<uint64_t> invalid_traceparent{0};
+    std::atomic<uint64_t> invalid_tracestate{0};
+    std::atomic<uint64_t> truncated_tracestate{0};
+  };
+
   const TracingOptions options_;
   const uint64_t threshold_;  // ratio * 2^64 (saturated)
-  std::atomic<uint64_t> spans_{0};
-  std::atomic<uint64_t> sampled_{0};
-  std::atomic<uint64_t> invalid_traceparent_{0};
-  std::atomic<uint64_t> invalid_tracestate_{0};
-  std::atomic<uint64_t> truncated_tracestate_{0};
+  PerThread<Cells> cells_;
 };
 
 }  // namespace sluice::telemetry

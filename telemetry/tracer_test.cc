@@ -4,6 +4,8 @@
 
 #include <set>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "http/exchange.h"
 #include "http/request_editor.h"
@@ -115,6 +117,31 @@ TEST(Tracer, ABadTracestateIsIgnoredAndCounted) {
   edit_two.AddHeader("tracestate", "a=1");
   edit_two.AddHeader("tracestate", "b=2");
   EXPECT_EQ(Start(tracer, two).tracestate, "a=1,b=2");
+}
+
+TEST(Tracer, CountsFromEveryThreadAddUp) {
+  Tracer tracer({.ratio = 1});
+  constexpr int kThreads = 3;
+  constexpr int kEach = 2000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&tracer] {
+      http::Request valid;
+      http::RequestEditor(valid).AddHeader(
+          "traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00");
+      http::Request invalid;
+      http::RequestEditor(invalid).AddHeader("traceparent", "ff-00");
+      for (int i = 0; i < kEach; ++i) {
+        Start(tracer, valid);    // an unsampled parent: not sampled
+        Start(tracer, invalid);  // a new root, sampled at ratio 1
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const TracerCounters c = tracer.counters();
+  EXPECT_EQ(c.spans, 2u * kThreads * kEach);
+  EXPECT_EQ(c.sampled, 1u * kThreads * kEach);
+  EXPECT_EQ(c.invalid_traceparent, 1u * kThreads * kEach);
 }
 
 }  // namespace
