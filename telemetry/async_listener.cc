@@ -11,19 +11,37 @@ namespace sluice::telemetry {
 
 ExchangeSnapshot& ExchangeSnapshot::operator=(const ExchangeSnapshot& other) {
   if (this == &other) return *this;
-  start_unix_ns = other.start_unix_ns;
-  duration_ns = other.duration_ns;
-  status = other.status;
-  error = other.error;
-  error_code = other.error_code;
-  request_body_bytes = other.request_body_bytes;
-  response_body_bytes = other.response_body_bytes;
-  trace = other.trace;
-  std::copy(std::begin(other.offset_), std::end(other.offset_), offset_);
-  std::copy(std::begin(other.length_), std::end(other.length_), length_);
-  used_ = other.used_;
+  EachFixed([](auto& mine, const auto& theirs) { mine = theirs; }, *this, other);
   std::memcpy(arena_, other.arena_, used_);
   return *this;
+}
+
+size_t ExchangeSnapshot::EncodedSize() const {
+  size_t n = 0;
+  EachFixed([&n](const auto& field) { n += sizeof(field); }, *this);
+  return n + used_;
+}
+
+void ExchangeSnapshot::Encode(char* out) const {
+  EachFixed(
+      [&out](const auto& field) {
+        std::memcpy(out, &field, sizeof(field));
+        out += sizeof(field);
+      },
+      *this);
+  std::memcpy(out, arena_, used_);
+}
+
+void ExchangeSnapshot::Decode(const char* in, size_t size) {
+  const char* const end = in + size;
+  EachFixed(
+      [&in](auto& field) {
+        std::memcpy(&field, in, sizeof(field));
+        in += sizeof(field);
+      },
+      *this);
+  used_ = static_cast<uint16_t>(std::min<size_t>(used_, end - in));
+  std::memcpy(arena_, in, used_);
 }
 
 void ExchangeSnapshot::Put(Field f, std::string_view value) {
@@ -84,12 +102,17 @@ void ExchangeSnapshot::CopyFrom(const ExchangeRecord& r) {
   }
 }
 
+size_t AsyncListener::RingBytes(size_t capacity) {
+  // Room for at least a few of the longest snapshots, whatever the capacity.
+  return std::max(capacity * kTypicalSnapshotBytes, 4 * sizeof(ExchangeSnapshot));
+}
+
 AsyncListener::AsyncListener(std::unique_ptr<SnapshotConsumer> consumer,
                              AsyncListenerOptions options)
     : options_(options),
       consumer_(std::move(consumer)),
-      queue_(options.capacity),
-      batch_(std::clamp<size_t>(options.batch, 1, std::max<size_t>(1, queue_.capacity() / 2))) {
+      ring_(RingBytes(options.capacity)),
+      batch_(std::clamp<size_t>(options.batch, 1, std::max<size_t>(1, options.capacity / 2))) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -104,11 +127,15 @@ AsyncListener::~AsyncListener() {
 
 void AsyncListener::OnRequestStop(const ExchangeRecord& record) {
   if (options_.sampled_only && !record.trace.sampled) return;
-  if (queue_.TryEmplace([&record](ExchangeSnapshot& cell) { cell.CopyFrom(record); })) {
+  // Built where it stays in the cache, then copied into the ring at its encoded size (which the
+  // ring must know before it reserves the room).
+  thread_local ExchangeSnapshot snapshot;
+  snapshot.CopyFrom(record);
+  if (ring_.TryWrite(snapshot.EncodedSize(), [](char* at) { snapshot.Encode(at); })) {
     queued_.fetch_add(1, std::memory_order_relaxed);
     // One wake-up per batch. Signalled under the lock, which the thread holds from its last look
     // at the queue until it waits: either it sees this snapshot or it gets the signal.
-    if (queue_.ApproxSize() >= batch_ && !wake_pending_.load(std::memory_order_relaxed) &&
+    if (Queued() >= batch_ && !wake_pending_.load(std::memory_order_relaxed) &&
         !wake_pending_.exchange(true)) {
       MutexLock lock(&mu_);
       cv_.Signal();
@@ -120,12 +147,16 @@ void AsyncListener::OnRequestStop(const ExchangeRecord& record) {
 
 void AsyncListener::Drain(bool remainder) {
   SnapshotConsumer* const consumer = consumer_.get();
-  auto add = [consumer](const ExchangeSnapshot& snapshot) { consumer->Add(snapshot); };
+  auto add = [this, consumer](const char* at, size_t size) {
+    leaving_.Decode(at, size);
+    consumer->Add(leaving_);
+  };
   for (;;) {
-    if (!remainder && queue_.ApproxSize() < batch_) return;
+    if (!remainder && Queued() < batch_) return;
     size_t n = 0;
-    while (n < batch_ && queue_.TryConsume(add)) ++n;
+    while (n < batch_ && ring_.TryRead(add)) ++n;
     if (n == 0) return;
+    taken_.store(taken_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
     consumer->EndBatch();
     delivered_.fetch_add(n, std::memory_order_release);  // pairs with delivered()
     MutexLock lock(&mu_);
@@ -152,7 +183,7 @@ void AsyncListener::Run() {
       remainder = true;
       continue;
     }
-    if (queue_.ApproxSize() >= batch_) continue;
+    if (Queued() >= batch_) continue;
     remainder = !cv_.WaitWithDeadline(&mu_, std::chrono::steady_clock::now() + options_.poll);
   }
   Drain(/*remainder=*/true);

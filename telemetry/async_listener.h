@@ -1,23 +1,23 @@
 // Listening without slowing anyone down: AsyncListener copies each finished exchange into a
-// fixed-size ExchangeSnapshot in a bounded queue, and one thread of its own hands batches of them
-// to a SnapshotConsumer (the access log, the OTLP span exporter, or a user's slow listener).
+// bounded ring of records (record_ring.h), and one thread of its own hands batches of them to a
+// SnapshotConsumer (the access log, the OTLP span exporter, or a user's slow listener).
 //
 //   auto log = std::make_shared<AsyncListener>(std::make_unique<MyConsumer>());
 //   hooks.Subscribe(log);
 //
-// The request path does one copy into a preallocated cell and never waits: when the queue is full
-// the exchange is dropped and counted (dropped()). A consumer may be as slow as it likes; it only
-// makes drops more likely. Strings longer than their field are cut (and end with "..."). A
-// consumer that takes snapshots one at a time (SnapshotConsumer::Add) reads them in the queue's
-// cells, with no second copy.
+// The request path copies the exchange once into the ring, taking only the bytes it uses, and
+// never waits: when the ring lacks the room the exchange is dropped and counted (dropped()). A
+// consumer may be as slow as it likes; it only makes drops more likely. Strings longer than their
+// field are cut (and end with "...").
 //
 // Thread contract: thread-safe. The consumer's Add, EndBatch, Consume and Idle run on the
-// listener's own thread, one batch at a time; Add runs while the snapshot's queue cell is held.
+// listener's own thread, one batch at a time.
 #ifndef SLUICE_TELEMETRY_ASYNC_LISTENER_H_
 #define SLUICE_TELEMETRY_ASYNC_LISTENER_H_
 
 #include <absl/base/thread_annotations.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -28,15 +28,15 @@
 #include <vector>
 
 #include "core/mutex.h"
-#include "telemetry/bounded_queue.h"
 #include "telemetry/hooks.h"
+#include "telemetry/record_ring.h"
 
 namespace sluice::telemetry {
 
 // An exchange, copied out of the request: everything an access log or a span needs. Numbers are
 // fields; strings live one after another in a small arena (each cut to its limit, ending with
 // "..." when cut), so a copy writes only the bytes it uses: a few cache lines, not the whole
-// object. Copying it (queue in, queue out) copies the used part too.
+// object. Copying it, and its encoding as bytes (what the ring holds), take the used part too.
 class ExchangeSnapshot {
  public:
   ExchangeSnapshot() = default;
@@ -44,6 +44,12 @@ class ExchangeSnapshot {
   ExchangeSnapshot& operator=(const ExchangeSnapshot& other);
 
   void CopyFrom(const ExchangeRecord& record);
+
+  // As bytes: EncodedSize() of them written by Encode, read back by Decode (which trusts them:
+  // they come from Encode in this process).
+  size_t EncodedSize() const;
+  void Encode(char* out) const;
+  void Decode(const char* in, size_t size);
 
   int64_t start_unix_ns = 0;
   uint64_t duration_ns = 0;
@@ -85,22 +91,38 @@ class ExchangeSnapshot {
   static constexpr uint16_t kLimits[kFieldCount] = {16, 8, 4, 96, 256, 96, 64, 192, 192, 64, 512};
   static constexpr size_t kArena = 16 + 8 + 4 + 96 + 256 + 96 + 64 + 192 + 192 + 64 + 512;
 
+  // Calls f(field...) for each fixed-size field of each snapshot given, in one order (what Encode
+  // writes, Decode reads and operator= copies).
+  template <typename F, typename... Snapshot>
+  static void EachFixed(F f, Snapshot&... s) {
+    f(s.start_unix_ns...);
+    f(s.duration_ns...);
+    f(s.status...);
+    f(s.error...);
+    f(s.error_code...);
+    f(s.request_body_bytes...);
+    f(s.response_body_bytes...);
+    f(s.trace...);
+    f(s.offset_...);
+    f(s.length_...);
+    f(s.used_...);
+  }
   void Put(Field f, std::string_view value);
   // The target is path + '?' + query, cut as one field.
   void PutTarget(std::string_view path, std::string_view query);
   std::string_view Get(Field f) const { return {arena_ + offset_[f], length_[f]}; }
 
-  uint16_t offset_[kFieldCount] = {};
-  uint16_t length_[kFieldCount] = {};
+  std::array<uint16_t, kFieldCount> offset_ = {};
+  std::array<uint16_t, kFieldCount> length_ = {};
   uint16_t used_ = 0;
   char arena_[kArena];
 };
 
 // Takes the exchanges an AsyncListener drains, on its thread, a batch at a time: Add for each
-// snapshot of the batch, then EndBatch. Add reads the snapshot where it was queued (the reference
-// is valid during the call only); by default it copies it into a batch that EndBatch hands to
-// Consume. A consumer that can work a snapshot at a time (encode it, format it) overrides Add and
-// EndBatch and saves that copy.
+// snapshot of the batch, then EndBatch. Add reads the snapshot as it leaves the queue (the
+// reference is valid during the call only); by default it copies it into a batch that EndBatch
+// hands to Consume. A consumer that can work a snapshot at a time (encode it, format it) overrides
+// Add and EndBatch and saves that copy.
 class SnapshotConsumer {
  public:
   virtual ~SnapshotConsumer() = default;
@@ -118,8 +140,13 @@ class SnapshotConsumer {
   std::vector<ExchangeSnapshot> batch_;  // the default Add's; its capacity is kept
 };
 
+constexpr size_t kTypicalSnapshotBytes = 256;
+
 struct AsyncListenerOptions {
-  size_t capacity = 2048;  // snapshots queued at most (about 1.7 KiB each, mostly unused)
+  // Room for this many snapshots of a typical size (kTypicalSnapshotBytes each): the ring has
+  // capacity * 256 bytes, rounded up to a power of two. A snapshot takes its fixed part (about
+  // 140 bytes) and its strings, so the room holds more short ones and fewer long ones.
+  size_t capacity = 2048;
   // Snapshots handed over per batch (Add calls before one EndBatch; for the OTLP exporter, one
   // POST). At most half the capacity, so that one batch can fill while another is consumed.
   size_t batch = 512;
@@ -152,6 +179,13 @@ class AsyncListener : public Listener {
   void Flush();
 
  private:
+  static size_t RingBytes(size_t capacity);
+  // Snapshots in the ring, approximately: queued and not yet taken by Drain.
+  size_t Queued() const {
+    const uint64_t in = queued_.load(std::memory_order_relaxed);
+    const uint64_t out = taken_.load(std::memory_order_relaxed);
+    return in > out ? static_cast<size_t>(in - out) : 0;
+  }
   void Run();
   // Hands over batches while at least a whole one is queued, or (`remainder`) until the queue is
   // empty.
@@ -159,9 +193,11 @@ class AsyncListener : public Listener {
 
   const AsyncListenerOptions options_;
   std::unique_ptr<SnapshotConsumer> consumer_;
-  BoundedQueue<ExchangeSnapshot> queue_;
-  const size_t batch_;  // options_.batch, at most half the queue's capacity
+  RecordRing ring_;
+  const size_t batch_;        // options_.batch, at least 1
+  ExchangeSnapshot leaving_;  // the listener's thread's: each snapshot as it leaves the ring
   std::atomic<uint64_t> queued_{0};
+  std::atomic<uint64_t> taken_{0};  // out of the ring (written by the listener's thread only)
   std::atomic<uint64_t> dropped_{0};
   std::atomic<uint64_t> delivered_{0};
   std::atomic<bool> stop_{false};

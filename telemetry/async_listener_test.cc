@@ -4,11 +4,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "http/exchange.h"
 #include "http/request_editor.h"
-#include "telemetry/bounded_queue.h"
 
 namespace sluice::telemetry {
 namespace {
@@ -231,118 +232,108 @@ TEST(ExchangeSnapshot, CutsLongValuesVisiblyAndCopiesWhatItHolds) {
   EXPECT_EQ(copy.status, 200);
 }
 
-TEST(BoundedQueue, ManyProducersOneConsumerLoseNothingThatWasAccepted) {
-  BoundedQueue<uint64_t> q(1024);
-  std::atomic<uint64_t> pushed_sum{0}, pushed{0};
-  std::vector<std::thread> producers;
-  for (uint64_t t = 0; t < 4; ++t) {
-    producers.emplace_back([&, t] {
-      for (uint64_t i = 1; i <= 20000; ++i) {
-        if (q.TryPush(t * 1'000'000 + i)) {
-          pushed.fetch_add(1);
-          pushed_sum.fetch_add(t * 1'000'000 + i);
-        }
-      }
-    });
-  }
-  uint64_t popped = 0, popped_sum = 0, v = 0;
-  std::atomic<bool> done{false};
-  std::thread consumer([&] {
-    for (;;) {
-      if (q.TryPop(&v)) {
-        ++popped;
-        popped_sum += v;
-      } else if (done.load()) {
-        return;
-      }
-    }
-  });
-  for (auto& p : producers) p.join();
-  done.store(true);
-  consumer.join();
-  while (q.TryPop(&v)) {
-    ++popped;
-    popped_sum += v;
-  }
-  EXPECT_EQ(popped, pushed.load());
-  EXPECT_EQ(popped_sum, pushed_sum.load());
-  EXPECT_EQ(q.capacity(), 1024u);
+TEST(ExchangeSnapshot, ItsBytesReadBackAsTheSameSnapshotAndTakeOnlyWhatItHolds) {
+  http::Request req;
+  http::RequestEditor edit(req);
+  edit.SetPath("/users/42");
+  edit.SetQuery("a=1");
+  edit.SetAuthority("example.test");
+  edit.AddHeader("user-agent", "curl/8");
+  edit.AddHeader("referer", "http://example.test/");
+  ExchangeRecord r;
+  r.request = &req;
+  r.method = "PUT";
+  r.route = "/users/{id}";
+  r.scheme = "https";
+  r.protocol_version = "2";
+  r.peer_address = "127.0.0.1:5555";
+  r.status = 503;
+  r.duration_ns = 123456789;
+  r.request_body_bytes = 17;
+  r.response_body_bytes = 1 << 20;
+  r.error = ErrorType::kPeerReset;
+  r.error_code = 8;
+  r.trace.trace_id[0] = 0xab;
+  r.trace.span_id[7] = 0xcd;
+  r.trace.parent_span_id[3] = 0xef;
+  r.trace.sampled = true;
+  r.tracestate = "k=v";
+  ExchangeSnapshot s;
+  s.CopyFrom(r);
+  std::vector<char> bytes(s.EncodedSize());
+  s.Encode(bytes.data());
+  // Garbage first: every field must come from the bytes.
+  ExchangeSnapshot back;
+  ExchangeRecord other;
+  other.method = "DELETE";
+  other.route = "/other";
+  other.status = 404;
+  back.CopyFrom(other);
+  back.Decode(bytes.data(), bytes.size());
+  EXPECT_EQ(back.start_unix_ns, s.start_unix_ns);
+  EXPECT_EQ(back.duration_ns, 123456789u);
+  EXPECT_EQ(back.status, 503);
+  EXPECT_EQ(back.error, ErrorType::kPeerReset);
+  EXPECT_EQ(back.error_code, 8u);
+  EXPECT_EQ(back.request_body_bytes, 17u);
+  EXPECT_EQ(back.response_body_bytes, 1u << 20);
+  EXPECT_EQ(back.trace.trace_id, r.trace.trace_id);
+  EXPECT_EQ(back.trace.span_id, r.trace.span_id);
+  EXPECT_EQ(back.trace.parent_span_id, r.trace.parent_span_id);
+  EXPECT_TRUE(back.trace.sampled);
+  EXPECT_EQ(back.method(), "PUT");
+  EXPECT_EQ(back.scheme(), "https");
+  EXPECT_EQ(back.protocol_version(), "2");
+  EXPECT_EQ(back.route(), "/users/{id}");
+  EXPECT_EQ(back.target(), "/users/42?a=1");
+  EXPECT_EQ(back.authority(), "example.test");
+  EXPECT_EQ(back.peer(), "127.0.0.1:5555");
+  EXPECT_EQ(back.user_agent(), "curl/8");
+  EXPECT_EQ(back.referer(), "http://example.test/");
+  EXPECT_EQ(back.error_type(), "peer_reset");
+  EXPECT_EQ(back.tracestate(), "k=v");
+  // A typical exchange fits the share of the ring that AsyncListenerOptions::capacity counts.
+  EXPECT_LT(bytes.size(), kTypicalSnapshotBytes);
+  EXPECT_LT(bytes.size(), sizeof(ExchangeSnapshot) / 4);
 }
 
-// Counts its lives, to see when the queue constructs and destroys its elements.
-struct Counted {
-  static inline int constructed = 0;
-  static inline int destroyed = 0;
-  Counted() { ++constructed; }
-  Counted(const Counted&) { ++constructed; }
-  Counted& operator=(const Counted& o) {
-    value = o.value;
-    return *this;
-  }
-  ~Counted() { ++destroyed; }
-  int value = 0;
+// Holds the first snapshot it is given (and with it the ring's room) until opened.
+class GatedConsumer : public SnapshotConsumer {
+ public:
+  explicit GatedConsumer(std::atomic<bool>* open) : open_(open) {}
+  void Add(const ExchangeSnapshot&) override { open_->wait(false); }
+  void EndBatch() override {}
+  void Consume(std::span<const ExchangeSnapshot>) override {}
+
+ private:
+  std::atomic<bool>* open_;
 };
 
-TEST(BoundedQueue, ConstructsEachElementOnlyWhenItsCellIsFirstClaimed) {
-  Counted::constructed = 0;
-  Counted::destroyed = 0;
-  {
-    BoundedQueue<Counted> q(1024);
-    EXPECT_EQ(Counted::constructed, 0);  // nothing built (nor touched) up front
-    Counted c;
-    for (int i = 1; i <= 3; ++i) {
-      c.value = i;
-      ASSERT_TRUE(q.TryPush(c));
-    }
-    EXPECT_EQ(Counted::constructed, 1 + 3);  // `c` and the three cells claimed
-    Counted out;
-    ASSERT_TRUE(q.TryPop(&out));
-    EXPECT_EQ(out.value, 1);
-    ASSERT_TRUE(q.TryPush(c));  // a fourth cell
-    EXPECT_EQ(Counted::constructed, 2 + 4);
-    Counted::destroyed = 0;
-  }
-  // The queue destroyed the four cells it constructed (plus `c` and `out`), no more.
-  EXPECT_EQ(Counted::destroyed, 4 + 2);
-}
-
-TEST(BoundedQueue, AWholeLapReusesTheElementsItConstructed) {
-  Counted::constructed = 0;
-  Counted::destroyed = 0;
-  {
-    BoundedQueue<Counted> q(4);
-    Counted c, out;
-    for (int i = 0; i < 20; ++i) {
-      c.value = i;
-      ASSERT_TRUE(q.TryPush(c));
-      ASSERT_TRUE(q.TryPop(&out));
-      EXPECT_EQ(out.value, i);
-    }
-    EXPECT_EQ(Counted::constructed, 2 + 4);  // one per cell, on the first lap only
-    Counted::destroyed = 0;
-  }
-  EXPECT_EQ(Counted::destroyed, 4 + 2);
-}
-
-TEST(BoundedQueue, ACellBeingConsumedInPlaceIsNotReusedUntilTheReadReturns) {
-  BoundedQueue<uint64_t> q(2);
-  ASSERT_TRUE(q.TryPush(1));
-  ASSERT_TRUE(q.TryPush(2));
-  uint64_t seen = 0;
-  bool pushed_during_read = true;
-  ASSERT_TRUE(q.TryConsume([&](const uint64_t& v) {
-    seen = v;
-    pushed_during_read = q.TryPush(3);  // the ring is full until this cell is released
-  }));
-  EXPECT_EQ(seen, 1u);
-  EXPECT_FALSE(pushed_during_read);
-  EXPECT_TRUE(q.TryPush(3));
-  uint64_t v = 0;
-  ASSERT_TRUE(q.TryPop(&v));
-  EXPECT_EQ(v, 2u);
-  ASSERT_TRUE(q.TryPop(&v));
-  EXPECT_EQ(v, 3u);
-  EXPECT_FALSE(q.TryConsume([](const uint64_t&) { ADD_FAILURE() << "the queue is empty"; }));
+TEST(AsyncListener, ShortSnapshotsTakeLessRoomThanLongOnes) {
+  // The same ring holds more exchanges with short strings than with long ones: its room is
+  // counted in bytes, and each snapshot takes only what it holds.
+  auto accepted = [](const std::string& path) {
+    std::atomic<bool> open{false};
+    AsyncListener listener(std::make_unique<GatedConsumer>(&open),
+                           {.capacity = 64, .batch = 1, .poll = std::chrono::hours(1)});
+    http::Request req;
+    http::RequestEditor(req).SetPath(path);
+    ExchangeRecord r;
+    r.request = &req;
+    r.method = "GET";
+    for (int i = 0; i < 1000; ++i) listener.OnRequestStop(r);
+    const uint64_t queued = listener.queued();
+    EXPECT_EQ(queued + listener.dropped(), 1000u);
+    open.store(true);
+    open.notify_all();
+    return queued;
+  };
+  const uint64_t short_ones = accepted("/");
+  const uint64_t long_ones = accepted("/" + std::string(400, 'x'));
+  EXPECT_GE(short_ones, 64u);  // at least the capacity's count of typical ones
+  EXPECT_LT(short_ones, 1000u);
+  EXPECT_GT(short_ones, 2 * long_ones);
+  EXPECT_GT(long_ones, 0u);
 }
 
 }  // namespace

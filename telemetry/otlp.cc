@@ -253,7 +253,9 @@ size_t VarintSize(uint64_t v) {
   }
   return n;
 }
-std::string_view AsChars(const uint8_t* p, size_t n) { return {reinterpret_cast<const char*>(p), n}; }
+std::string_view AsChars(const uint8_t* p, size_t n) {
+  return {reinterpret_cast<const char*>(p), n};
+}
 
 // Writes the wire format through a raw pointer into a std::string (no per-byte bookkeeping):
 // Need(n) makes room for n more bytes, then the Put calls write at most what was asked for.
@@ -293,7 +295,10 @@ class ProtoOut {
     for (int i = 0; i < 8; ++i) *p_++ = static_cast<char>(v >> (8 * i));  // little-endian
   }
   size_t size() const { return static_cast<size_t>(p_ - s_->data()); }
-  void Finish() { s_->resize(size()); limit_ = p_; }
+  void Finish() {
+    s_->resize(size());
+    limit_ = p_;
+  }
 
  private:
   void Grow(size_t n) {
@@ -573,14 +578,15 @@ PostOutcome PostOn(int fd, const OtlpEndpoint& endpoint, std::string_view path,
         const std::string_view length = HeaderValue(head, "content-length");
         size_t body_size = 0;
         const bool has_length =
-            !length.empty() && std::from_chars(length.data(), length.data() + length.size(),
-                                               body_size).ec == std::errc();
-        const bool no_body = head.size() >= 12 && (head.substr(9, 3) == "204" ||
-                                                   head.substr(9, 3) == "304");
+            !length.empty() &&
+            std::from_chars(length.data(), length.data() + length.size(), body_size).ec ==
+                std::errc();
+        const bool no_body =
+            head.size() >= 12 && (head.substr(9, 3) == "204" || head.substr(9, 3) == "304");
         if (has_length || no_body) {
           need = head_end + 4 + (no_body ? 0 : body_size);
-          outcome.reusable = keep_alive && body_size <= (1u << 20) &&
-                             HeaderValue(head, "connection") != "close";
+          outcome.reusable =
+              keep_alive && body_size <= (1u << 20) && HeaderValue(head, "connection") != "close";
         } else {
           need = head_end + 4;  // chunked or until close: not kept, body not read
         }
@@ -770,8 +776,7 @@ std::string_view EncodeSpansProtobuf(std::span<const ExchangeSnapshot> spans,
   return scratch->Finish();
 }
 
-std::string SpansProtobuf(std::span<const ExchangeSnapshot> spans,
-                          std::string_view service_name) {
+std::string SpansProtobuf(std::span<const ExchangeSnapshot> spans, std::string_view service_name) {
   SpanBatchEncoder scratch;
   return std::string(EncodeSpansProtobuf(spans, service_name, &scratch));
 }
@@ -945,12 +950,10 @@ void OtlpSpanExporter::Post(size_t index) {
 }
 
 size_t OtlpSpanExporter::FirstFree() const {
-  return static_cast<size_t>(std::find(posting_.begin(), posting_.end(), false) -
-                             posting_.begin());
+  return static_cast<size_t>(std::find(posting_.begin(), posting_.end(), false) - posting_.begin());
 }
 
-void OtlpSpanExporter::Hand(std::string_view content_type, std::string_view body,
-                            uint64_t items) {
+void OtlpSpanExporter::Hand(std::string_view content_type, std::string_view body, uint64_t items) {
   const size_t index = current_;
   Slot& slot = *slots_[index];
   slot.content_type = content_type;
@@ -962,7 +965,8 @@ void OtlpSpanExporter::Hand(std::string_view content_type, std::string_view body
   if (!slot.thread.joinable()) slot.thread = std::thread([this, index] { Post(index); });
   posting_[index] = true;
   slot.handed.Signal();
-  // Waits here, not when the next batch starts: Add runs while a queue cell is held.
+  // Waits here, not when the next batch starts: Add runs while its record still holds room in
+  // the listener's ring.
   while (FirstFree() == posting_.size()) done_.Wait(&mu_);
 }
 
@@ -991,9 +995,8 @@ void OtlpSpanExporter::Idle() {
 
 size_t OtlpSpanExporter::posting_threads() const {
   MutexLock lock(&mu_);
-  return static_cast<size_t>(std::count_if(slots_.begin(), slots_.end(), [](const auto& slot) {
-    return slot->thread.joinable();
-  }));
+  return static_cast<size_t>(std::count_if(
+      slots_.begin(), slots_.end(), [](const auto& slot) { return slot->thread.joinable(); }));
 }
 
 OtlpCounters OtlpSpanExporter::counters() const {

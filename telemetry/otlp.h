@@ -127,17 +127,17 @@ class SpanBatchEncoder {
     std::string values;                   // the values, back to back
     std::array<size_t, kValues> sizes{};  // and their sizes
     uint16_t status = 0;
-    std::string bytes;               // the encoded KeyValues
+    std::string bytes;  // the encoded KeyValues
     bool valid = false;
   };
 
  private:
   std::string resource_;  // the Resource and InstrumentationScope messages of this batch
   std::string scope_;
-  size_t gap_ = 0;        // room left before the spans for what encloses them
-  std::string buffer_;    // the gap, then the spans
-  std::string span_;      // one span, before its length is known
-  std::string prefix_;    // its tag and length
+  size_t gap_ = 0;      // room left before the spans for what encloses them
+  std::string buffer_;  // the gap, then the spans
+  std::string span_;    // one span, before its length is known
+  std::string prefix_;  // its tag and length
   size_t spans_ = 0;
   KeptRoute route_;
   uint64_t route_reused_ = 0;

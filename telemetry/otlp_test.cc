@@ -145,7 +145,8 @@ class Receiver {
         return;
       }
       const bool client_closes = HeaderOf(head, "Connection") == "close";
-      const std::string answer = "HTTP/1.1 " + std::to_string(status) + " X\r\nContent-Length: 2\r\n" +
+      const std::string answer = "HTTP/1.1 " + std::to_string(status) +
+                                 " X\r\nContent-Length: 2\r\n" +
                                  (client_closes ? "Connection: close\r\n" : "") + "\r\n{}";
       (void)!write(c, answer.data(), answer.size());
       if (client_closes || close_after_each_) return;
@@ -191,7 +192,8 @@ ExchangeSnapshot SpanOf(std::string_view method, std::string_view route, uint16_
   http::Request req;
   http::RequestEditor edit(req);
   edit.SetPath(target.substr(0, target.find('?')));
-  if (target.find('?') != std::string_view::npos) edit.SetQuery(target.substr(target.find('?') + 1));
+  if (target.find('?') != std::string_view::npos)
+    edit.SetQuery(target.substr(target.find('?') + 1));
   edit.SetAuthority(host);
   if (!agent.empty()) edit.AddHeader("user-agent", agent);
   ExchangeRecord r;
@@ -319,9 +321,8 @@ TEST(Otlp, AnUnreachableCollectorCostsDroppedBatchesWithinTheTimeouts) {
 TEST(Otlp, ASilentCollectorTimesOut) {
   Receiver receiver({0});
   const auto t0 = std::chrono::steady_clock::now();
-  StatusOr<int> s =
-      HttpPost(Endpoint(receiver.url()), "/v1/traces", "application/json", "{}",
-               std::chrono::milliseconds(150));
+  StatusOr<int> s = HttpPost(Endpoint(receiver.url()), "/v1/traces", "application/json", "{}",
+                             std::chrono::milliseconds(150));
   const auto took = std::chrono::steady_clock::now() - t0;
   EXPECT_EQ(s.status().code(), StatusCode::kDeadlineExceeded);
   EXPECT_LT(took, std::chrono::milliseconds(5000));  // without the timeout: never
@@ -363,8 +364,8 @@ TEST(Otlp, SpanExporterPostsEachBatchInJsonWhenAsked) {
 struct ProtoField {
   int number;
   int wire_type = 0;
-  uint64_t varint = 0;       // wire types 0 and 1 (fixed64)
-  std::string_view bytes;    // wire type 2
+  uint64_t varint = 0;     // wire types 0 and 1 (fixed64)
+  std::string_view bytes;  // wire type 2
 };
 
 std::vector<ProtoField> ReadMessage(std::string_view m) {
@@ -453,8 +454,10 @@ TEST(Otlp, SpansProtobufCarriesIdsParentTimesStatusAndAttributes) {
     for (const ProtoField& field : ReadMessage(span)) {
       if (field.number != 9) f[field.number] = field;
     }
-    EXPECT_EQ(f[1].bytes, std::string_view("\x4b\xf9\x2f\x35\x77\xb3\x4d\xa6\xa3\xce\x92\x9d\x0e\x0e"
-                                           "\x47\x36", 16));
+    EXPECT_EQ(f[1].bytes,
+              std::string_view("\x4b\xf9\x2f\x35\x77\xb3\x4d\xa6\xa3\xce\x92\x9d\x0e\x0e"
+                               "\x47\x36",
+                               16));
     EXPECT_EQ(f[2].bytes, std::string_view("\x01\x02\x03\x04\x05\x06\x07\x08", 8));
     EXPECT_EQ(f[3].bytes, "rojo=1");
     EXPECT_EQ(f[4].bytes, std::string_view("\x00\xf0\x67\xaa\x0b\xa9\x02\xb7", 8));
@@ -465,7 +468,7 @@ TEST(Otlp, SpansProtobufCarriesIdsParentTimesStatusAndAttributes) {
     ASSERT_EQ(ReadMessage(f[15].bytes).size(), 1u);
     EXPECT_EQ(ReadMessage(f[15].bytes)[0].number, 3);
     EXPECT_EQ(ReadMessage(f[15].bytes)[0].wire_type, 0);  // code is a varint, not bytes
-    EXPECT_EQ(ReadMessage(f[15].bytes)[0].varint, 2u);  // STATUS_CODE_ERROR
+    EXPECT_EQ(ReadMessage(f[15].bytes)[0].varint, 2u);    // STATUS_CODE_ERROR
     auto attributes = AttributesOf(span, 9);
     EXPECT_EQ(attributes["http.request.method"], "s:GET");
     EXPECT_EQ(attributes["http.route"], "s:/users/{id}");
@@ -482,14 +485,14 @@ TEST(Otlp, SpansProtobufCarriesIdsParentTimesStatusAndAttributes) {
 TEST(Otlp, SpansOfOneRouteInARowShareTheirRouteAttributesAndEachDecodesAsIfAlone) {
   const ExchangeSnapshot spans[] = {
       SpanOf("GET", "/a", 200, "127.0.0.1:40000", "1.1"),
-      SpanOf("GET", "/a", 200, "127.0.0.1:40001", "1.1"),   // the last one's, another client
-      SpanOf("GET", "/b", 200, "127.0.0.1:40001", "1.1"),   // another route
-      SpanOf("GET", "/b", 200, "10.0.0.1:7", "1.1"),        // the last one's
-      SpanOf("GET", "/b", 404, "10.0.0.1:7", "1.1"),        // another status, nothing else
-      SpanOf("GET", "/b", 503, "10.0.0.1:7", "1.1"),        // another status (and error.type)
-      SpanOf("POST", "/b", 503, "10.0.0.1:7", "1.1"),       // another method
-      SpanOf("POST", "/b", 503, "10.0.0.1:7", "2"),         // another protocol version
-      SpanOf("POST", "/b", 503, "[::1]:9", "2"),            // the last one's
+      SpanOf("GET", "/a", 200, "127.0.0.1:40001", "1.1"),  // the last one's, another client
+      SpanOf("GET", "/b", 200, "127.0.0.1:40001", "1.1"),  // another route
+      SpanOf("GET", "/b", 200, "10.0.0.1:7", "1.1"),       // the last one's
+      SpanOf("GET", "/b", 404, "10.0.0.1:7", "1.1"),       // another status, nothing else
+      SpanOf("GET", "/b", 503, "10.0.0.1:7", "1.1"),       // another status (and error.type)
+      SpanOf("POST", "/b", 503, "10.0.0.1:7", "1.1"),      // another method
+      SpanOf("POST", "/b", 503, "10.0.0.1:7", "2"),        // another protocol version
+      SpanOf("POST", "/b", 503, "[::1]:9", "2"),           // the last one's
       SpanOf("GET", "/u", 200, "[::1]:9", "2", "/u/1?a=1", "h:80", "curl"),
       SpanOf("GET", "/u", 200, "[::1]:10", "2", "/u/1?a=2", "h:80", "curl"),  // the last one's
       SpanOf("GET", "/u", 200, "[::1]:10", "2", "/u/2?a=2", "h:80", "curl"),  // another path
