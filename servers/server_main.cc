@@ -69,8 +69,8 @@ std::string ServerUsage(std::string_view program, std::string_view description) 
                             followed (needs a --telemetry style)
   --otlp-endpoint=URL       export spans and metrics over OTLP/HTTP to URL (http://127.0.0.1:4318)
   --otlp-protocol=P         spans in http/protobuf (default) or http/json; metrics in JSON
-  --span-queue=N            spans queued for the exporter at most (8192); past it they are
-                            dropped and counted
+  --span-queue=N            room for N spans waiting for the exporter (8192), 256 bytes
+                            each; past it they are dropped and counted
   --access-log=FILE         one line per request to FILE (written off the loop threads)
   --access-log-format=F     combined (default), common or json
   --help                    this text

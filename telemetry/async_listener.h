@@ -145,7 +145,7 @@ constexpr size_t kTypicalSnapshotBytes = 256;
 struct AsyncListenerOptions {
   // Room for this many snapshots of a typical size (kTypicalSnapshotBytes each): the ring has
   // capacity * 256 bytes, rounded up to a power of two. A snapshot takes its fixed part (about
-  // 140 bytes) and its strings, so the room holds more short ones and fewer long ones.
+  // 120 bytes) and its strings, so the room holds more short ones and fewer long ones.
   size_t capacity = 2048;
   // Snapshots handed over per batch (Add calls before one EndBatch; for the OTLP exporter, one
   // POST). At most half the capacity, so that one batch can fill while another is consumed.

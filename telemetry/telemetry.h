@@ -61,15 +61,16 @@ struct TelemetryOptions {
   OtlpProtocol otlp_protocol = OtlpProtocol::kProtobuf;
   std::chrono::milliseconds otlp_metrics_interval{10000};
   std::chrono::milliseconds otlp_timeout{2000};
-  // Spans waiting for the exporter at most (about 1.7 KiB each, touched only as the ring first goes
-  // round). Enough for a loop at full speed while the exporter's thread waits for a core: with
-  // every request traced at ~600k requests/s on a saturated core, 2048 dropped 11-16 % of the spans
-  // and 8192 none.
+  // Room for this many spans waiting for the exporter, counted at 256 bytes a span (a span takes
+  // its size: 150-250 bytes for a typical request, up to 1.9 KiB with the longest strings). Enough
+  // for a loop at full speed while the exporter's thread waits for a core: with every request
+  // traced at ~600k requests/s on a saturated core, 2048 dropped 11-16 % of the spans and 8192
+  // none.
   size_t span_queue = 8192;
   // One line per exchange to this file ("" for none), written off the loop threads.
   std::string access_log;
   AccessLogFormat access_log_format = AccessLogFormat::kCombined;
-  size_t access_log_queue = 2048;
+  size_t access_log_queue = 2048;  // room for this many lines' exchanges, as span_queue
 };
 
 struct TelemetryCounters {
