@@ -7,8 +7,10 @@
 
 namespace sluice::telemetry {
 
+// The listeners subscribed at one moment, by the event they take. The registry's shared_ptrs
+// keep them alive.
 struct Hooks::List {
-  std::vector<std::shared_ptr<Listener>> listeners;
+  std::vector<Listener*> start, head, error, stop;
 };
 
 namespace {
@@ -93,8 +95,14 @@ size_t Hooks::listener_count() const {
 
 void Hooks::Publish() {
   auto list = std::make_unique<List>();
-  for (const auto& [id, listener] : subscribed_) list->listeners.push_back(listener);
-  const bool any = !list->listeners.empty();
+  for (const auto& [id, listener] : subscribed_) {
+    const uint8_t events = listener->events();
+    if (events & kStartEvents) list->start.push_back(listener.get());
+    if (events & kHeadEvents) list->head.push_back(listener.get());
+    if (events & kErrorEvents) list->error.push_back(listener.get());
+    if (events & kStopEvents) list->stop.push_back(listener.get());
+  }
+  const bool any = !subscribed_.empty();
   current_.store(any ? list.get() : nullptr, std::memory_order_release);
   active_.store(any, std::memory_order_relaxed);
   lists_.push_back(std::move(list));
@@ -105,8 +113,8 @@ void Hooks::Failed() { failures_.fetch_add(1, std::memory_order_relaxed); }
 // Each call is guarded: a listener that throws must not break the exchange (the header's
 // contract), and the other listeners still hear the event.
 template <typename Call>
-void Hooks::Each(const ExchangeRecord& record, Call call) {
-  for (const auto& listener : static_cast<const List*>(record.listeners)->listeners) {
+void Hooks::Each(const std::vector<Listener*>& listeners, Call call) {
+  for (Listener* listener : listeners) {
     try {
       call(*listener);
     } catch (...) {
@@ -120,25 +128,27 @@ void Hooks::StartSlow(ExchangeRecord& record) {
   if (list == nullptr) return;  // the last listener left since active() was read
   record.hooks = this;
   record.listeners = list;
-  record.head_reported = false;
+  record.head_reported = list->head.empty();  // nobody takes it: the head site skips the call
   record.start_ticks = Clock::Now();
-  Each(record, [&](Listener& l) { l.OnRequestStart(record); });
+  Each(list->start, [&](Listener& l) { l.OnRequestStart(record); });
 }
 
 void Hooks::HeadSlow(ExchangeRecord& record) {
   record.head_reported = true;
-  Each(record, [&](Listener& l) { l.OnResponseHead(record); });
+  Each(static_cast<const List*>(record.listeners)->head,
+       [&](Listener& l) { l.OnResponseHead(record); });
 }
 
 void Hooks::ErrorSlow(ExchangeRecord& record, ErrorType type, uint32_t code) {
   record.error = type;
   record.error_code = code;
-  Each(record, [&](Listener& l) { l.OnError(record); });
+  Each(static_cast<const List*>(record.listeners)->error, [&](Listener& l) { l.OnError(record); });
 }
 
 void Hooks::StopSlow(ExchangeRecord& record) {
   record.duration_ns = Clock::ToNanos(Clock::Now() - record.start_ticks);
-  Each(record, [&](Listener& l) { l.OnRequestStop(record); });
+  Each(static_cast<const List*>(record.listeners)->stop,
+       [&](Listener& l) { l.OnRequestStop(record); });
   record.hooks = nullptr;
   record.listeners = nullptr;
 }

@@ -21,7 +21,8 @@
 //
 // Cost. With nobody subscribed, the start site is one relaxed atomic load and a predictable
 // branch, and every later site of that exchange tests a pointer it already holds: no clock read,
-// no allocation. With subscribers, an event is one indirect call per listener.
+// no allocation. With subscribers, an event is one indirect call per listener that takes it
+// (Listener::events()); an event nobody takes costs a test.
 //
 // Contract for listeners (the header's promise to the server): callbacks run synchronously on
 // the thread that drives the exchange (a loop thread, or a handler's worker thread for the head
@@ -128,9 +129,22 @@ struct ExchangeRecord {
   std::string_view ErrorTypeText() const;
 };
 
+// The events a listener takes (Listener::events()), so that an exchange calls only those who
+// want each event: with the usual listeners, none wants the response head.
+enum ListenerEvents : uint8_t {
+  kStartEvents = 1,
+  kHeadEvents = 2,
+  kErrorEvents = 4,
+  kStopEvents = 8,
+  kAllEvents = 15,
+};
+
 class Listener {
  public:
   virtual ~Listener() = default;
+  // Which callbacks the registry calls (a mask of ListenerEvents), read once, when subscribed;
+  // the others are never called. Whatever the mask, the record a stop sees carries the errors.
+  virtual uint8_t events() const { return kAllEvents; }
   // After routing. The record may be written (the tracer sets `trace`).
   virtual void OnRequestStart(ExchangeRecord&) {}
   virtual void OnResponseHead(const ExchangeRecord&) {}
@@ -186,7 +200,7 @@ class Hooks {
   void StopSlow(ExchangeRecord& record);
   void Failed();
   template <typename Call>
-  void Each(const ExchangeRecord& record, Call call);
+  void Each(const std::vector<Listener*>& listeners, Call call);
   void Publish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::atomic<bool> active_{false};

@@ -17,19 +17,19 @@ using ::testing::ElementsAre;
 class Recorder : public Listener {
  public:
   void OnRequestStart(ExchangeRecord& r) override {
-    events.push_back("start " + std::string(r.method));
+    heard.push_back("start " + std::string(r.method));
   }
   void OnResponseHead(const ExchangeRecord& r) override {
-    events.push_back("head " + std::to_string(r.status));
+    heard.push_back("head " + std::to_string(r.status));
   }
   void OnError(const ExchangeRecord& r) override {
-    events.push_back("error " + std::string(ErrorTypeName(r.error, r.error_code, r.http2())));
+    heard.push_back("error " + std::string(ErrorTypeName(r.error, r.error_code, r.http2())));
   }
   void OnRequestStop(const ExchangeRecord& r) override {
-    events.push_back("stop " + std::to_string(r.status));
+    heard.push_back("stop " + std::to_string(r.status));
     last_duration = r.duration_ns;
   }
-  std::vector<std::string> events;
+  std::vector<std::string> heard;  // the events, in order
   uint64_t last_duration = 0;
 };
 
@@ -58,7 +58,7 @@ TEST(Hooks, DeliversStartHeadErrorStopInOrder) {
   Hooks::Error(r, ErrorType::kPeerReset, 8);
   Hooks::Stop(r);
   Hooks::Stop(r);  // detached after the first
-  EXPECT_THAT(rec->events, ElementsAre("start GET", "head 200", "error peer_reset", "stop 200"));
+  EXPECT_THAT(rec->heard, ElementsAre("start GET", "head 200", "error peer_reset", "stop 200"));
   EXPECT_EQ(r.hooks, nullptr);
 }
 
@@ -70,12 +70,12 @@ TEST(Hooks, RejectedRequestsAreOneWholeExchange) {
   r.status = 400;
   r.protocol_version = "1.1";
   hooks.Rejected(r, ErrorType::kProtocolError, 400);
-  EXPECT_THAT(rec->events, ElementsAre("start ", "error protocol_error", "stop 400"));
-  rec->events.clear();
+  EXPECT_THAT(rec->heard, ElementsAre("start ", "error protocol_error", "stop 400"));
+  rec->heard.clear();
   ExchangeRecord limit;
   limit.status = 431;
   hooks.Rejected(limit, ErrorType::kNone, 431);
-  EXPECT_THAT(rec->events, ElementsAre("start ", "stop 431"));
+  EXPECT_THAT(rec->heard, ElementsAre("start ", "stop 431"));
 }
 
 TEST(Hooks, AnExchangeKeepsTheListenersItStartedWith) {
@@ -89,13 +89,13 @@ TEST(Hooks, AnExchangeKeepsTheListenersItStartedWith) {
   hooks.Subscribe(b);
   Hooks::Stop(r);
   // a saw the whole exchange (its stop too); b, subscribed midway, saw none of it.
-  EXPECT_THAT(a->events, ElementsAre("start ", "stop 0"));
-  EXPECT_TRUE(b->events.empty());
+  EXPECT_THAT(a->heard, ElementsAre("start ", "stop 0"));
+  EXPECT_TRUE(b->heard.empty());
   ExchangeRecord next;
   hooks.Start(next);
   Hooks::Stop(next);
-  EXPECT_EQ(a->events.size(), 2u);
-  EXPECT_EQ(b->events.size(), 2u);
+  EXPECT_EQ(a->heard.size(), 2u);
+  EXPECT_EQ(b->heard.size(), 2u);
 }
 
 TEST(Hooks, TheLastUnsubscribeDeactivates) {
@@ -123,7 +123,7 @@ TEST(Hooks, AThrowingListenerIsCountedAndOthersStillHear) {
   hooks.Start(r);
   Hooks::Stop(r);
   EXPECT_EQ(hooks.listener_failures(), 2u);
-  EXPECT_THAT(rec->events, ElementsAre("start ", "stop 0"));
+  EXPECT_THAT(rec->heard, ElementsAre("start ", "stop 0"));
 }
 
 TEST(Hooks, StopMeasuresTheDuration) {
@@ -187,6 +187,51 @@ TEST(Hooks, SubscriptionsChangeSafelyWhileExchangesRun) {
   EXPECT_GT(steady->starts.load(), 0);
   EXPECT_EQ(steady->starts.load(), steady->stops.load());
   for (const auto& c : churn) EXPECT_EQ(c->starts.load(), c->stops.load());
+}
+
+// A Recorder that takes only some events.
+class Picky : public Recorder {
+ public:
+  explicit Picky(uint8_t events) : events_(events) {}
+  uint8_t events() const override { return events_; }
+
+ private:
+  const uint8_t events_;
+};
+
+TEST(Hooks, EachListenerHearsOnlyTheEventsItTakes) {
+  Hooks hooks;
+  auto ends = std::make_shared<Picky>(kStartEvents | kStopEvents);
+  auto heads = std::make_shared<Picky>(kHeadEvents);
+  auto errors = std::make_shared<Picky>(kErrorEvents | kStopEvents);
+  hooks.Subscribe(ends);
+  hooks.Subscribe(heads);
+  hooks.Subscribe(errors);
+  ExchangeRecord r;
+  r.method = "GET";
+  hooks.Start(r);
+  r.status = 502;
+  Hooks::Head(r);
+  Hooks::Error(r, ErrorType::kTimeout, 0);
+  Hooks::Stop(r);
+  EXPECT_THAT(ends->heard, ElementsAre("start GET", "stop 502"));
+  EXPECT_THAT(heads->heard, ElementsAre("head 502"));
+  EXPECT_THAT(errors->heard, ElementsAre("error timeout", "stop 502"));
+}
+
+TEST(Hooks, WhenNobodyTakesTheHeadTheStopStillSeesTheErrors) {
+  Hooks hooks;
+  auto stops = std::make_shared<Picky>(kStopEvents);
+  hooks.Subscribe(stops);
+  ExchangeRecord r;
+  hooks.Start(r);
+  EXPECT_TRUE(r.head_reported);  // the head site has nothing to call
+  Hooks::Error(r, ErrorType::kPeerReset, 8);
+  r.status = 200;
+  Hooks::Stop(r);
+  EXPECT_THAT(stops->heard, ElementsAre("stop 200"));
+  EXPECT_EQ(r.error, ErrorType::kPeerReset);
+  EXPECT_EQ(r.error_code, 8u);
 }
 
 TEST(ExchangeRecord, ErrorTypeTextNamesErrorsAnd5xx) {

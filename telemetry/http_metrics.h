@@ -92,6 +92,7 @@ class HttpServerMetrics : public Listener {
   HttpServerMetrics& operator=(const HttpServerMetrics&) = delete;
 
   // As a listener.
+  uint8_t events() const override { return kStartEvents | kStopEvents; }
   void OnRequestStart(ExchangeRecord& record) override { RecordStart(record); }
   void OnRequestStop(const ExchangeRecord& record) override { RecordStop(record); }
 

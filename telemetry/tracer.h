@@ -41,6 +41,7 @@ class Tracer : public Listener {
  public:
   explicit Tracer(TracingOptions options);
 
+  uint8_t events() const override { return kStartEvents; }
   void OnRequestStart(ExchangeRecord& record) override;
 
   // Sampled if the trace id's last 8 bytes (big endian) fall below ratio * 2^64.
