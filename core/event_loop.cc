@@ -13,6 +13,8 @@
 #include <string>
 #include <utility>
 
+#include "core/tick_clock.h"
+
 namespace sluice {
 namespace {
 
@@ -141,6 +143,7 @@ void EventLoop::Run() {
     RunPass();
   } while (!stop_requested_.load());
   stop_requested_.store(false);
+  if (options_.stamp_pass_ticks) TickClock::ClearPass();
 }
 
 void EventLoop::Stop() {
@@ -312,14 +315,19 @@ int EventLoop::ComputeTimeoutMs() {
   return static_cast<int>(std::min<decltype(ms)>(ms, 1 << 30));
 }
 
+void EventLoop::BeginPass() {
+  now_ = Clock::now();
+  if (options_.stamp_pass_ticks) TickClock::StampPass();
+  in_pass_ = true;
+}
+
 void EventLoop::RunPass() {
   const int timeout_ms = ComputeTimeoutMs();
   if (uring_ != nullptr) {
     // What the previous pass queued goes to the kernel in the same call that waits.
     uring_->SubmitAndWait(epoll_ready_ ? 0 : timeout_ms);
     passes_.fetch_add(1, std::memory_order_relaxed);
-    now_ = Clock::now();
-    in_pass_ = true;
+    BeginPass();
     uring_->DispatchCompletions();
     if (epoll_ready_) {
       // A full batch may have left events behind: look again next pass, without waiting.
@@ -338,8 +346,7 @@ int EventLoop::DispatchEpoll(int timeout_ms) {
   int n = epoll_wait(epoll_fd_, events_.data(), options_.max_events, timeout_ms);
   if (uring_ == nullptr) {
     passes_.fetch_add(1, std::memory_order_relaxed);
-    now_ = Clock::now();
-    in_pass_ = true;
+    BeginPass();
   }
   if (n < 0) n = 0;  // EINTR; nothing else is possible with valid arguments
   dispatch_count_ = n;

@@ -82,18 +82,21 @@ struct EventLoopOptions {
   IoBackend backend = IoBackend::kDefault;
   // For kIoUring.
   UringOptions uring = {};
+  // Read TickClock once as each pass begins, for work in the pass to take its start from
+  // (TickClock::PassTicks(); telemetry times exchanges from it).
+  bool stamp_pass_ticks = false;
 };
 
 // Counters since creation; relaxed snapshots, readable from any thread.
 struct EventLoopStats {
-  uint64_t passes = 0;         // epoll_wait calls (io_uring: waits for completions)
-  uint64_t uring_enters = 0;   // io_uring_enter calls (io_uring loops)
+  uint64_t passes = 0;             // epoll_wait calls (io_uring: waits for completions)
+  uint64_t uring_enters = 0;       // io_uring_enter calls (io_uring loops)
   uint64_t uring_completions = 0;  // io_uring completions dispatched
-  uint64_t io_events = 0;      // events handed to IoHandlers
-  uint64_t tasks_run = 0;      // posted tasks run
-  uint64_t deferred_run = 0;   // deferred tasks run (Defer on the loop thread)
-  uint64_t timers_fired = 0;   // timer callbacks run
-  uint64_t wakeup_writes = 0;  // eventfd writes (cross-thread wake-ups)
+  uint64_t io_events = 0;          // events handed to IoHandlers
+  uint64_t tasks_run = 0;          // posted tasks run
+  uint64_t deferred_run = 0;       // deferred tasks run (Defer on the loop thread)
+  uint64_t timers_fired = 0;       // timer callbacks run
+  uint64_t wakeup_writes = 0;      // eventfd writes (cross-thread wake-ups)
 };
 
 // Owned by one loop thread; the functions documented as thread-safe may be
@@ -271,6 +274,8 @@ class EventLoop {
 
   int ComputeTimeoutMs();
   void RunPass();
+  // Marks the start of a pass: now_, the pass stamp (stamp_pass_ticks), in_pass_.
+  void BeginPass();
   // epoll_wait (for an epoll loop, the pass's wait) and the handlers of what it fetched.
   // Returns how many events it fetched.
   int DispatchEpoll(int timeout_ms);

@@ -1,6 +1,5 @@
 #include "core/event_loop.h"
 
-
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/eventfd.h>
@@ -17,6 +16,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "core/tick_clock.h"
 
 namespace sluice {
 namespace {
@@ -118,6 +119,43 @@ TEST(EventLoop, TaskPostedByATaskRunsInTheNextPass) {
   EXPECT_EQ(second_pass, first_pass + 1);
 }
 
+TEST(EventLoop, AStampingLoopGivesEachPassItsOwnTickStampAndClearsItWhenItStops) {
+  for (IoBackend backend : {IoBackend::kEpoll, IoBackend::kIoUring}) {
+    StatusOr<std::unique_ptr<EventLoop>> made =
+        EventLoop::Create({.backend = backend, .stamp_pass_ticks = true});
+    if (!made.ok() && backend == IoBackend::kIoUring) continue;  // no io_uring here
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    EventLoop* loop = made->get();
+    uint64_t first = 0, first_again = 0, second = 0, now_in_second = 0;
+    loop->Post([&] {
+      first = TickClock::PassTicks();
+      loop->Defer([&] { first_again = TickClock::PassTicks(); });  // later in the same pass
+      loop->Post([&] {
+        second = TickClock::PassTicks();
+        now_in_second = TickClock::Now();
+        loop->Stop();
+      });
+    });
+    loop->Run();
+    EXPECT_NE(first, 0u);
+    EXPECT_EQ(first_again, first);
+    EXPECT_GT(second, first);
+    EXPECT_LE(second, now_in_second);
+    EXPECT_EQ(TickClock::PassTicks(), 0u);  // the loop stopped: no stale stamp on this thread
+  }
+}
+
+TEST(EventLoop, ALoopThatDoesNotStampLeavesNoPassStamp) {
+  auto loop = MakeLoop();
+  uint64_t stamp = 1;
+  loop->Post([&] {
+    stamp = TickClock::PassTicks();
+    loop->Stop();
+  });
+  loop->Run();
+  EXPECT_EQ(stamp, 0u);
+}
+
 TEST(EventLoop, DeferredTasksRunLaterInTheSamePassEvenWhenDeferredByOneAnother) {
   auto loop = MakeLoop();
   std::vector<std::string> order;
@@ -138,8 +176,8 @@ TEST(EventLoop, DeferredTasksRunLaterInTheSamePassEvenWhenDeferredByOneAnother) 
   loop->Post([&] { order.push_back("task 2"); });
   loop->Run();
   // Not inside the caller's frame; after the pass's posted tasks; all in one pass.
-  EXPECT_EQ(order, (std::vector<std::string>{"task 1 returns", "task 2", "deferred 1",
-                                             "deferred 2"}));
+  EXPECT_EQ(order,
+            (std::vector<std::string>{"task 1 returns", "task 2", "deferred 1", "deferred 2"}));
   ASSERT_EQ(passes.size(), 3u);
   EXPECT_EQ(passes[0], passes[1]);
   EXPECT_EQ(passes[1], passes[2]);
@@ -247,7 +285,8 @@ TEST(EventLoop, HandOffFromAnotherThreadIsPostedAndANullObjectIsIgnored) {
   ASSERT_TRUE(loop->PostAndWait([&] {
                     EXPECT_EQ(target->runs, 1);
                     EXPECT_TRUE(target->on_loop);
-                  }).ok());
+                  })
+                  .ok());
 }
 
 TEST(EventLoop, TimersFireInDeadlineOrderNotBeforeTheirDelay) {
@@ -657,7 +696,8 @@ TEST(EventLoop, IoBackendNamesParseBack) {
 }
 
 TEST(EventLoop, AnIoUringLoopWaitsInTheRingAndStillServesDescriptorsTimersAndPosts) {
-  StatusOr<std::unique_ptr<EventLoop>> created = EventLoop::Create({.backend = IoBackend::kIoUring});
+  StatusOr<std::unique_ptr<EventLoop>> created =
+      EventLoop::Create({.backend = IoBackend::kIoUring});
   ASSERT_TRUE(created.ok()) << created.status().ToString();
   std::unique_ptr<EventLoop> loop = std::move(*created);
   if (loop->backend() != IoBackend::kIoUring) GTEST_SKIP() << loop->backend_note();
@@ -673,7 +713,12 @@ TEST(EventLoop, AnIoUringLoopWaitsInTheRingAndStillServesDescriptorsTimersAndPos
   handler.on_events_ = [&](uint32_t) {
     loop->RunAfter(milliseconds(1), [&] {
       timer_fired = true;
-      poster = std::thread([&] { loop->Post([&] { posted_ran = true; loop->Stop(); }); });
+      poster = std::thread([&] {
+        loop->Post([&] {
+          posted_ran = true;
+          loop->Stop();
+        });
+      });
     });
   };
   ASSERT_TRUE(loop->Register(efd, EPOLLIN, &handler).ok());

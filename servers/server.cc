@@ -290,7 +290,8 @@ Status Server::Start() {
   uint16_t port = options_.port;
   for (int i = 0; i < options_.threads; ++i) {
     auto state = std::make_unique<LoopState>();
-    auto thread = EventLoopThread::Start({.backend = options_.transport});
+    auto thread = EventLoopThread::Start(
+        {.backend = options_.transport, .stamp_pass_ticks = telemetry_ != nullptr});
     if (!thread.ok()) {
       loops_.push_back(std::move(state));
       Shutdown();
@@ -469,9 +470,9 @@ void Server::ServeProtocol(LoopState* state, std::unique_ptr<Transport> transpor
   EventLoop* loop = state->thread->loop();
   Served served;
   if (http2) {
-    served.conn = std::make_shared<http2::Connection>(std::move(transport), options_.http2,
-                                                      dispatcher_.get(), &h2_counters_, pool_,
-                                                      &state->h2_spares);
+    served.conn =
+        std::make_shared<http2::Connection>(std::move(transport), options_.http2, dispatcher_.get(),
+                                            &h2_counters_, pool_, &state->h2_spares);
   } else {
     served.conn = std::make_shared<http1::Connection>(std::move(transport), options_.http1,
                                                       dispatcher_.get(), &counters_);

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "http/exchange.h"
-#include "telemetry/clock.h"
+#include "core/tick_clock.h"
 
 namespace sluice::telemetry {
 
@@ -72,7 +72,7 @@ void ExchangeSnapshot::PutTarget(std::string_view path, std::string_view query) 
 }
 
 void ExchangeSnapshot::CopyFrom(const ExchangeRecord& r) {
-  start_unix_ns = Clock::ToUnixNanos(r.start_ticks);
+  start_unix_ns = TickClock::ToUnixNanos(r.start_ticks);
   duration_ns = r.duration_ns;
   status = r.status;
   error = r.error;

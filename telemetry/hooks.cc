@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "telemetry/clock.h"
+#include "core/tick_clock.h"
 
 namespace sluice::telemetry {
 
@@ -129,7 +129,7 @@ void Hooks::StartSlow(ExchangeRecord& record) {
   record.hooks = this;
   record.listeners = list;
   record.head_reported = list->head.empty();  // nobody takes it: the head site skips the call
-  record.start_ticks = Clock::Now();
+  record.start_ticks = TickClock::PassTicksOrNow();  // see ExchangeRecord::start_ticks
   Each(list->start, [&](Listener& l) { l.OnRequestStart(record); });
 }
 
@@ -146,7 +146,7 @@ void Hooks::ErrorSlow(ExchangeRecord& record, ErrorType type, uint32_t code) {
 }
 
 void Hooks::StopSlow(ExchangeRecord& record) {
-  record.duration_ns = Clock::ToNanos(Clock::Now() - record.start_ticks);
+  record.duration_ns = TickClock::ToNanos(TickClock::Now() - record.start_ticks);
   Each(static_cast<const List*>(record.listeners)->stop,
        [&](Listener& l) { l.OnRequestStop(record); });
   record.hooks = nullptr;

@@ -9,6 +9,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/tick_clock.h"
+
 namespace sluice::telemetry {
 namespace {
 
@@ -232,6 +234,22 @@ TEST(Hooks, WhenNobodyTakesTheHeadTheStopStillSeesTheErrors) {
   EXPECT_THAT(stops->heard, ElementsAre("stop 200"));
   EXPECT_EQ(r.error, ErrorType::kPeerReset);
   EXPECT_EQ(r.error_code, 8u);
+}
+
+TEST(Hooks, AnExchangeStartsWhenItsLoopPassBeganIfTheLoopStampsPasses) {
+  Hooks hooks;
+  hooks.Subscribe(std::make_shared<Recorder>());
+  TickClock::StampPass();  // what a stamping loop does as a pass begins
+  const uint64_t pass = TickClock::PassTicks();
+  ExchangeRecord in_pass;
+  hooks.Start(in_pass);
+  EXPECT_EQ(in_pass.start_ticks, pass);  // no clock read of its own
+  Hooks::Stop(in_pass);
+  TickClock::ClearPass();  // and as it stops
+  ExchangeRecord outside;
+  hooks.Start(outside);
+  EXPECT_GT(outside.start_ticks, pass);  // read now
+  Hooks::Stop(outside);
 }
 
 TEST(ExchangeRecord, ErrorTypeTextNamesErrorsAnd5xx) {

@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "telemetry/clock.h"
+#include "core/tick_clock.h"
 
 namespace sluice::telemetry {
 
@@ -107,12 +107,12 @@ void Telemetry::Instrument(http::Request& req, http::Response& res, const http::
   r.status = 0;
   r.error = ErrorType::kNone;
   r.error_code = 0;
-  r.start_ticks = Clock::Now();
+  r.start_ticks = TickClock::PassTicksOrNow();  // as the listener's (hooks.h)
   for (Listener* l : instruments_) l->OnRequestStart(r);
   res.OnEnd([this](http::Response& done) {
     ExchangeRecord& rec = done.middleware_record();
     done.FillStop(rec);
-    rec.duration_ns = Clock::ToNanos(Clock::Now() - rec.start_ticks);
+    rec.duration_ns = TickClock::ToNanos(TickClock::Now() - rec.start_ticks);
     for (Listener* l : instruments_) l->OnRequestStop(rec);
   });
   next();

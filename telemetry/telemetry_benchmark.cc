@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "benchmarks/allocations.h"
+#include "core/tick_clock.h"
 #include "http/exchange.h"
 #include "http/middleware.h"
 #include "http/request_editor.h"
 #include "telemetry/async_listener.h"
-#include "telemetry/clock.h"
 #include "telemetry/hooks.h"
 #include "telemetry/http_metrics.h"
 #include "telemetry/otlp.h"
@@ -80,6 +80,32 @@ void BM_ListenerMetrics(benchmark::State& state) {
   RunListener(state, hooks);
 }
 BENCHMARK(BM_ListenerMetrics);
+
+// As a server's loop runs them: the loop stamps each pass (one clock read) and every exchange the
+// pass dispatches starts from the stamp. The argument is exchanges per pass (an HTTP/2
+// connection's batch of streams, or one request on a quiet HTTP/1.1 connection).
+void BM_ListenerMetricsInLoopPasses(benchmark::State& state) {
+  Hooks hooks;
+  hooks.Subscribe(std::make_shared<HttpServerMetrics>());
+  const int64_t per_pass = state.range(0);
+  ExchangeRecord r;
+  FillStart(r);
+  AllocationsPerIteration count(state);
+  int64_t in_pass = 0;
+  for (auto _ : state) {
+    if (in_pass-- == 0) {
+      TickClock::StampPass();
+      in_pass = per_pass - 1;
+    }
+    hooks.Start(r);
+    r.status = 200;
+    Hooks::Head(r);
+    r.response_body_bytes = 13;
+    Hooks::Stop(r);
+  }
+  TickClock::ClearPass();
+}
+BENCHMARK(BM_ListenerMetricsInLoopPasses)->Arg(1)->Arg(16);
 
 class Discard : public SnapshotConsumer {
  public:
@@ -161,8 +187,8 @@ void BM_ResponseWithMiddlewareMetrics(benchmark::State& state) {
 BENCHMARK(BM_ResponseWithMiddlewareMetrics);
 
 void BM_ClockNow(benchmark::State& state) {
-  for (auto _ : state) benchmark::DoNotOptimize(Clock::Now());
-  state.SetLabel(Clock::UsesTsc() ? "rdtsc" : "steady_clock");
+  for (auto _ : state) benchmark::DoNotOptimize(TickClock::Now());
+  state.SetLabel(TickClock::UsesTsc() ? "rdtsc" : "steady_clock");
 }
 BENCHMARK(BM_ClockNow);
 

@@ -1,10 +1,10 @@
-#include "telemetry/clock.h"
+#include "core/tick_clock.h"
 
 #include <chrono>
 #include <fstream>
 #include <string>
 
-namespace sluice::telemetry {
+namespace sluice {
 namespace {
 
 // An invariant TSC: constant rate across frequency changes and running in deep C-states.
@@ -30,13 +30,13 @@ int64_t UnixNanos() {
 
 }  // namespace
 
-uint64_t Clock::SteadyNanos() {
+uint64_t TickClock::SteadyNanos() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::steady_clock::now().time_since_epoch())
                                    .count());
 }
 
-Clock::Calibration Clock::Calibrate() {
+TickClock::Calibration TickClock::Calibrate() {
   Calibration c;
   c.unix_ns0 = UnixNanos();
   c.ticks0 = SteadyNanos();
@@ -58,10 +58,10 @@ Clock::Calibration Clock::Calibrate() {
   return c;
 }
 
-int64_t Clock::ToUnixNanos(uint64_t ticks) {
+int64_t TickClock::ToUnixNanos(uint64_t ticks) {
   const Calibration& c = calibration();
   const double delta = static_cast<double>(static_cast<int64_t>(ticks - c.ticks0));
   return c.unix_ns0 + static_cast<int64_t>(c.tsc ? delta * c.ns_per_tick : delta);
 }
 
-}  // namespace sluice::telemetry
+}  // namespace sluice

@@ -1,0 +1,83 @@
+// A cheap clock for measuring short spans of work, and the stamp of each event-loop pass.
+//
+// On x86-64 with an invariant TSC (constant_tsc and nonstop_tsc, as on the machines this project
+// runs on) a read is `rdtsc` (~10 ns here, against ~30 ns for clock_gettime through the vDSO);
+// ticks become nanoseconds with a ratio calibrated once against steady_clock (a 200 µs spin the
+// first time the clock is used: 0.02 % error). Elsewhere it is steady_clock itself.
+//
+//   const uint64_t t0 = sluice::TickClock::Now();
+//   ...
+//   uint64_t ns = sluice::TickClock::ToNanos(sluice::TickClock::Now() - t0);
+//   int64_t unix_ns = sluice::TickClock::ToUnixNanos(t0);   // for spans and logs
+//
+// Pass stamps: an event loop created with EventLoopOptions::stamp_pass_ticks reads the clock once
+// when each pass begins (when it wakes up to the events it then handles) and leaves the reading
+// in a thread-local, PassTicks(). Work done in the pass can take its start from there instead of
+// reading the clock itself: telemetry starts every exchange this way, so that measuring one costs
+// a single read (at its end), however many exchanges a pass handles.
+//
+// Thread-safety: thread-safe (the calibration happens once, in a function-local static; the pass
+// stamp is per thread).
+#ifndef SLUICE_CORE_TICK_CLOCK_H_
+#define SLUICE_CORE_TICK_CLOCK_H_
+
+#include <cstdint>
+
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
+namespace sluice {
+
+class TickClock {
+ public:
+  // Ticks (TSC or steady_clock nanoseconds).
+  static uint64_t Now() {
+#if defined(__x86_64__)
+    if (calibration().tsc) return __rdtsc();
+#endif
+    return SteadyNanos();
+  }
+  // A duration in ticks, in nanoseconds.
+  static uint64_t ToNanos(uint64_t ticks) {
+    const Calibration& c = calibration();
+    return c.tsc ? static_cast<uint64_t>(static_cast<double>(ticks) * c.ns_per_tick) : ticks;
+  }
+  // A reading of Now(), on the wall clock (ns since the Unix epoch).
+  static int64_t ToUnixNanos(uint64_t ticks);
+  // Whether Now() reads the TSC.
+  static bool UsesTsc() { return calibration().tsc; }
+
+  // The Now() this thread's event loop read when its current pass began, or 0: the thread runs no
+  // loop, or its loop does not stamp its passes.
+  static uint64_t PassTicks() { return pass_ticks_; }
+  // PassTicks() when there is one, else Now().
+  static uint64_t PassTicksOrNow() {
+    const uint64_t pass = pass_ticks_;
+    return pass != 0 ? pass : Now();
+  }
+  // For the event loop: its pass begins now; it has stopped (so a later reader on this thread
+  // does not take an old pass's stamp).
+  static void StampPass() { pass_ticks_ = Now(); }
+  static void ClearPass() { pass_ticks_ = 0; }
+
+ private:
+  struct Calibration {
+    bool tsc = false;
+    double ns_per_tick = 1.0;
+    uint64_t ticks0 = 0;
+    int64_t unix_ns0 = 0;
+  };
+  static const Calibration& calibration() {
+    static const Calibration c = Calibrate();
+    return c;
+  }
+  static Calibration Calibrate();
+  static uint64_t SteadyNanos();
+
+  static inline thread_local uint64_t pass_ticks_ = 0;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_CORE_TICK_CLOCK_H_
