@@ -138,6 +138,7 @@ struct HttpServerMetrics::ThreadCells {
   mutable Mutex mu;
   std::vector<std::unique_ptr<Series>> series ABSL_GUARDED_BY(mu);
   std::vector<Series*> owned_view;  // the owner's copy of `series` pointers, read without mu
+  Series* last = nullptr;           // the owner's: the set its previous exchange was recorded in
   std::array<std::array<std::atomic<int64_t>, 2>, kKnownMethods.size()> active{};
   // Bit 2 * method + https: that pair was ever active here (its gauge is exported, even at 0).
   std::atomic<uint32_t> active_seen{0};
@@ -201,12 +202,13 @@ void HttpServerMetrics::RecordStart(const ExchangeRecord& record) {
 
 void HttpServerMetrics::RecordStop(const ExchangeRecord& record) {
   ThreadCells* cells = &cells_.Local();
+  const Key key = KeyOf(record);
   // The stop may run on another thread than the start (a handler's worker): per-thread values
   // are signed and only their sum means anything.
-  cells->AddActive(MethodIndex(record.method), record.scheme == "https", -1);
+  cells->AddActive(key.method, key.https != 0, -1);
 
-  Key key = KeyOf(record);
-  Series* s = cells->Find(key);
+  // Most exchanges on a thread land in the set the previous one did.
+  Series* s = cells->last != nullptr && cells->last->key == key ? cells->last : cells->Find(key);
   if (s == nullptr) {
     // Past the cap the shared count is only read: hostile traffic that makes a new set with
     // every request writes per-thread cells, like any other.
@@ -225,6 +227,7 @@ void HttpServerMetrics::RecordStop(const ExchangeRecord& record) {
       if (s == nullptr) s = cells->Insert(overflow, "");
     }
   }
+  cells->last = s;
   s->duration.Record(record.duration_ns, kDurationBoundsNs);
   s->request_body.Record(record.request_body_bytes, kBodySizeBoundsBytes);
   s->response_body.Record(record.response_body_bytes, kBodySizeBoundsBytes);

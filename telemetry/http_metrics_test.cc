@@ -55,6 +55,25 @@ TEST(HttpServerMetrics, RecordsDurationBucketsWithInclusiveUpperBounds) {
   EXPECT_EQ(s->scheme, "http");
 }
 
+TEST(HttpServerMetrics, ExchangesAlternatingBetweenSetsLandInTheirOwn) {
+  HttpServerMetrics metrics;
+  static const std::string users = "/users/{id}", items = "/items/{id}";
+  // a, b, a, a, b at 200 and one a at 500: the set the previous exchange used is tried first, and
+  // only its exact attributes may reuse it.
+  const std::pair<const std::string*, uint16_t> sequence[] = {
+      {&users, 200}, {&items, 200}, {&users, 200}, {&users, 200}, {&items, 200}, {&users, 500}};
+  for (const auto& [route, status] : sequence) {
+    ExchangeRecord r = Exchange("GET", *route, status, 1000);
+    metrics.RecordStart(r);
+    metrics.RecordStop(r);
+  }
+  const MetricsSnapshot m = metrics.Collect();
+  ASSERT_EQ(m.series.size(), 3u);
+  EXPECT_EQ(Find(m, "GET", users, 200)->duration.count, 3u);
+  EXPECT_EQ(Find(m, "GET", items, 200)->duration.count, 2u);
+  EXPECT_EQ(Find(m, "GET", users, 500)->duration.count, 1u);
+}
+
 TEST(HttpServerMetrics, UnknownMethodsAreOther) {
   HttpServerMetrics metrics;
   for (std::string_view method : {"BREW", "get", "PROPFIND"}) {

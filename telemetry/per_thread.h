@@ -10,9 +10,10 @@
 //
 // Local() costs a thread-local load and a compare when a thread keeps using the same PerThread
 // (the case on a loop thread); its first call on a thread creates the cell under a lock. Cells
-// live as long as the PerThread, also after their thread has ended. A cell is written by its
-// thread only, so a counter in it is bumped with a relaxed load and store (PerThreadAdd), not a
-// read-modify-write; readers load its fields relaxed.
+// live as long as the PerThread, also after their thread has ended; a thread keeps a small entry
+// (16 bytes) for each PerThread<T> it has used, also after that PerThread is gone. A cell is
+// written by its thread only, so a counter in it is bumped with a relaxed load and store
+// (PerThreadAdd), not a read-modify-write; readers load its fields relaxed.
 //
 // Thread contract: thread-safe. T is default-constructible; its fields that ForEach's readers
 // look at while owners write must be atomics.
