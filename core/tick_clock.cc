@@ -1,6 +1,7 @@
 #include "core/tick_clock.h"
 
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <string>
 
@@ -50,6 +51,7 @@ TickClock::Calibration TickClock::Calibrate() {
     if (t1 > t0) {
       c.tsc = true;
       c.ns_per_tick = static_cast<double>(ns1 - ns0) / static_cast<double>(t1 - t0);
+      c.ns_per_tick_q32 = static_cast<uint64_t>(std::ldexp(c.ns_per_tick, 32) + 0.5);
       c.unix_ns0 = UnixNanos();
       c.ticks0 = __rdtsc();
     }

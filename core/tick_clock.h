@@ -38,10 +38,12 @@ class TickClock {
 #endif
     return SteadyNanos();
   }
-  // A duration in ticks, in nanoseconds.
+  // A duration in ticks, in nanoseconds: an integer multiply by the calibrated ratio in 32.32
+  // fixed point (no conversion to double and back on the measuring path).
   static uint64_t ToNanos(uint64_t ticks) {
     const Calibration& c = calibration();
-    return c.tsc ? static_cast<uint64_t>(static_cast<double>(ticks) * c.ns_per_tick) : ticks;
+    if (!c.tsc) return ticks;
+    return static_cast<uint64_t>((static_cast<unsigned __int128>(ticks) * c.ns_per_tick_q32) >> 32);
   }
   // A reading of Now(), on the wall clock (ns since the Unix epoch).
   static int64_t ToUnixNanos(uint64_t ticks);
@@ -65,6 +67,7 @@ class TickClock {
   struct Calibration {
     bool tsc = false;
     double ns_per_tick = 1.0;
+    uint64_t ns_per_tick_q32 = uint64_t{1} << 32;  // ns_per_tick * 2^32
     uint64_t ticks0 = 0;
     int64_t unix_ns0 = 0;
   };
