@@ -4,8 +4,8 @@
 #include <cstring>
 #include <vector>
 
-#include "http/exchange.h"
 #include "core/tick_clock.h"
+#include "http/exchange.h"
 
 namespace sluice::telemetry {
 

@@ -7,9 +7,10 @@
 
 namespace sluice::telemetry {
 
-// The listeners subscribed at one moment, by the event they take. The registry's shared_ptrs
-// keep them alive.
+// The listeners subscribed at one moment, by the event they take. `owners` keeps them alive as
+// long as the list (the registry's lifetime), for exchanges in flight after an Unsubscribe.
 struct Hooks::List {
+  std::vector<std::shared_ptr<Listener>> owners;
   std::vector<Listener*> start, head, error, stop;
 };
 
@@ -96,6 +97,7 @@ size_t Hooks::listener_count() const {
 void Hooks::Publish() {
   auto list = std::make_unique<List>();
   for (const auto& [id, listener] : subscribed_) {
+    list->owners.push_back(listener);
     const uint8_t events = listener->events();
     if (events & kStartEvents) list->start.push_back(listener.get());
     if (events & kHeadEvents) list->head.push_back(listener.get());

@@ -236,6 +236,37 @@ TEST(Hooks, WhenNobodyTakesTheHeadTheStopStillSeesTheErrors) {
   EXPECT_EQ(r.error_code, 8u);
 }
 
+// Sets *gone when destroyed.
+class Mortal : public Listener {
+ public:
+  explicit Mortal(bool* gone) : gone_(gone) {}
+  ~Mortal() override { *gone_ = true; }
+  void OnRequestStop(const ExchangeRecord&) override { ++stops; }
+  int stops = 0;
+
+ private:
+  bool* gone_;
+};
+
+TEST(Hooks, AListenerOnlyTheRegistryHoldsOutlivesItsUnsubscribeForExchangesInFlight) {
+  bool gone = false;
+  Mortal* raw = nullptr;
+  {
+    Hooks hooks;
+    auto mortal = std::make_shared<Mortal>(&gone);
+    raw = mortal.get();
+    const uint64_t id = hooks.Subscribe(std::move(mortal));  // the registry's reference only
+    ExchangeRecord r;
+    hooks.Start(r);
+    hooks.Unsubscribe(id);
+    EXPECT_FALSE(gone);
+    Hooks::Stop(r);  // still delivered, to a live listener
+    EXPECT_FALSE(gone);
+    EXPECT_EQ(raw->stops, 1);
+  }
+  EXPECT_TRUE(gone);  // released with the registry
+}
+
 TEST(Hooks, AnExchangeStartsWhenItsLoopPassBeganIfTheLoopStampsPasses) {
   Hooks hooks;
   hooks.Subscribe(std::make_shared<Recorder>());
