@@ -336,7 +336,11 @@ void EventLoop::RunPass() {
   } else {
     DispatchEpoll(timeout_ms);
   }
+  // Timers and posted tasks (a request resumed after its worker finished) may start exchanges
+  // too: they take a stamp of their own, not the one the pass began with.
+  if (options_.stamp_pass_ticks) TickClock::StampPass();
   RunExpiredTimers();
+  if (options_.stamp_pass_ticks) TickClock::StampPass();
   RunTasks();
   RunDeferred();
   in_pass_ = false;
@@ -356,6 +360,8 @@ int EventLoop::DispatchEpoll(int timeout_ms) {
     // Null: the eventfd (nothing to do; tasks run below) or a handler that
     // unregistered earlier in this pass.
     if (ev.data.ptr == nullptr) continue;
+    // The first handler takes the stamp the pass began with; each later one a fresh one.
+    if (options_.stamp_pass_ticks && dispatched > 0) TickClock::StampPass();
     ++dispatched;
     static_cast<IoHandler*>(ev.data.ptr)->OnIoEvents(ev.events);
   }

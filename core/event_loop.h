@@ -82,8 +82,9 @@ struct EventLoopOptions {
   IoBackend backend = IoBackend::kDefault;
   // For kIoUring.
   UringOptions uring = {};
-  // Read TickClock once as each pass begins, for work in the pass to take its start from
-  // (TickClock::PassTicks(); telemetry times exchanges from it).
+  // Read TickClock as each piece of a pass begins (each epoll event's handler, the batch of
+  // io_uring completions, the timers, the posted tasks), for the work in it to take its start
+  // from (TickClock::PassTicks(); telemetry times exchanges from it).
   bool stamp_pass_ticks = false;
 };
 

@@ -583,6 +583,47 @@ TEST(EventLoop, HandlerGetsEventsOfAnEventfd) {
   close(efd);
 }
 
+TEST(EventLoop, AStampingLoopStampsEachHandlerAndItsTasksAfreshWithinAPass) {
+  StatusOr<std::unique_ptr<EventLoop>> made =
+      EventLoop::Create({.backend = IoBackend::kEpoll, .stamp_pass_ticks = true});
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  EventLoop* loop = made->get();
+  // Two eventfds readable before the loop runs: one pass hands both to their handlers.
+  int a = eventfd(1, EFD_NONBLOCK | EFD_CLOEXEC);
+  int b = eventfd(1, EFD_NONBLOCK | EFD_CLOEXEC);
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  std::vector<uint64_t> stamps, passes;
+  uint64_t task_stamp = 0, task_pass = 0;
+  RecordingHandler first(loop, a), second(loop, b);
+  auto on_events = [&](uint32_t) {
+    stamps.push_back(TickClock::PassTicks());
+    passes.push_back(loop->stats().passes);
+    if (stamps.size() == 2) {
+      // A task posted now, run in this pass's tasks (a request resumed after its worker).
+      loop->Post([&] {
+        task_stamp = TickClock::PassTicks();
+        task_pass = loop->stats().passes;
+        loop->Stop();
+      });
+    }
+  };
+  first.on_events_ = on_events;
+  second.on_events_ = on_events;
+  ASSERT_TRUE(loop->Register(a, EPOLLIN, &first).ok());
+  ASSERT_TRUE(loop->Register(b, EPOLLIN, &second).ok());
+  loop->Run();
+  ASSERT_EQ(stamps.size(), 2u);
+  EXPECT_EQ(passes[0], passes[1]);  // one pass...
+  EXPECT_GT(stamps[1], stamps[0]);  // ...but each handler its own stamp
+  EXPECT_EQ(task_pass, passes[1]);
+  EXPECT_GT(task_stamp, stamps[1]);  // and the task one taken after both
+  EXPECT_TRUE(loop->Unregister(a, &first).ok());
+  EXPECT_TRUE(loop->Unregister(b, &second).ok());
+  close(a);
+  close(b);
+}
+
 TEST(EventLoop, HandlerGetsWritableAndPeerCloseOfASocketpair) {
   auto loop = MakeLoop();
   int sv[2];

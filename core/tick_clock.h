@@ -10,11 +10,12 @@
 //   uint64_t ns = sluice::TickClock::ToNanos(sluice::TickClock::Now() - t0);
 //   int64_t unix_ns = sluice::TickClock::ToUnixNanos(t0);   // for spans and logs
 //
-// Pass stamps: an event loop created with EventLoopOptions::stamp_pass_ticks reads the clock once
-// when each pass begins (when it wakes up to the events it then handles) and leaves the reading
-// in a thread-local, PassTicks(). Work done in the pass can take its start from there instead of
-// reading the clock itself: telemetry starts every exchange this way, so that measuring one costs
-// a single read (at its end), however many exchanges a pass handles.
+// Pass stamps: an event loop created with EventLoopOptions::stamp_pass_ticks reads the clock as
+// each piece of its pass begins (each epoll event's handler, the batch of io_uring completions,
+// the timers, the posted tasks) and leaves the reading in a thread-local, PassTicks(). Work done
+// in that piece can take its start from there instead of reading the clock itself: telemetry
+// starts every exchange this way, so that measuring one costs about one read (at its end), however
+// many exchanges a connection's event carries.
 //
 // Thread-safety: thread-safe (the calibration happens once, in a function-local static; the pass
 // stamp is per thread).
@@ -50,8 +51,8 @@ class TickClock {
   // Whether Now() reads the TSC.
   static bool UsesTsc() { return calibration().tsc; }
 
-  // The Now() this thread's event loop read when its current pass began, or 0: the thread runs no
-  // loop, or its loop does not stamp its passes.
+  // The Now() this thread's event loop read when the piece of its pass now running began (see
+  // above), or 0: the thread runs no loop, or its loop does not stamp its passes.
   static uint64_t PassTicks() { return pass_ticks_; }
   // PassTicks() when there is one, else Now().
   static uint64_t PassTicksOrNow() {

@@ -21,8 +21,8 @@
 //
 // Cost. With nobody subscribed, the start site is one relaxed atomic load and a predictable
 // branch, and every later site of that exchange tests a pointer it already holds: no clock read,
-// no allocation. With subscribers, the start takes its loop pass's stamp and the stop reads the
-// clock once (ExchangeRecord::start_ticks). With subscribers, an event is one indirect call per
+// no allocation. With subscribers, the start takes its loop's stamp and the stop reads the clock
+// once (ExchangeRecord::start_ticks). With subscribers, an event is one indirect call per
 // listener that takes it (Listener::events()); an event nobody takes costs a test.
 //
 // Contract for listeners (the header's promise to the server): callbacks run synchronously on
@@ -107,11 +107,12 @@ struct ExchangeRecord {
   std::string_view protocol_version;  // "1.0", "1.1" or "2"
   std::string_view peer_address;      // the client's ("127.0.0.1:54321")
   uint16_t status = 0;                // the status sent (0: none yet)
-  // When the exchange began, in TickClock ticks (core/tick_clock.h): the start of the loop pass
-  // that dispatched it, when its loop stamps passes (a server's do when it has telemetry), else a
-  // reading at the start. The pass began when the loop woke up to the request's last bytes, so
-  // the duration also counts the time the request waited behind the pass's other work; and a
-  // measured exchange costs one clock read, at its stop.
+  // When the exchange began, in TickClock ticks (core/tick_clock.h): when its loop began the
+  // work that dispatched it (the connection's readable event, or the posted task that resumed
+  // it), if the loop stamps its passes (a server's do when it has telemetry), else a reading at
+  // the start. Requests a connection delivers together share the stamp, so the duration also
+  // counts the time one waited behind those before it; and a measured exchange costs about one
+  // clock read, at its stop.
   uint64_t start_ticks = 0;
   uint64_t duration_ns = 0;          // at stop
   uint64_t request_body_bytes = 0;   // at stop: read by the handler, or declared
