@@ -135,7 +135,7 @@ void AsyncListener::OnRequestStop(const ExchangeRecord& record) {
     queued_.fetch_add(1, std::memory_order_relaxed);
     // One wake-up per batch. Signalled under the lock, which the thread holds from its last look
     // at the queue until it waits: either it sees this snapshot or it gets the signal.
-    if (Queued() >= batch_ && !wake_pending_.load(std::memory_order_relaxed) &&
+    if (BatchReady() && !wake_pending_.load(std::memory_order_relaxed) &&
         !wake_pending_.exchange(true)) {
       MutexLock lock(&mu_);
       cv_.Signal();
@@ -145,17 +145,19 @@ void AsyncListener::OnRequestStop(const ExchangeRecord& record) {
   }
 }
 
-void AsyncListener::Drain(bool remainder) {
+size_t AsyncListener::Drain(bool remainder) {
   SnapshotConsumer* const consumer = consumer_.get();
   auto add = [this, consumer](const char* at, size_t size) {
     leaving_.Decode(at, size);
     consumer->Add(leaving_);
   };
+  size_t handed = 0;
   for (;;) {
-    if (!remainder && Queued() < batch_) return;
+    if (!remainder && !BatchReady()) return handed;
     size_t n = 0;
     while (n < batch_ && ring_.TryRead(add)) ++n;
-    if (n == 0) return;
+    if (n == 0) return handed;  // empty, or the oldest snapshot is still being written
+    handed += n;
     taken_.store(taken_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
     consumer->EndBatch();
     delivered_.fetch_add(n, std::memory_order_release);  // pairs with delivered()
@@ -167,8 +169,12 @@ void AsyncListener::Drain(bool remainder) {
 void AsyncListener::Run() {
   bool remainder = false;  // deliver a partial batch too: the poll interval passed, or a Flush
   uint64_t answering = 0;  // the Flush requests this remainder pass answers
+  size_t handed = 1;       // by the last Drain
   while (!stop_.load()) {
-    Drain(remainder);
+    // A batch is there but the last Drain took none: the oldest snapshot is still being written.
+    // Give its producer (perhaps on this core) the chance to finish instead of spinning.
+    if (handed == 0 && BatchReady()) std::this_thread::yield();
+    handed = Drain(remainder);
     if (remainder) consumer_->Idle();
     remainder = false;
     MutexLock lock(&mu_);
@@ -183,7 +189,7 @@ void AsyncListener::Run() {
       remainder = true;
       continue;
     }
-    if (Queued() >= batch_) continue;
+    if (BatchReady()) continue;
     remainder = !cv_.WaitWithDeadline(&mu_, std::chrono::steady_clock::now() + options_.poll);
   }
   Drain(/*remainder=*/true);

@@ -181,6 +181,11 @@ class AsyncListener : public Listener {
 
  private:
   static size_t RingBytes(size_t capacity);
+  // Whether a batch is waiting: a whole batch of snapshots, or half the ring's bytes (snapshots
+  // with long strings fill the ring before they number a batch).
+  bool BatchReady() const {
+    return Queued() >= batch_ || ring_.ApproxBytes() >= ring_.capacity() / 2;
+  }
   // Snapshots in the ring, approximately: queued and not yet taken by Drain.
   size_t Queued() const {
     const uint64_t in = queued_.load(std::memory_order_relaxed);
@@ -188,9 +193,9 @@ class AsyncListener : public Listener {
     return in > out ? static_cast<size_t>(in - out) : 0;
   }
   void Run();
-  // Hands over batches while at least a whole one is queued, or (`remainder`) until the queue is
-  // empty.
-  void Drain(bool remainder);
+  // Hands over batches while BatchReady(), or (`remainder`) until the queue is empty. Returns
+  // how many snapshots it handed over.
+  size_t Drain(bool remainder);
 
   const AsyncListenerOptions options_;
   std::unique_ptr<SnapshotConsumer> consumer_;

@@ -309,6 +309,26 @@ class GatedConsumer : public SnapshotConsumer {
   std::atomic<bool>* open_;
 };
 
+TEST(AsyncListener, SnapshotsTooLongForABatchToFitStillLeaveWithoutWaitingForThePoll) {
+  // A batch of 32 of these (about 750 bytes each) would not fit the 16 KiB ring: half the ring's
+  // bytes must wake the thread as a whole batch would.
+  std::vector<uint16_t> statuses;
+  AsyncListener listener(std::make_unique<Collector>(&statuses),
+                         {.capacity = 64, .batch = 32, .poll = std::chrono::hours(1)});
+  http::Request req;
+  http::RequestEditor edit(req);
+  edit.SetPath("/" + std::string(300, 'p'));
+  edit.AddHeader("user-agent", std::string(200, 'u'));
+  edit.AddHeader("referer", std::string(200, 'r'));
+  ExchangeRecord r;
+  r.request = &req;
+  r.method = "GET";
+  r.status = 200;
+  for (int i = 0; i < 15; ++i) listener.OnRequestStop(r);
+  EXPECT_EQ(listener.dropped(), 0u);
+  ASSERT_TRUE(WaitForDelivered(listener, 10, std::chrono::seconds(30)));
+}
+
 TEST(AsyncListener, ShortSnapshotsTakeLessRoomThanLongOnes) {
   // The same ring holds more exchanges with short strings than with long ones: its room is
   // counted in bytes, and each snapshot takes only what it holds.

@@ -69,6 +69,10 @@ class RecordRing {
       pad = need > to_end ? to_end : 0;
       // Acquire: the consumer's zeroing of what it freed comes before our writes there.
       const uint64_t read = read_.load(std::memory_order_acquire);
+      if (read > at) {  // `at` went stale while others wrote and the reader caught up: look again
+        at = write_.load(std::memory_order_relaxed);
+        continue;
+      }
       if (at + pad + need - read > capacity()) return false;
       if (write_.compare_exchange_weak(at, at + pad + need, std::memory_order_relaxed)) break;
     }
