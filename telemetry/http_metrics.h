@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "telemetry/hooks.h"
-#include "telemetry/per_thread.h"
+#include "core/per_thread.h"
 
 namespace sluice::telemetry {
 

@@ -12,7 +12,7 @@
 // IDs come from a per-thread xoshiro256** generator seeded from the OS once per thread.
 //
 // Thread contract: thread-safe. The request path shares no written state: its counters are
-// per-thread cells (per_thread.h), summed by counters(), and the generators are per thread.
+// per-thread cells (core/per_thread.h), summed by counters(), and the generators are per thread.
 #ifndef SLUICE_TELEMETRY_TRACER_H_
 #define SLUICE_TELEMETRY_TRACER_H_
 
@@ -20,7 +20,7 @@
 #include <cstdint>
 
 #include "telemetry/hooks.h"
-#include "telemetry/per_thread.h"
+#include "core/per_thread.h"
 
 namespace sluice::telemetry {
 

@@ -1,4 +1,4 @@
-#include "telemetry/per_thread.h"
+#include "core/per_thread.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-namespace sluice::telemetry {
+namespace sluice {
 namespace {
 
 struct Counts {
@@ -89,4 +89,4 @@ TEST(PerThread, AnInstanceMadeWhereADestroyedOneLivedStartsFromZero) {
 }
 
 }  // namespace
-}  // namespace sluice::telemetry
+}  // namespace sluice

@@ -1,6 +1,7 @@
 // Values written on the request path without a shared atomic: each thread that writes gets a cell
-// of its own, and a reader sums the cells. The HTTP server metrics and the tracer's counters keep
-// their request-path state this way.
+// of its own, and a reader sums the cells. The HTTP server metrics, the tracer's counters and the
+// protocol connections' counters keep their request-path state this way; state that only one
+// thread ever writes (an event loop's, a socket's) needs no cells, only PerThreadAdd.
 //
 //   struct Counts { std::atomic<uint64_t> requests{0}; };
 //   PerThread<Counts> counts;
@@ -17,8 +18,8 @@
 //
 // Thread contract: thread-safe. T is default-constructible; its fields that ForEach's readers
 // look at while owners write must be atomics.
-#ifndef SLUICE_TELEMETRY_PER_THREAD_H_
-#define SLUICE_TELEMETRY_PER_THREAD_H_
+#ifndef SLUICE_CORE_PER_THREAD_H_
+#define SLUICE_CORE_PER_THREAD_H_
 
 #include <absl/base/thread_annotations.h>
 
@@ -29,9 +30,10 @@
 
 #include "core/mutex.h"
 
-namespace sluice::telemetry {
+namespace sluice {
 
-// Adds to a counter that only the calling thread writes.
+// Adds to a counter that only the calling thread writes: a plain load and store, where a
+// fetch_add would be a locked instruction that waits for every earlier store to reach the cache.
 inline void PerThreadAdd(std::atomic<uint64_t>& cell, uint64_t by = 1) {
   cell.store(cell.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
 }
@@ -94,6 +96,6 @@ class PerThread {
   std::vector<std::unique_ptr<T>> cells_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace sluice::telemetry
+}  // namespace sluice
 
-#endif  // SLUICE_TELEMETRY_PER_THREAD_H_
+#endif  // SLUICE_CORE_PER_THREAD_H_
