@@ -13,6 +13,7 @@
 #include <string>
 #include <utility>
 
+#include "core/per_thread.h"
 #include "core/tick_clock.h"
 
 namespace sluice {
@@ -317,8 +318,12 @@ int EventLoop::ComputeTimeoutMs() {
 
 void EventLoop::BeginPass() {
   now_ = Clock::now();
-  if (options_.stamp_pass_ticks) TickClock::StampPass();
+  Stamp();
   in_pass_ = true;
+}
+
+void EventLoop::Stamp() {
+  if (options_.stamp_pass_ticks) TickClock::StampPass();
 }
 
 void EventLoop::RunPass() {
@@ -326,7 +331,7 @@ void EventLoop::RunPass() {
   if (uring_ != nullptr) {
     // What the previous pass queued goes to the kernel in the same call that waits.
     uring_->SubmitAndWait(epoll_ready_ ? 0 : timeout_ms);
-    passes_.fetch_add(1, std::memory_order_relaxed);
+    PerThreadAdd(passes_);
     BeginPass();
     uring_->DispatchCompletions();
     if (epoll_ready_) {
@@ -338,9 +343,9 @@ void EventLoop::RunPass() {
   }
   // Timers and posted tasks (a request resumed after its worker finished) may start exchanges
   // too: they take a stamp of their own, not the one the pass began with.
-  if (options_.stamp_pass_ticks) TickClock::StampPass();
+  Stamp();
   RunExpiredTimers();
-  if (options_.stamp_pass_ticks) TickClock::StampPass();
+  Stamp();
   RunTasks();
   RunDeferred();
   in_pass_ = false;
@@ -349,7 +354,7 @@ void EventLoop::RunPass() {
 int EventLoop::DispatchEpoll(int timeout_ms) {
   int n = epoll_wait(epoll_fd_, events_.data(), options_.max_events, timeout_ms);
   if (uring_ == nullptr) {
-    passes_.fetch_add(1, std::memory_order_relaxed);
+    PerThreadAdd(passes_);
     BeginPass();
   }
   if (n < 0) n = 0;  // EINTR; nothing else is possible with valid arguments
@@ -361,13 +366,13 @@ int EventLoop::DispatchEpoll(int timeout_ms) {
     // unregistered earlier in this pass.
     if (ev.data.ptr == nullptr) continue;
     // The first handler takes the stamp the pass began with; each later one a fresh one.
-    if (options_.stamp_pass_ticks && dispatched > 0) TickClock::StampPass();
+    if (dispatched > 0) Stamp();
     ++dispatched;
     static_cast<IoHandler*>(ev.data.ptr)->OnIoEvents(ev.events);
   }
   dispatch_count_ = 0;
   dispatch_index_ = 0;
-  io_events_.fetch_add(dispatched, std::memory_order_relaxed);
+  PerThreadAdd(io_events_, dispatched);
   return n;
 }
 
@@ -384,7 +389,7 @@ void EventLoop::RunExpiredTimers() {
     ++fired;
     callback();
   }
-  timers_fired_.fetch_add(fired, std::memory_order_relaxed);
+  if (fired != 0) PerThreadAdd(timers_fired_, fired);
 }
 
 void EventLoop::RunTasks() {
@@ -395,7 +400,7 @@ void EventLoop::RunTasks() {
     // Destroy the captures now, on the loop thread, in order.
     task = nullptr;
   }
-  tasks_run_.fetch_add(running_tasks_.size(), std::memory_order_relaxed);
+  PerThreadAdd(tasks_run_, running_tasks_.size());
   running_tasks_.clear();
 }
 
@@ -410,7 +415,7 @@ void EventLoop::RunDeferred() {
     ran += running_deferred_.size();
     running_deferred_.clear();
   }
-  if (ran != 0) deferred_run_.fetch_add(ran, std::memory_order_relaxed);
+  if (ran != 0) PerThreadAdd(deferred_run_, ran);
 }
 
 void EventLoop::AddTimer(TimerId id, Clock::time_point deadline, Task callback) {

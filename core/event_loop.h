@@ -277,6 +277,8 @@ class EventLoop {
   void RunPass();
   // Marks the start of a pass: now_, the pass stamp (stamp_pass_ticks), in_pass_.
   void BeginPass();
+  // Takes a fresh pass stamp for the piece of the pass about to run (stamp_pass_ticks).
+  void Stamp();
   // epoll_wait (for an epoll loop, the pass's wait) and the handlers of what it fetched.
   // Returns how many events it fetched.
   int DispatchEpoll(int timeout_ms);
@@ -320,6 +322,7 @@ class EventLoop {
   std::vector<TimerEntry> timer_heap_;
   std::unordered_map<TimerId, Task> timers_;
 
+  // Written by the loop thread only (PerThreadAdd); read by stats() on any thread.
   std::atomic<uint64_t> passes_{0};
   std::atomic<uint64_t> io_events_{0};
   std::atomic<uint64_t> tasks_run_{0};

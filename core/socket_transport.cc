@@ -14,6 +14,8 @@
 #include <cstring>
 #include <utility>
 
+#include "core/per_thread.h"
+
 namespace sluice {
 namespace {
 
@@ -480,7 +482,7 @@ void SocketConnection::ReadInput() {
   while (readable_ && !input_paused_ && !input_ended_ && !closed_) {
     if (budget == 0) {
       // Fairness: let the loop's other connections run, continue later.
-      read_yields_.fetch_add(1, std::memory_order_relaxed);
+      PerThreadAdd(read_yields_);
       if (!read_yield_posted_) {
         read_yield_posted_ = true;
         loop_->Post([self = shared_from_this()] {
@@ -492,10 +494,10 @@ void SocketConnection::ReadInput() {
     }
     std::span<uint8_t> span = input_.writer().GetSpan(read_size_hint_);
     ssize_t n = read(fd_, span.data(), span.size());
-    read_syscalls_.fetch_add(1, std::memory_order_relaxed);
+    PerThreadAdd(read_syscalls_);
     if (n > 0) {
       size_t got = static_cast<size_t>(n);
-      bytes_read_.fetch_add(got, std::memory_order_relaxed);
+      PerThreadAdd(bytes_read_, got);
       budget -= std::min(budget, got);
       Status advanced = input_.writer().Advance(got);
       if (!advanced.ok()) {
@@ -528,7 +530,7 @@ bool SocketConnection::PublishInput() {
   FlushResult flushed;
   if (!input_.writer().Flush(&flushed, MakeInputFlushCallback())) {
     input_paused_ = true;
-    input_pauses_.fetch_add(1, std::memory_order_relaxed);
+    PerThreadAdd(input_pauses_);
     return false;
   }
   if (flushed.is_completed) {
@@ -614,7 +616,7 @@ void SocketConnection::PumpOutput() {
       msg.msg_iov = iov;
       msg.msg_iovlen = count;
       ssize_t n = sendmsg(fd_, &msg, MSG_NOSIGNAL);
-      write_syscalls_.fetch_add(1, std::memory_order_relaxed);
+      PerThreadAdd(write_syscalls_);
       if (n < 0) {
         int err = errno;
         if (err == EINTR) continue;
@@ -626,7 +628,7 @@ void SocketConnection::PumpOutput() {
         return;
       }
       written += static_cast<size_t>(n);
-      bytes_written_.fetch_add(static_cast<size_t>(n), std::memory_order_relaxed);
+      PerThreadAdd(bytes_written_, static_cast<size_t>(n));
       // A short write filled the socket: EPOLLOUT comes when space frees.
       if (static_cast<size_t>(n) < wanted) {
         writable_ = false;
@@ -634,7 +636,7 @@ void SocketConnection::PumpOutput() {
       }
     }
     if (written < size) {
-      write_waits_.fetch_add(1, std::memory_order_relaxed);
+      PerThreadAdd(write_waits_);
       // Free what went out now (it may resume the application's flush);
       // the rest is read again on EPOLLOUT.
       output_.reader().AdvanceTo(written, written).IgnoreError();
@@ -755,13 +757,13 @@ void SocketConnection::OnReceived(int32_t result, uint32_t flags) {
   io.receiving = false;
   if ((flags & IORING_CQE_F_BUFFER) != 0) {
     if (result > 0 && !closed_ && !input_ended_) {
-      read_syscalls_.fetch_add(1, std::memory_order_relaxed);
+      PerThreadAdd(read_syscalls_);
       CopyReceived(io.uring->Buffer(flags, static_cast<size_t>(result)));
     }
     io.uring->ReturnBuffer(flags);
   }
   if (result == 0) {
-    read_syscalls_.fetch_add(1, std::memory_order_relaxed);
+    PerThreadAdd(read_syscalls_);
     if (!closed_) EndInput(OkStatus());
   } else if (result < 0 && result != -ENOBUFS && result != -ECANCELED && result != -EINTR &&
              result != -EAGAIN && !closed_ && !input_ended_) {
@@ -802,7 +804,7 @@ void SocketConnection::OnWatched(int32_t result, uint32_t flags) {
 }
 
 void SocketConnection::CopyReceived(std::span<const uint8_t> data) {
-  bytes_read_.fetch_add(data.size(), std::memory_order_relaxed);
+  PerThreadAdd(bytes_read_, data.size());
   Status written = input_.writer().Write(data);
   if (!written.ok()) {
     Terminate(InternalError("input pipe: " + written.ToString()), /*reset=*/true);
@@ -838,7 +840,7 @@ void SocketConnection::SendOutput() {
     io_uring_prep_sendmsg(sqe, fd_, &io.msg, MSG_NOSIGNAL);
     io.sending = true;
     ++io.requests;
-    write_syscalls_.fetch_add(1, std::memory_order_relaxed);
+    PerThreadAdd(write_syscalls_);
     return;
   }
 }
@@ -846,7 +848,7 @@ void SocketConnection::SendOutput() {
 void SocketConnection::OnSent(int32_t result, uint32_t) {
   UringIo& io = *uring_io_;
   io.sending = false;
-  if (result > 0) bytes_written_.fetch_add(static_cast<size_t>(result), std::memory_order_relaxed);
+  if (result > 0) PerThreadAdd(bytes_written_, static_cast<size_t>(result));
   if (io.complete_output_after_send) {
     io.complete_output_after_send = false;
     output_.reader().Complete(std::move(io.output_status));
@@ -855,7 +857,7 @@ void SocketConnection::OnSent(int32_t result, uint32_t) {
       // The kernel gives up waiting for send space on a non-blocking socket after a wake-up
       // that found none (seen once in 40 multi-megabyte TLS echoes under TSan): nothing was
       // sent; a new request waits for space again.
-      write_waits_.fetch_add(1, std::memory_order_relaxed);
+      PerThreadAdd(write_waits_);
       output_.reader().AdvanceTo(0, 0).IgnoreError();
       SendOutput();
     } else if (result < 0) {
@@ -863,7 +865,7 @@ void SocketConnection::OnSent(int32_t result, uint32_t) {
       Terminate(UnavailableError(ErrnoText("sendmsg", -result)), /*reset=*/false);
     } else {
       const size_t sent = static_cast<size_t>(result);
-      if (sent < io.send_wanted) write_waits_.fetch_add(1, std::memory_order_relaxed);
+      if (sent < io.send_wanted) PerThreadAdd(write_waits_);
       output_.reader().AdvanceTo(sent, sent).IgnoreError();
       SendOutput();
     }

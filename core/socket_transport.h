@@ -301,15 +301,16 @@ class SocketConnection : public std::enable_shared_from_this<SocketConnection>, 
   bool peer_closing_ = false;
   bool input_paused_ = false;  // an input flush is pending
   bool read_yield_posted_ = false;
-  bool input_ended_ = false;     // input writer completed
-  bool output_waiting_ = false;  // an output read callback is registered
-  bool output_ended_ = false;    // output reader completed
+  bool input_ended_ = false;               // input writer completed
+  bool output_waiting_ = false;            // an output read callback is registered
+  bool output_ended_ = false;              // output reader completed
   bool release_when_output_ends_ = false;  // Release() came first
   bool closed_ = false;
   LoopHandOff<SocketConnection, &SocketConnection::OnOutputReadable> output_readable_;
   // Set on io_uring loops (docs/architecture.md §9).
   std::unique_ptr<UringIo> uring_io_;
 
+  // Written by the loop thread only (PerThreadAdd); stats() reads them on any thread.
   std::atomic<uint64_t> bytes_read_{0};
   std::atomic<uint64_t> bytes_written_{0};
   std::atomic<uint64_t> read_syscalls_{0};

@@ -121,7 +121,7 @@ bool Connection::ProcessPass(const ReadResult& read) {
     CloseNow();
     return false;
   }
-  counters_->passes.fetch_add(1, std::memory_order_relaxed);
+  PerThreadAdd(counters_->per_request.Local().passes);
   const BufferSequence& buffer = read.buffer;
   const State state_before = state_;
   in_pass_ = true;
@@ -186,7 +186,7 @@ bool Connection::ProcessPass(const ReadResult& read) {
 }
 
 void Connection::StartExchange() {
-  counters_->requests.fetch_add(1, std::memory_order_relaxed);
+  PerThreadAdd(counters_->per_request.Local().requests);
   http::RequestEditor(request_).Reset();
   response_.Reset(this);
   exchange_error_.Clear();
@@ -207,7 +207,7 @@ void Connection::StartExchange() {
   chunked_response_ = false;
   head_written_ = false;
   response_superseded_ = false;
-  response_ended_ = false;
+  response_ended_.store(false, std::memory_order_release);
   body_discarded_ = 0;
   on_body_data_ = nullptr;
   on_body_end_ = nullptr;
@@ -277,7 +277,7 @@ void Connection::StartExchange() {
 }
 
 void Connection::HoldIfDeferred(bool deferred) {
-  if (deferred && !response_ended_ && !aborted_) {
+  if (deferred && !response_ended_.load(std::memory_order_acquire) && !aborted_) {
     deferred_hold_ = shared_from_this();
     WatchDeferred();
   }
@@ -296,7 +296,8 @@ void Connection::WatchDeferred() {
 }
 
 void Connection::OnDeferredCheck() {
-  if (response_ended_ || deferred_hold_ == nullptr || closed_) return;
+  if (response_ended_.load(std::memory_order_acquire) || deferred_hold_ == nullptr || closed_)
+    return;
   if (response_.progress() != deferred_progress_) {
     WatchDeferred();  // it moved: another period
     return;
@@ -335,7 +336,7 @@ void Connection::Abort() {
 
 size_t Connection::PumpBody(const BufferSequence& buffer, size_t offset) {
   if (handler_on_worker_) return offset;
-  if (body_state_ == BodyState::kUnclaimed && response_ended_) {
+  if (body_state_ == BodyState::kUnclaimed && response_ended_.load(std::memory_order_acquire)) {
     // The handler answered without reading the body: drop it, or close if it
     // may be large.
     if (!body_chunked_ && body_remaining_ > options_.max_discard_bytes) {
@@ -372,7 +373,7 @@ size_t Connection::PumpBody(const BufferSequence& buffer, size_t offset) {
       // Nothing after a framing error can be trusted: answer it (unless the
       // response is already under way), then close.
       keep_alive_ = false;
-      if (!head_written_ && !response_ended_) {
+      if (!head_written_ && !response_ended_.load(std::memory_order_acquire)) {
         // Before the handler learns of the error, so that its answer to it
         // (from the body's end callback) is dropped rather than sent.
         response_superseded_ = true;
@@ -384,7 +385,7 @@ size_t Connection::PumpBody(const BufferSequence& buffer, size_t offset) {
         exchange_error_.Set(telemetry::ErrorType::kProtocolError, r.status_code);
       }
       EndBody(InvalidArgumentError(r.reason));
-      if (response_superseded_) response_ended_ = true;
+      if (response_superseded_) response_ended_.store(true, std::memory_order_release);
       CloseAfterFlush();
       return buffer.size();
     }
@@ -411,7 +412,9 @@ void Connection::EndBody(Status status) {
 bool Connection::MaybeFinishExchange() {
   // handler_on_worker_ first: until it clears, response_ended_ may still be
   // written by the worker.
-  if (state_ != State::kExchange || handler_on_worker_ || !response_ended_) return false;
+  if (state_ != State::kExchange || handler_on_worker_ ||
+      !response_ended_.load(std::memory_order_acquire))
+    return false;
   if (!keep_alive_ || shutting_down_) {
     // No further request on this connection: the rest of an unread body is
     // not waited for (after a final answer to Expect: 100-continue the client
@@ -480,7 +483,7 @@ void Connection::FailRequest(uint16_t status, std::string_view reason, telemetry
     return;
   }
   WriteErrorResponse(status, reason);
-  response_ended_ = true;
+  response_ended_.store(true, std::memory_order_release);
   CloseAfterFlush();
 }
 
@@ -564,7 +567,7 @@ void Connection::FlushOutput() {
   if (handler_on_worker_ || closed_ || output_blocked_ || output_completed_) return;
   PipeWriter& out = transport_->output();
   if (out.unflushed_bytes() == 0) return;
-  counters_->flushes.fetch_add(1, std::memory_order_relaxed);
+  PerThreadAdd(counters_->per_request.Local().flushes);
   FlushResult result;
   // The transport releases a waiting flush from its loop-thread AdvanceTo
   // (or Complete), so the callback runs on the loop thread.
@@ -822,14 +825,16 @@ bool Connection::AfterWrite(bool end, bool ok) {
     PipeWriter& out = transport_->output();
     bool alive = true;
     if (!end || out.unflushed_bytes() >= kWorkerCoalesceLimit) {
-      counters_->flushes.fetch_add(1, std::memory_order_relaxed);
+      PerThreadAdd(counters_->per_request.Local().flushes);
       alive = FlushFromWorker();
     }
-    if (end) response_ended_ = true;  // the worker's completion task kicks the loop
+    if (end)
+      response_ended_.store(
+          true, std::memory_order_release);  // the worker's completion task kicks the loop
     return ok && alive;
   }
   if (end) {
-    response_ended_ = true;
+    response_ended_.store(true, std::memory_order_release);
     ReleaseDeferredHold();
   }
   if (closed_) return false;
@@ -896,7 +901,7 @@ void Connection::StartBody(http::BodyDataCallback on_data, http::BodyEndCallback
     Status s = WriteContinue(&transport_->output());
     if (s.ok() && !on_loop) {
       // The client waits for it before it sends the body.
-      counters_->flushes.fetch_add(1, std::memory_order_relaxed);
+      PerThreadAdd(counters_->per_request.Local().flushes);
       if (transport_->output().FlushAndWait().is_completed) {
         s = UnavailableError("connection closed");
       }

@@ -232,7 +232,9 @@ class Connection final : public http::ProtocolConnection,
   bool response_superseded_ = false;
   // Read by the handler's worker too.
   std::atomic<bool> shutting_down_{false};
-  // Written by whichever thread ends the response (a worker's too).
+  // Written by whichever thread ends the response (a worker's too): stored with release, loaded
+  // with acquire (plain moves on x86; a sequentially consistent store is a locked exchange, which
+  // waits for every earlier store of the response to reach the cache).
   std::atomic<bool> response_ended_{false};
   // Loop thread; while set, the worker owns the exchange and the writer.
   bool handler_on_worker_ = false;

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 
+#include "core/per_thread.h"
 #include "http1/chunked_decoder.h"
 #include "http1/request_parser.h"
 
@@ -51,10 +52,10 @@ struct ConnectionOptions {
   std::chrono::milliseconds deferred_response_timeout{60'000};
 };
 
-// Counters shared by all connections of a server; relaxed atomics.
+// Counters shared by all connections of a server: relaxed atomics, and per-thread cells for
+// those bumped on every request.
 struct ConnectionCounters {
   std::atomic<uint64_t> connections{0};
-  std::atomic<uint64_t> requests{0};
   std::atomic<uint64_t> bad_requests{0};       // 400, 417, 501, 505 from the parser
   std::atomic<uint64_t> uri_too_long{0};       // 414
   std::atomic<uint64_t> headers_too_large{0};  // 431
@@ -67,8 +68,28 @@ struct ConnectionCounters {
   std::atomic<uint64_t> invalid_responses{0};  // 500: a handler's head could not be written
   std::atomic<uint64_t> handler_failures{0};   // handlers that threw (500, or the response cut)
   std::atomic<uint64_t> deferred_timeouts{0};  // deferred responses given up (504, or cut)
-  std::atomic<uint64_t> passes{0};             // processing passes (each ends in at most one flush)
-  std::atomic<uint64_t> flushes{0};            // output flushes
+
+  // Bumped per request and per pass: a cell per writing thread (loops, handlers' workers), so
+  // that keeping count takes no locked instruction on the request path.
+  struct PerRequest {
+    std::atomic<uint64_t> requests{0};
+    std::atomic<uint64_t> passes{0};   // processing passes (each ends in at most one flush)
+    std::atomic<uint64_t> flushes{0};  // output flushes
+  };
+  PerThread<PerRequest> per_request;
+
+  // The sums over every thread's cells (any thread).
+  uint64_t requests() const { return Sum(&PerRequest::requests); }
+  uint64_t passes() const { return Sum(&PerRequest::passes); }
+  uint64_t flushes() const { return Sum(&PerRequest::flushes); }
+
+ private:
+  uint64_t Sum(std::atomic<uint64_t> PerRequest::*field) const {
+    uint64_t total = 0;
+    per_request.ForEach(
+        [&](const PerRequest& c) { total += (c.*field).load(std::memory_order_relaxed); });
+    return total;
+  }
 };
 
 }  // namespace sluice::http1
