@@ -7,6 +7,7 @@
 #   LOADGEN=/path/to/loadgen TEST_SERVER=/path/to/test_server REPEATS=5 DURATION=10 \
 #     loadgen/run_efficiency.sh
 #   SHAPES="h2c https-c1" loadgen/run_efficiency.sh     # a subset of the rows
+#   LOADGEN_TRANSPORT=io_uring loadgen/run_efficiency.sh   # loadgen --transport io_uring
 #
 # Rows (SHAPES), each loadgen vs its peer, 64 connections (CONNECTIONS) unless said otherwise,
 # one generator thread:
@@ -60,6 +61,7 @@ TLS_PORT="${TLS_PORT:-18481}"
 SERVER_CPU="${SERVER_CPU:-0}"
 LOAD_CPU="${LOAD_CPU:-1}"
 SHAPES="${SHAPES:-keepalive pipeline h2c https-c1 https-c64}"
+LOADGEN_TRANSPORT="${LOADGEN_TRANSPORT:-}"
 OUT_DIR="${OUT_DIR:-$(mktemp -d /tmp/loadgen-efficiency.XXXXXX)}"
 
 # The window must end before the generator does; perf's attach time and a loaded host stretch it
@@ -226,6 +228,9 @@ command_for() {
       cmd=(h2load -c "$CONNECTIONS" -m "$STREAMS" -t 1 -D "$DURATION" "$sluice_url/plaintext") ;;
     *) echo "run_efficiency.sh: no command for $1 on $2" >&2; exit 2 ;;
   esac
+  if [[ $1 == loadgen && -n "$LOADGEN_TRANSPORT" ]]; then
+    cmd=("${cmd[0]}" --transport "$LOADGEN_TRANSPORT" "${cmd[@]:1}")
+  fi
 }
 
 # run TOOL SHAPE I: one measured run; appends "tool shape cpu_s requests seconds syscalls i user_s
