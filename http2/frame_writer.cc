@@ -70,13 +70,8 @@ FrameWriter::FrameWriter(const FrameWriterOptions& options, PipeWriter* out, Mem
 }
 
 FrameWriter::~FrameWriter() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  // Streams still open drop their self-reference (the last one, for those nobody holds).
-  for (StreamOutput* s = open_streams_; s != nullptr;) {
-    StreamOutput* next = s->next_;
-    s->prev_ = s->next_ = nullptr;
-    std::shared_ptr<StreamOutput> last = std::move(s->listed_);
-    s = next;
-  }
+  // The list is not walked: its streams may be gone already, with whoever opened them (the
+  // connection's streams go before its writer).
   open_streams_ = nullptr;
   FoldStatsLocked();
   const ConcurrentPipeWriterCounters c = out_->counters();
@@ -110,18 +105,17 @@ std::shared_ptr<StreamOutput> FrameWriter::OpenStream(
   stream->next_ = open_streams_;
   if (open_streams_ != nullptr) open_streams_->prev_ = stream.get();
   open_streams_ = stream.get();
-  stream->listed_ = stream;
+  stream->listed_ = true;
   return stream;
 }
 
 void FrameWriter::Unlist(StreamOutput& stream) {
-  if (stream.listed_ == nullptr) return;
+  if (!stream.listed_) return;
   if (stream.prev_ != nullptr) stream.prev_->next_ = stream.next_;
   if (stream.next_ != nullptr) stream.next_->prev_ = stream.prev_;
   if (open_streams_ == &stream) open_streams_ = stream.next_;
   stream.prev_ = stream.next_ = nullptr;
-  // The caller holds a reference too, so this is never the last one.
-  stream.listed_.reset();
+  stream.listed_ = false;
 }
 
 void FrameWriter::CloseStream(StreamOutput& stream, bool finished) {
@@ -402,9 +396,13 @@ void FrameWriter::Abort() {
   {
     MutexLock lock(&frame_mu_);
     aborted_ = true;
-    for (StreamOutput* s = open_streams_; s != nullptr; s = s->next_) {
+    // Every open stream leaves the list: once the connection lets go of them, nothing may
+    // point to them. Each is held here until its stage is closed below.
+    while (open_streams_ != nullptr) {
+      StreamOutput* s = open_streams_;
       s->room_.SignalAll();
-      streams.push_back(s->listed_);
+      streams.push_back(s->shared_from_this());
+      Unlist(*s);
     }
   }
   if (options_.strategy != OutputStrategy::kQueue) return;

@@ -87,11 +87,12 @@ class StreamOutput : public std::enable_shared_from_this<StreamOutput> {
   // Set by OpenStream (before any producer sees the stream).
   uint32_t id_;
 
-  // The writer's list of open streams (the loop's). While listed, the stream holds a reference
-  // to itself, so the list never outlives what it points to.
+  // The writer's list of open streams (the loop's). The list holds no reference (counting one
+  // cost two locked instructions per stream): whoever opened the stream keeps it until it closes
+  // it, or until the writer's Abort, which empties the list (FrameWriter::OpenStream).
   StreamOutput* prev_ = nullptr;
   StreamOutput* next_ = nullptr;
-  std::shared_ptr<StreamOutput> listed_;
+  bool listed_ = false;
 
   // Guarded by the frame writer's lock.
   SendWindow window_;
@@ -149,6 +150,8 @@ class FrameWriter {
   // A new stream with the peer's current initial window. `reuse`, if given, is a stream this
   // writer closed that nobody else holds (use_count() == 1, and no producer thread touched it
   // since it closed): it is made new again instead of allocating one.
+  // The caller keeps a reference until it calls CloseStream, or until Abort: the writer lists
+  // the stream without holding it.
   std::shared_ptr<StreamOutput> OpenStream(uint32_t id,
                                            std::shared_ptr<StreamOutput> reuse = nullptr);
   // The stream is gone (closed or reset): drops its unsent output; its
@@ -188,7 +191,8 @@ class FrameWriter {
   // transport's output completes once it is flushed. Later producer calls
   // return false.
   void Complete();
-  // The connection is gone: producers stop (and waiting ones wake).
+  // The connection is gone: producers stop (and waiting ones wake), and every stream still open
+  // leaves the writer's list (loop thread).
   void Abort();
 
   // ---- Producers (any thread; one at a time per stream) --------------------
@@ -202,8 +206,7 @@ class FrameWriter {
   bool SendHead(StreamOutput& stream, std::span<const HeaderField> fields,
                 std::span<const uint8_t> body, bool end, bool alone = false);
   // More body; END_STREAM if `end`. False if the stream or connection is gone.
-  bool SendData(StreamOutput& stream, std::span<const uint8_t> data, bool end,
-                bool alone = false);
+  bool SendData(StreamOutput& stream, std::span<const uint8_t> data, bool end, bool alone = false);
 
   // Adds what was written since the last flush to the server's OutputStats now (any thread):
   // for a caller that writes while a flush is in flight and so does not flush itself.
