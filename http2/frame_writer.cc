@@ -130,7 +130,7 @@ void FrameWriter::CloseStream(StreamOutput& stream, bool finished) {
     stream.pending_.clear();
     stream.pending_off_ = 0;
     stream.end_pending_ = false;
-    stream.room_.SignalAll();
+    WakeRoomLocked(stream);
     if (!waiters_.empty()) UpdateBlockedLocked();
     Unlist(stream);
   }
@@ -254,7 +254,9 @@ bool FrameWriter::SendLocked(StreamOutput& stream, std::span<const HeaderField>*
       while (stream.pending_.size() - stream.pending_off_ > options_.max_pending_per_stream &&
              !stream.closed_ && !aborted_) {
         OutputStats::Add(stats_->window_waits_, 1);
+        ++stream.room_waiters_;
         stream.room_.Wait(&frame_mu_);
+        --stream.room_waiters_;
       }
     }
     wake = ClaimWakeLocked(/*loop_in_pass=*/on_loop && in_pass_);
@@ -400,7 +402,7 @@ void FrameWriter::Abort() {
     // point to them. Each is held here until its stage is closed below.
     while (open_streams_ != nullptr) {
       StreamOutput* s = open_streams_;
-      s->room_.SignalAll();
+      WakeRoomLocked(*s);
       streams.push_back(s->shared_from_this());
       Unlist(*s);
     }
@@ -502,7 +504,7 @@ void FrameWriter::ServeWaitersLocked() {
       const size_t before = s->pending_.size() - s->pending_off_;
       if (WritePendingLocked(*s)) progress = true;
       const size_t after = s->pending_.size() - s->pending_off_;
-      if (after < before && after <= options_.max_pending_per_stream) s->room_.SignalAll();
+      if (after < before && after <= options_.max_pending_per_stream) WakeRoomLocked(*s);
       if (after == 0 && (s->closed_ || !s->end_pending_)) {
         s->waiting_ = false;  // all sent (FinishStreamLocked ran if it was the end)
         continue;
@@ -570,12 +572,16 @@ void FrameWriter::FoldStatsLocked() {
   unfolded_ = {};
 }
 
+void FrameWriter::WakeRoomLocked(StreamOutput& stream) {
+  if (stream.room_waiters_ > 0) stream.room_.SignalAll();
+}
+
 void FrameWriter::FinishStreamLocked(StreamOutput& stream) {
   if (stream.closed_) return;
   stream.closed_ = true;
   stream.end_pending_ = false;
   finished_.push_back(stream.id_);
-  stream.room_.SignalAll();
+  WakeRoomLocked(stream);
 }
 
 void FrameWriter::UpdateBlockedLocked() {

@@ -103,6 +103,9 @@ class StreamOutput : public std::enable_shared_from_this<StreamOutput> {
   bool closed_ = false;        // END_STREAM written, or reset: nothing more
   bool waiting_ = false;       // on the writer's window-waiters list
   CondVar room_;               // pending_ shrank, or the stream closed
+  // Producers waiting on room_: it is signalled only when one does (a broadcast on a condition
+  // variable nobody waits on still touches its cold cache line, once per stream).
+  int room_waiters_ = 0;
 
   // kQueue: what the producer staged for the loop. Guarded by stage_mu_.
   Mutex stage_mu_;
@@ -261,6 +264,8 @@ class FrameWriter {
   // (events taken, a drain) are counted at the next one or when the writer is destroyed.
   void FoldStatsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
   void FinishStreamLocked(StreamOutput& stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
+  // Wakes the producers waiting for room on the stream, if any.
+  void WakeRoomLocked(StreamOutput& stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
   void UpdateBlockedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
   // Takes `stream` off the list of open streams (loop).
   void Unlist(StreamOutput& stream);
