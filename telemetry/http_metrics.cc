@@ -59,8 +59,9 @@ constexpr std::array<uint64_t, kBodySizeBuckets.size()> kBodySizeBoundsBytes =
 
 template <size_t N>
 struct Hist {
+  // The count is the buckets' sum, taken when collected: one store less per value, and a
+  // collection never sees a count that disagrees with its buckets.
   std::array<std::atomic<uint64_t>, N + 1> buckets{};
-  std::atomic<uint64_t> count{0};
   std::atomic<uint64_t> sum{0};  // ns for durations, bytes for sizes
 
   void Record(uint64_t raw, const std::array<uint64_t, N>& bounds) {
@@ -69,13 +70,15 @@ struct Hist {
     size_t i = 0;
     while (i < N && raw > bounds[i]) ++i;
     PerThreadAdd(buckets[i]);
-    PerThreadAdd(count);
-    PerThreadAdd(sum, raw);
+    if (raw != 0) PerThreadAdd(sum, raw);  // most bodies are empty
   }
   void AddTo(HistogramSnapshot* out, double divisor) const {
     if (out->buckets.empty()) out->buckets.assign(N + 1, 0);
-    for (size_t i = 0; i <= N; ++i) out->buckets[i] += buckets[i].load(std::memory_order_relaxed);
-    out->count += count.load(std::memory_order_relaxed);
+    for (size_t i = 0; i <= N; ++i) {
+      const uint64_t n = buckets[i].load(std::memory_order_relaxed);
+      out->buckets[i] += n;
+      out->count += n;
+    }
     out->sum += static_cast<double>(sum.load(std::memory_order_relaxed)) / divisor;
   }
 };
