@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -300,6 +302,40 @@ TEST_P(FrameWriterTest, AWorkerWaitsForWindowThenFinishes) {
   producer.join();
   EXPECT_TRUE(done);
   EXPECT_EQ(got, 200000u);
+}
+
+TEST_P(FrameWriterTest, AWorkerWaitingForRoomWakesWhenTheLoopClosesItsStream) {
+  auto stream = writer_->OpenStream(1);
+  std::thread producer([&] {
+    const std::string body(200000, 'w');  // over the 65535 window + 64 KiB of pending
+    writer_->SendHead(*stream, kOk, Bytes(body), true);
+  });
+  // The wait is counted under the lock it then releases: once counted, the producer is asleep
+  // on the stream's room (or its stage) or about to be, and the close must wake it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (stats_.Snapshot().window_waits == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  ASSERT_EQ(stats_.Snapshot().window_waits, 1u);
+  writer_->CloseStream(*stream);
+  producer.join();  // a lost wake-up hangs here (the test's timeout)
+  EXPECT_FALSE(writer_->SendData(*stream, {}, true));
+}
+
+TEST_P(FrameWriterTest, AnAbortedWriterForgetsStreamsItsConnectionLetGo) {
+  ASSERT_TRUE(writer_->SetPeerInitialWindowSize(1 << 16));
+  std::vector<std::shared_ptr<StreamOutput>> streams;
+  for (uint32_t id = 1; id <= 7; id += 2) streams.push_back(writer_->OpenStream(id));
+  ASSERT_TRUE(writer_->SendHead(*streams[1], kOk, {}, false));
+  writer_->Abort();
+  // The list holds no reference: after Abort nothing in the writer may point to these (ASan
+  // reports a use after free if the window update below walks them).
+  streams.clear();
+  EXPECT_TRUE(writer_->SetPeerInitialWindowSize(1 << 17));
+  // A stream reopened from a fresh one after the abort is listed and closed as usual.
+  auto again = writer_->OpenStream(9);
+  writer_->CloseStream(*again);
+  EXPECT_TRUE(writer_->SetPeerInitialWindowSize(1 << 16));
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, FrameWriterTest,
