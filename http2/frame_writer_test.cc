@@ -316,9 +316,10 @@ TEST_P(FrameWriterTest, AWorkerWaitingForRoomWakesWhenTheLoopClosesItsStream) {
   while (stats_.Snapshot().window_waits == 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::yield();
   }
-  ASSERT_EQ(stats_.Snapshot().window_waits, 1u);
+  const uint64_t waits = stats_.Snapshot().window_waits;  // a spurious wake-up counts again
   writer_->CloseStream(*stream);
   producer.join();  // a lost wake-up hangs here (the test's timeout)
+  ASSERT_GE(waits, 1u);
   EXPECT_FALSE(writer_->SendData(*stream, {}, true));
 }
 
