@@ -372,7 +372,7 @@ int EventLoop::DispatchEpoll(int timeout_ms) {
   }
   dispatch_count_ = 0;
   dispatch_index_ = 0;
-  PerThreadAdd(io_events_, dispatched);
+  if (dispatched != 0) PerThreadAdd(io_events_, dispatched);
   return n;
 }
 

@@ -828,9 +828,8 @@ bool Connection::AfterWrite(bool end, bool ok) {
       PerThreadAdd(counters_->per_request.Local().flushes);
       alive = FlushFromWorker();
     }
-    if (end)
-      response_ended_.store(
-          true, std::memory_order_release);  // the worker's completion task kicks the loop
+    // The worker's completion task kicks the loop.
+    if (end) response_ended_.store(true, std::memory_order_release);
     return ok && alive;
   }
   if (end) {

@@ -4,8 +4,9 @@
 //   sluice::http1::ConnectionOptions options;
 //   options.keep_alive_timeout = std::chrono::seconds(5);
 //
-// Thread-safety: ConnectionOptions is a plain value; ConnectionCounters are relaxed atomics,
-// updated by the connections' loop and worker threads and readable from any thread.
+// Thread-safety: ConnectionOptions is a plain value; ConnectionCounters are relaxed atomics and
+// per-thread cells, updated by the connections' loop and worker threads and readable from any
+// thread.
 #ifndef SLUICE_HTTP1_CONNECTION_OPTIONS_H_
 #define SLUICE_HTTP1_CONNECTION_OPTIONS_H_
 
@@ -78,17 +79,20 @@ struct ConnectionCounters {
   };
   PerThread<PerRequest> per_request;
 
-  // The sums over every thread's cells (any thread).
-  uint64_t requests() const { return Sum(&PerRequest::requests); }
-  uint64_t passes() const { return Sum(&PerRequest::passes); }
-  uint64_t flushes() const { return Sum(&PerRequest::flushes); }
-
- private:
-  uint64_t Sum(std::atomic<uint64_t> PerRequest::*field) const {
-    uint64_t total = 0;
-    per_request.ForEach(
-        [&](const PerRequest& c) { total += (c.*field).load(std::memory_order_relaxed); });
-    return total;
+  // The sums over every thread's cells, in one walk (any thread).
+  struct PerRequestTotals {
+    uint64_t requests = 0;
+    uint64_t passes = 0;
+    uint64_t flushes = 0;
+  };
+  PerRequestTotals per_request_totals() const {
+    PerRequestTotals t;
+    per_request.ForEach([&](const PerRequest& c) {
+      t.requests += c.requests.load(std::memory_order_relaxed);
+      t.passes += c.passes.load(std::memory_order_relaxed);
+      t.flushes += c.flushes.load(std::memory_order_relaxed);
+    });
+    return t;
   }
 };
 

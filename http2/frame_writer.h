@@ -297,8 +297,10 @@ class FrameWriter {
   SendWindow connection_window_ ABSL_GUARDED_BY(frame_mu_);
   int64_t initial_window_ ABSL_GUARDED_BY(frame_mu_) = kDefaultInitialWindowSize;
   uint32_t max_frame_size_ ABSL_GUARDED_BY(frame_mu_) = kMinMaxFrameSize;
-  // Open streams (StreamOutput::prev_/next_): the loop's alone (OpenStream, CloseStream, and the
-  // loop-thread calls that walk it), so no lock guards the list itself.
+  // Open streams (StreamOutput::prev_/next_): the loop's alone (OpenStream, CloseStream, Abort,
+  // and the loop-thread calls that walk it), so no lock guards the list itself. It holds no
+  // reference: a stream leaves it by CloseStream or Abort before its opener lets it go, or the
+  // writer is destroyed without walking it.
   StreamOutput* open_streams_ = nullptr;
   std::deque<std::shared_ptr<StreamOutput>> waiters_ ABSL_GUARDED_BY(frame_mu_);
   bool completed_ ABSL_GUARDED_BY(frame_mu_) = false;

@@ -608,7 +608,8 @@ ServerStats Server::stats() const {
   s.accepted = get(counters_.connections);
   s.open_connections = open_connections_.load(std::memory_order_relaxed);
   s.refused_connections = refused_connections_.load(std::memory_order_relaxed);
-  s.requests = counters_.requests();
+  const http1::ConnectionCounters::PerRequestTotals per_request = counters_.per_request_totals();
+  s.requests = per_request.requests;
   s.bad_requests = get(counters_.bad_requests);
   s.uri_too_long = get(counters_.uri_too_long);
   s.headers_too_large = get(counters_.headers_too_large);
@@ -621,8 +622,8 @@ ServerStats Server::stats() const {
   s.handler_failures = get(counters_.handler_failures) + get(h2_counters_.handler_failures);
   s.deferred_timeouts = get(counters_.deferred_timeouts) + get(h2_counters_.deferred_timeouts);
   s.send_timeouts = get(counters_.send_timeouts) + get(h2_counters_.send_timeouts);
-  s.passes = counters_.passes();
-  s.flushes = counters_.flushes();
+  s.passes = per_request.passes;
+  s.flushes = per_request.flushes;
   s.requests += get(h2_counters_.requests);
   s.h2_connections = get(h2_counters_.connections);
   s.h2_streams = get(h2_counters_.streams);
