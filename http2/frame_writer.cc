@@ -1,6 +1,7 @@
 #include "http2/frame_writer.h"
 
 #include <algorithm>
+#include <cassert>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -88,6 +89,7 @@ std::shared_ptr<StreamOutput> FrameWriter::OpenStream(
     // Nobody else holds it and no other thread touched it since it closed (the caller's
     // contract), so its stage state needs no lock. Buffers are cleared, not freed.
     StreamOutput& s = *stream;
+    assert(!s.listed_ && "a reused stream must have been closed (or the writer aborted) first");
     s.id_ = id;
     s.pending_.clear();
     s.pending_off_ = 0;

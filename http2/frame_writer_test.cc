@@ -323,6 +323,23 @@ TEST_P(FrameWriterTest, AWorkerWaitingForRoomWakesWhenTheLoopClosesItsStream) {
   EXPECT_FALSE(writer_->SendData(*stream, {}, true));
 }
 
+TEST_P(FrameWriterTest, AWorkerWaitingForRoomWakesWhenTheWriterIsAborted) {
+  auto stream = writer_->OpenStream(1);
+  std::thread producer([&] {
+    const std::string body(200000, 'w');  // over the 65535 window + 64 KiB of pending
+    writer_->SendHead(*stream, kOk, Bytes(body), true);
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (stats_.Snapshot().window_waits == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  const uint64_t waits = stats_.Snapshot().window_waits;
+  writer_->Abort();
+  producer.join();  // a lost wake-up hangs here (the test's timeout)
+  ASSERT_GE(waits, 1u);
+  EXPECT_FALSE(writer_->SendData(*stream, {}, true));
+}
+
 TEST_P(FrameWriterTest, AnAbortedWriterForgetsStreamsItsConnectionLetGo) {
   ASSERT_TRUE(writer_->SetPeerInitialWindowSize(1 << 16));
   std::vector<std::shared_ptr<StreamOutput>> streams;

@@ -292,7 +292,7 @@ load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # Medians per tool and shape, then the ratios.
 python3 - "$OUT_DIR/samples.tsv" "$CONNECTIONS" "$DEPTH" "$STREAMS" "$load_before" \
-  "$load_after" "$(nproc)" <<'PY'
+  "$load_after" "$(nproc)" "${LOADGEN_TRANSPORT:-epoll (default)}" <<'PY'
 import statistics, sys
 rows = [line.split("\t") for line in open(sys.argv[1]).read().split("\n") if line]
 connections, depth, streams = sys.argv[2], sys.argv[3], sys.argv[4]
@@ -344,6 +344,7 @@ for shape in shapes:
           f"CPU/req {pair_ratio(shape, cpu_per_req):.2f}, RPS {pair_ratio(shape, rps):.2f}")
 print()
 print(f"load average (1, 5, 15 min) before: {sys.argv[5]}; after: {sys.argv[6]}; {sys.argv[7]} CPUs")
+print(f"loadgen transport: {sys.argv[8]}")
 print()
 print("samples (tool, shape, CPU s, requests, window s, syscalls, run, user s, kernel s):")
 for r in rows:
