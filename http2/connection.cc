@@ -1194,6 +1194,13 @@ void Connection::HandleWriterEvents() {
     if (writer_.strategy() == OutputStrategy::kQueue && !output_blocked_) writer_.DrainQueue();
     FrameWriter::Events& events = writer_events_;
     writer_.TakeEvents(&events);
+    if (events.broken) {
+      // A response's header block failed to encode (out of memory): the HPACK state the peer
+      // shares is lost, so nothing more can be sent on this connection. Closing it aborts the
+      // writer, which wakes producers waiting on any stream.
+      CloseNow();
+      return;
+    }
     for (uint32_t id : events.finished_streams) {
       auto it = streams_.find(id);
       if (it == streams_.end()) continue;

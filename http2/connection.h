@@ -77,6 +77,8 @@ class Connection final : public http::ProtocolConnection,
   void Abort() override;
   void SetOnClosed(std::function<void()> on_closed) override { on_closed_ = std::move(on_closed); }
   bool closed() const { return closed_; }
+  // Tests (loop): the next response head fails to encode, as when nghttp2 runs out of memory.
+  void BreakEncoderForTesting() { writer_.BreakEncoderForTesting(); }
 
  private:
   class Stream;

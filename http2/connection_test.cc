@@ -119,6 +119,8 @@ class Client {
     return answers;
   }
 
+  Connection& conn() { return *conn_; }
+
   // On the loop: as a socket's end would.
   void End() {
     transport_->client_out().Complete();
@@ -454,6 +456,44 @@ TEST_F(ConnectionTest, WhileAnExchangeIsCarriedOffTheLoopEveryAnswerTakesTheWrit
   GetAnswered(client, 32);
   EXPECT_LT(WriterLocks() - after, 4u);
   EndAll({&client});
+}
+
+// A response head that fails to encode (nghttp2 out of memory) loses the HPACK state the peer
+// shares: its connection closes at the end of that pass, with nothing more sent; a handler still
+// answering on another of its streams, on another thread, finds its writes refused; the loop's
+// other connections go on being served.
+TEST_F(ConnectionTest, AResponseHeadThatFailsToEncodeClosesOnlyItsConnection) {
+  SpareStreams spares;
+  std::unique_ptr<Client> a_holder = Connect(&spares);
+  std::unique_ptr<Client> b_holder = Connect(&spares);
+  Client& a = *a_holder;
+  Client& b = *b_holder;
+  std::future<http::Response*> late = late_.get_future();
+  OnLoop([&] {
+    a.Send({{":method", "GET"}, {":path", "/late"}, {":scheme", "http"}, {":authority", "a"}}, 1);
+  });
+  ASSERT_EQ(late.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  http::Response* const res = late.get();
+  OnLoop([&] { (void)a.Read(); });  // the server's SETTINGS and acknowledgements
+  OnLoop([&] {
+    a.conn().BreakEncoderForTesting();
+    a.Get(1);
+  });
+  OnLoop([&] {
+    EXPECT_TRUE(a.conn().closed());
+    const Answers answers = a.Read();
+    EXPECT_TRUE(answers.closed.empty());
+    EXPECT_TRUE(answers.resets.empty());
+  });
+  std::thread carrier([res] {
+    EXPECT_TRUE(res->Write(kBody));  // held until the head goes out
+    EXPECT_FALSE(res->Flush());
+    res->End();
+  });
+  carrier.join();
+  OnLoop([] {});
+  GetAnswered(b, 2);
+  EndAll({&a, &b});
 }
 
 }  // namespace

@@ -230,7 +230,7 @@ bool FrameWriter::SendAlone(StreamOutput& stream, std::span<const HeaderField>* 
 }
 
 bool FrameWriter::ClaimWakeLocked(bool loop_in_pass) {
-  if (finished_.empty() && !blocked_since_) return false;  // no news for the loop
+  if (finished_.empty() && !blocked_since_ && !broken_) return false;  // no news for the loop
   if (wake_pending_ || loop_in_pass) return false;  // a wake is on its way, or the pass takes it
   wake_pending_ = true;
   return true;
@@ -366,6 +366,11 @@ void FrameWriter::DrainQueue() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   batch.clear();
 }
 
+void FrameWriter::BreakEncoderForTesting() {
+  MutexLock lock(&frame_mu_);
+  encoder_.BreakForTesting();
+}
+
 void FrameWriter::TakeEvents(Events* events) {
   // Swapped: the two vectors' capacity circulates.
   events->finished_streams.clear();
@@ -373,6 +378,7 @@ void FrameWriter::TakeEvents(Events* events) {
     MutexLock lock(&frame_mu_);
     events->finished_streams.swap(finished_);
     events->window_blocked_since = blocked_since_;
+    events->broken = broken_;
     wake_pending_ = false;
   }
   MutexLock lock(&queue_mu_);
@@ -422,6 +428,7 @@ bool FrameWriter::WriteHeadersLocked(StreamOutput& stream, std::span<const Heade
   scratch_.clear();
   if (!encoder_.Encode(fields, &scratch_).ok()) {
     aborted_ = true;  // the encoder's state is lost: the connection cannot go on
+    broken_ = true;   // ClaimWakeLocked tells the loop (Events::broken)
     return false;
   }
   std::span<const uint8_t> block = AsBytes(scratch_);

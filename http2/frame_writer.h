@@ -137,6 +137,9 @@ class FrameWriter {
     bool drain_queue = false;
     // Output waits for the peer's window since then (nullopt: not blocked).
     std::optional<std::chrono::steady_clock::time_point> window_blocked_since;
+    // A header block failed to encode: the encoder's state is lost, every later send fails, and
+    // the connection must end (its close aborts the writer, which wakes waiting producers).
+    bool broken = false;
   };
 
   // `out` (the transport's output writer), `pool` and `stats` must outlive
@@ -187,6 +190,8 @@ class FrameWriter {
     TakeEvents(&events);
     return events;
   }
+  // Tests: the next header block fails to encode, as when nghttp2 runs out of memory.
+  void BreakEncoderForTesting();
   // Publishes everything written. Returns true when done now; otherwise
   // false, and `on_done` runs once the pipe took it (the transport's loop).
   [[nodiscard]] bool Flush(FlushCallback on_done);
@@ -305,6 +310,7 @@ class FrameWriter {
   std::deque<std::shared_ptr<StreamOutput>> waiters_ ABSL_GUARDED_BY(frame_mu_);
   bool completed_ ABSL_GUARDED_BY(frame_mu_) = false;
   bool aborted_ ABSL_GUARDED_BY(frame_mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(frame_mu_) = false;  // Events::broken; never cleared
   // Events for the loop.
   std::vector<uint32_t> finished_ ABSL_GUARDED_BY(frame_mu_);
   std::optional<std::chrono::steady_clock::time_point> blocked_since_ ABSL_GUARDED_BY(frame_mu_);

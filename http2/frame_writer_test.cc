@@ -340,6 +340,28 @@ TEST_P(FrameWriterTest, AWorkerWaitingForRoomWakesWhenTheWriterIsAborted) {
   EXPECT_FALSE(writer_->SendData(*stream, {}, true));
 }
 
+TEST_P(FrameWriterTest, AHeaderBlockThatFailsToEncodeTellsTheLoopTheConnectionMustEnd) {
+  auto waiting = writer_->OpenStream(1);
+  auto failing = writer_->OpenStream(3);
+  writer_->BreakEncoderForTesting();
+  const int wakes_before = wakes_.load();
+  std::thread producer([&] {
+    // Locks: the head fails here. Queue: it is staged, and fails when the loop drains it.
+    const bool sent = writer_->SendHead(*failing, kOk, {}, true);
+    EXPECT_EQ(sent, GetParam() == OutputStrategy::kQueue);
+  });
+  producer.join();
+  EXPECT_GT(wakes_.load(), wakes_before);  // off the loop: the loop is woken either way
+  writer_->DrainQueue();
+  EXPECT_TRUE(writer_->TakeEvents().broken);
+  EXPECT_TRUE(writer_->TakeEvents().broken);  // it stays broken
+  // Nothing more goes out on any stream (the queue stages it, and its drain drops it), and
+  // nothing half-encoded went out.
+  EXPECT_EQ(writer_->SendHead(*waiting, kOk, {}, true), GetParam() == OutputStrategy::kQueue);
+  LoopPass();
+  for (const auto& f : ReadFrames()) EXPECT_NE(f.type, FrameType::kHeaders);
+}
+
 TEST_P(FrameWriterTest, AnAbortedWriterForgetsStreamsItsConnectionLetGo) {
   ASSERT_TRUE(writer_->SetPeerInitialWindowSize(1 << 16));
   std::vector<std::shared_ptr<StreamOutput>> streams;

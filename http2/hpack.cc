@@ -270,6 +270,11 @@ Status HpackEncoder::Encode(std::span<const HeaderField> fields, std::string* ou
   return OkStatus();
 }
 
+void HpackEncoder::BreakForTesting() {
+  if (deflater_ != nullptr) nghttp2_hd_deflate_del(deflater_);
+  deflater_ = nullptr;
+}
+
 Status HpackEncoder::SetPeerTableSize(uint32_t size) {
   if (deflater_ == nullptr) return InternalError("HPACK encode: no deflater (out of memory)");
   kept_block_.clear();  // the next block starts with a table size update

@@ -71,6 +71,9 @@ class HpackEncoder {
   // Blocks copied from the kept encoding (tests, benchmarks).
   uint64_t reused_blocks() const { return reused_blocks_; }
 
+  // Tests: every later Encode fails, as it does after nghttp2 ran out of memory.
+  void BreakForTesting();
+
  private:
   std::unique_ptr<HpackMemory> memory_;
   nghttp2_hd_deflater* deflater_ = nullptr;
