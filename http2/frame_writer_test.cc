@@ -304,40 +304,40 @@ TEST_P(FrameWriterTest, AWorkerWaitsForWindowThenFinishes) {
   EXPECT_EQ(got, 200000u);
 }
 
-TEST_P(FrameWriterTest, AWorkerWaitingForRoomWakesWhenTheLoopClosesItsStream) {
-  auto stream = writer_->OpenStream(1);
+// Starts a worker that sends more than `stream` may hold (over the 65535 window + 64 KiB of
+// pending) and waits for it to wait for room; runs `release`, which must wake it; checks the
+// worker returned and the stream takes no more output. A lost wake-up hangs in the join (the
+// test's timeout).
+template <typename Release>
+void ExpectWaitingWorkerReleasedBy(FrameWriter& writer, OutputStats& stats,
+                                   StreamOutput& stream, Release release) {
   std::thread producer([&] {
-    const std::string body(200000, 'w');  // over the 65535 window + 64 KiB of pending
-    writer_->SendHead(*stream, kOk, Bytes(body), true);
+    const std::string body(200000, 'w');
+    writer.SendHead(stream, kOk, {reinterpret_cast<const uint8_t*>(body.data()), body.size()},
+                    true);
   });
   // The wait is counted under the lock it then releases: once counted, the producer is asleep
-  // on the stream's room (or its stage) or about to be, and the close must wake it.
+  // on the stream's room (or its stage) or about to be, and `release` must wake it.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (stats_.Snapshot().window_waits == 0 && std::chrono::steady_clock::now() < deadline) {
+  while (stats.Snapshot().window_waits == 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::yield();
   }
-  const uint64_t waits = stats_.Snapshot().window_waits;  // a spurious wake-up counts again
-  writer_->CloseStream(*stream);
-  producer.join();  // a lost wake-up hangs here (the test's timeout)
+  const uint64_t waits = stats.Snapshot().window_waits;  // a spurious wake-up counts again
+  release();
+  producer.join();
   ASSERT_GE(waits, 1u);
-  EXPECT_FALSE(writer_->SendData(*stream, {}, true));
+  EXPECT_FALSE(writer.SendData(stream, {}, true));
+}
+
+TEST_P(FrameWriterTest, AWorkerWaitingForRoomWakesWhenTheLoopClosesItsStream) {
+  auto stream = writer_->OpenStream(1);
+  ExpectWaitingWorkerReleasedBy(*writer_, stats_, *stream,
+                                [&] { writer_->CloseStream(*stream); });
 }
 
 TEST_P(FrameWriterTest, AWorkerWaitingForRoomWakesWhenTheWriterIsAborted) {
   auto stream = writer_->OpenStream(1);
-  std::thread producer([&] {
-    const std::string body(200000, 'w');  // over the 65535 window + 64 KiB of pending
-    writer_->SendHead(*stream, kOk, Bytes(body), true);
-  });
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (stats_.Snapshot().window_waits == 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::yield();
-  }
-  const uint64_t waits = stats_.Snapshot().window_waits;
-  writer_->Abort();
-  producer.join();  // a lost wake-up hangs here (the test's timeout)
-  ASSERT_GE(waits, 1u);
-  EXPECT_FALSE(writer_->SendData(*stream, {}, true));
+  ExpectWaitingWorkerReleasedBy(*writer_, stats_, *stream, [&] { writer_->Abort(); });
 }
 
 TEST_P(FrameWriterTest, AHeaderBlockThatFailsToEncodeTellsTheLoopTheConnectionMustEnd) {
