@@ -440,8 +440,6 @@ StatusOr<std::unique_ptr<EventLoopThread>> EventLoopThread::Start(EventLoopOptio
   // The loop (and its ring) is created on its own thread: the kernel counts a ring's creator
   // among the threads it interrupts when the ring is torn down, which would fail a blocking
   // system call of the caller (seen: a test client's connect with EINTR).
-  // That thread is the only one ever to enter the loop's ring.
-  options.uring.single_issuer = true;
   self->thread_ = std::thread([self, options, created] {
     StatusOr<std::unique_ptr<EventLoop>> loop = EventLoop::Create(options);
     if (!loop.ok()) {

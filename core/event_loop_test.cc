@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "core/tick_clock.h"
-#include "core/uring.h"
 
 namespace sluice {
 namespace {
@@ -735,29 +734,6 @@ TEST(EventLoop, IoBackendNamesParseBack) {
   }
   EXPECT_EQ(ParseIoBackend("kqueue").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseIoBackend("").status().code(), StatusCode::kInvalidArgument);
-}
-
-TEST(EventLoop, AnIoUringLoopThreadAloneEntersItsRingWhileALoopMadeDirectlyMayChangeThreads) {
-  StatusOr<std::unique_ptr<EventLoop>> direct = EventLoop::Create({.backend = IoBackend::kIoUring});
-  ASSERT_TRUE(direct.ok()) << direct.status().ToString();
-  if ((*direct)->backend() != IoBackend::kIoUring) GTEST_SKIP() << (*direct)->backend_note();
-  // Run() may be called from one thread and then another (StopFromAnotherThreadEndsRun).
-  EXPECT_FALSE((*direct)->uring()->single_issuer());
-  {
-    StatusOr<std::unique_ptr<Uring>> probe = Uring::Create({.single_issuer = true});
-    ASSERT_TRUE(probe.ok()) << probe.status().ToString();
-    if (!(*probe)->single_issuer()) GTEST_SKIP() << "the kernel predates single-issuer rings";
-  }
-  StatusOr<std::unique_ptr<EventLoopThread>> thread =
-      EventLoopThread::Start({.backend = IoBackend::kIoUring});
-  ASSERT_TRUE(thread.ok()) << thread.status().ToString();
-  EventLoop* loop = (*thread)->loop();
-  ASSERT_EQ(loop->backend(), IoBackend::kIoUring);
-  EXPECT_TRUE(loop->uring()->single_issuer());
-  // And it serves: a post runs on the loop's thread, through the ring's wake-up.
-  bool ran = false;
-  EXPECT_TRUE(loop->PostAndWait([&] { ran = loop->IsInLoopThread(); }).ok());
-  EXPECT_TRUE(ran);
 }
 
 TEST(EventLoop, AnIoUringLoopWaitsInTheRingAndStillServesDescriptorsTimersAndPosts) {

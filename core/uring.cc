@@ -2,9 +2,7 @@
 
 #include <liburing.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <sys/utsname.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -42,9 +40,6 @@ constexpr unsigned kDispatchBatch = 256;
 struct Uring::Ring {
   io_uring ring = {};
   bool ring_ready = false;
-  // False while the ring waits for its submitting thread (IORING_SETUP_R_DISABLED).
-  bool enabled = true;
-  bool single_issuer = false;  // IORING_SETUP_SINGLE_ISSUER taken
   io_uring_buf_ring* buffer_ring = nullptr;
   size_t buffer_ring_bytes = 0;
   bool buffers_registered = false;
@@ -53,8 +48,6 @@ struct Uring::Ring {
   unsigned buffer_mask = 0;
 
   ~Ring() {
-    // Fails (EEXIST) when another thread than the submitting one destroys the ring; closing the
-    // ring releases the registration all the same.
     if (buffers_registered) io_uring_unregister_buf_ring(&ring, kBufferGroup);
     if (ring_ready) io_uring_queue_exit(&ring);
     if (buffer_ring != nullptr) munmap(buffer_ring, buffer_ring_bytes);
@@ -78,34 +71,16 @@ StatusOr<std::unique_ptr<Uring>> Uring::Create(const UringOptions& options) {
   }
   std::unique_ptr<Uring> uring(new Uring(options));
   Ring& r = *uring->ring_;
-  // With one thread for life, the completions' work (a receive's copy into its buffer, a send's
-  // end) runs when that thread enters to collect completions, instead of interrupting it as
-  // packets arrive (DEFER_TASKRUN, Linux 6.1, which needs a single submitting thread). That
-  // thread is the first to enter, not necessarily the creator, so the ring starts disabled and
-  // the first enter enables it (EnterFromThisThread).
-  constexpr unsigned kCommon =
-      IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
   io_uring_params params = {};
-  int rc = -EINVAL;
-  if (options.single_issuer) {
-    params.flags =
-        kCommon | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED;
-    rc = io_uring_queue_init_params(options.entries, &r.ring, &params);
-  }
+  params.flags = IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
+  int rc = io_uring_queue_init_params(options.entries, &r.ring, &params);
   if (rc == -EINVAL) {
-    // Older kernels do not know some of those flags; they only save work.
-    params = {};
-    params.flags = kCommon;
-    rc = io_uring_queue_init_params(options.entries, &r.ring, &params);
-  }
-  if (rc == -EINVAL) {
+    // Older kernels do not know those flags; they only save work.
     params = {};
     rc = io_uring_queue_init_params(options.entries, &r.ring, &params);
   }
   if (rc < 0) return UnavailableError(ErrnoText("io_uring_setup", -rc));
   r.ring_ready = true;
-  r.enabled = (params.flags & IORING_SETUP_R_DISABLED) == 0;
-  r.single_issuer = (params.flags & IORING_SETUP_SINGLE_ISSUER) != 0;
 
   // Multishot receive (5.19+/6.0) and multishot accept (5.19) are what the transport uses.
   io_uring_probe* probe = io_uring_get_probe_ring(&r.ring);
@@ -157,12 +132,10 @@ io_uring_sqe* Uring::NewSqe(UringOperation* op) {
       std::fprintf(stderr, "sluice: io_uring submission queue stays full; aborting\n");
       std::abort();
     }
-    EnterFromThisThread();
     int submitted = io_uring_submit(&ring_->ring);
     Count(counters_.enters, 1);
-    CheckEnter(submitted);
     if (submitted > 0) Count(counters_.submitted, static_cast<uint64_t>(submitted));
-    if (submitted < 0) CheckEnter(io_uring_get_events(&ring_->ring));
+    if (submitted < 0) io_uring_get_events(&ring_->ring);
     sqe = io_uring_get_sqe(&ring_->ring);
   }
   std::memset(sqe, 0, sizeof(*sqe));
@@ -177,38 +150,10 @@ void Uring::Cancel(UringOperation* op) {
   io_uring_sqe_set_data(sqe, nullptr);
 }
 
-bool Uring::single_issuer() const { return ring_->single_issuer; }
-
 bool Uring::HasUnsubmitted() const { return io_uring_sq_ready(&ring_->ring) != 0; }
-
-void Uring::EnterFromThisThread() {
-  if (ring_->enabled) return;
-  // The calling thread becomes the ring's only submitter (IORING_SETUP_SINGLE_ISSUER).
-  // A raw register call: Debian's liburing 2.3 declares io_uring_enable_rings but does not export
-  // it.
-  const long rc = syscall(__NR_io_uring_register, ring_->ring.ring_fd, IORING_REGISTER_ENABLE_RINGS,
-                          nullptr, 0);
-  if (rc < 0) {
-    std::fprintf(stderr, "sluice: io_uring_register(ENABLE_RINGS): %s; aborting\n",
-                 std::strerror(errno));
-    std::abort();
-  }
-  ring_->enabled = true;
-}
-
-void Uring::CheckEnter(int rc) {
-  if (rc != -EEXIST) return;
-  // The thread contract broken: with single_issuer only the thread that first entered may enter
-  // again.
-  std::fprintf(stderr,
-               "sluice: io_uring entered from a thread other than its loop's (EEXIST); "
-               "aborting\n");
-  std::abort();
-}
 
 void Uring::SubmitAndWait(int timeout_ms) {
   io_uring* ring = &ring_->ring;
-  EnterFromThisThread();
   const unsigned queued = io_uring_sq_ready(ring);
   int rc;
   if (timeout_ms == 0) {
@@ -230,7 +175,6 @@ void Uring::SubmitAndWait(int timeout_ms) {
     if (rc == -ETIME) rc = static_cast<int>(queued);
   }
   Count(counters_.enters, 1);
-  CheckEnter(rc);
   if (rc > 0 && queued != 0) Count(counters_.submitted, queued);
 }
 

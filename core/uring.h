@@ -19,10 +19,7 @@
 // request completes too, with -ECANCELED). Cancel() asks the kernel to end every request of an
 // operation; the loop ignores the cancellation's own completion.
 //
-// Thread contract: loop-thread only (the loop that owns it; created with the loop). With
-// UringOptions::single_issuer the first thread to submit or wait is the only one that may ever
-// do so (the kernel refuses others, EEXIST, which aborts with a message); creating and
-// destroying it may happen on other threads.
+// Thread contract: loop-thread only (the loop that owns it; created with the loop).
 #ifndef SLUICE_CORE_URING_H_
 #define SLUICE_CORE_URING_H_
 
@@ -60,12 +57,6 @@ struct UringOptions {
   // and the buffer goes back at once.
   unsigned buffer_count = 256;
   size_t buffer_size = 16 * 1024;
-  // One thread enters the ring for its whole life (EventLoopThread's loops: created, run and
-  // drained on their own thread). The kernel then runs the completions' work when that thread
-  // enters to collect them, instead of interrupting it as packets arrive (DEFER_TASKRUN, Linux
-  // 6.1+; ignored before). Off, the ring may be entered from one thread after another (a loop run
-  // on one thread, then on another).
-  bool single_issuer = false;
 };
 
 struct UringStats {
@@ -106,9 +97,6 @@ class Uring {
   // (cancellations included).
   uint64_t in_flight() const { return in_flight_; }
 
-  // Whether the kernel took UringOptions::single_issuer (Linux 6.1+): one thread may enter.
-  bool single_issuer() const;
-
   uint16_t buffer_group() const { return kBufferGroup; }
   size_t buffer_size() const { return options_.buffer_size; }
   // The provided buffer a completion with IORING_CQE_F_BUFFER in `flags` filled, `length` bytes.
@@ -132,10 +120,6 @@ class Uring {
   struct Ring;
 
   explicit Uring(const UringOptions& options);
-  // Before any io_uring_enter: makes the calling thread the ring's submitter the first time.
-  void EnterFromThisThread();
-  // Aborts, naming the cause, when the kernel refused an enter from another thread (EEXIST).
-  static void CheckEnter(int rc);
 
   const UringOptions options_;
   std::unique_ptr<Ring> ring_;

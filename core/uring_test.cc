@@ -7,7 +7,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <thread>
 
 namespace sluice {
 namespace {
@@ -57,70 +56,6 @@ TEST(Uring, HandsAtMostOneCompletionQueueAtATimeWhileOperationsKeepCompletingAtO
   EXPECT_EQ(total, static_cast<size_t>(kBudget) + 1);
   EXPECT_EQ(op.completions, kBudget + 1);
   EXPECT_EQ(op.failures, 0);
-}
-
-// Counts completions, each of which must have succeeded.
-class Counting final : public UringOperation {
- public:
-  void OnCompletion(int32_t result, uint32_t) override {
-    ++completions;
-    if (result != 0) ++failures;
-  }
-  int completions = 0;
-  int failures = 0;
-};
-
-// One no-op through `uring` on the calling thread: submitted, waited for, dispatched.
-void RoundTrip(Uring& uring, Counting& op) {
-  io_uring_prep_nop(uring.NewSqe(&op));
-  uring.SubmitAndWait(1000);
-  uring.DispatchCompletions();
-}
-
-TEST(Uring, ASingleIssuerRingServesTheThreadThatFirstEntersItNotItsCreator) {
-  StatusOr<std::unique_ptr<Uring>> created = Uring::Create({.single_issuer = true});
-  if (!created.ok()) GTEST_SKIP() << created.status().ToString();
-  if (!(*created)->single_issuer()) GTEST_SKIP() << "the kernel predates single-issuer rings";
-  // Created here, entered only by another thread (as a loop made on one thread and run on
-  // another): that thread becomes the submitter. Were the creator the submitter, the kernel
-  // would refuse the other thread's enters (and the ring abort); a ring left disabled would
-  // complete nothing.
-  Counting op;
-  std::thread([&] {
-    for (int i = 0; i < 3; ++i) RoundTrip(**created, op);
-  }).join();
-  EXPECT_EQ(op.completions, 3);
-  EXPECT_EQ(op.failures, 0);
-  EXPECT_EQ((*created)->in_flight(), 0u);
-}
-
-TEST(Uring, ARingWithoutSingleIssuerMayBeEnteredByOneThreadAfterAnother) {
-  StatusOr<std::unique_ptr<Uring>> created = Uring::Create({});
-  if (!created.ok()) GTEST_SKIP() << created.status().ToString();
-  EXPECT_FALSE((*created)->single_issuer());
-  Counting op;
-  RoundTrip(**created, op);
-  std::thread([&] { RoundTrip(**created, op); }).join();
-  RoundTrip(**created, op);
-  EXPECT_EQ(op.completions, 3);
-  EXPECT_EQ(op.failures, 0);
-}
-
-TEST(UringDeathTest, ASingleIssuerRingEnteredByASecondThreadAbortsNamingTheCause) {
-  {
-    StatusOr<std::unique_ptr<Uring>> probe = Uring::Create({.single_issuer = true});
-    if (!probe.ok()) GTEST_SKIP() << probe.status().ToString();
-    if (!(*probe)->single_issuer()) GTEST_SKIP() << "the kernel predates single-issuer rings";
-  }
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_DEATH(
-      {
-        StatusOr<std::unique_ptr<Uring>> created = Uring::Create({.single_issuer = true});
-        Counting op;
-        RoundTrip(**created, op);
-        std::thread([&] { RoundTrip(**created, op); }).join();
-      },
-      "entered from a thread other than its loop's");
 }
 
 }  // namespace
