@@ -1218,6 +1218,10 @@ void Connection::HandleWriterEvents() {
           if (self == nullptr) return;
           self->stall_timer_ = 0;
           FrameWriter::Events now = self->writer_.TakeEvents();
+          if (now.broken) {
+            self->CloseNow();  // as HandleWriterEvents does (the flag stays set; said at once)
+            return;
+          }
           // Streams finished meanwhile are handled by the next pass.
           for (uint32_t id : now.finished_streams) {
             auto it = self->streams_.find(id);
@@ -1233,7 +1237,10 @@ void Connection::HandleWriterEvents() {
               return;
             }
           }
-          if (now.window_blocked_since) self->HandleWriterEvents();
+          // As a writer's wake-up does, inside a pass: a loop producer that a closing stream's
+          // callbacks reach then cannot run a second HandleWriterEvents on the spot, in the
+          // middle of this one's walk of writer_events_.
+          if (now.window_blocked_since) self->WakeFromWriter();
         });
       }
     } else if (stall_timer_ != 0) {

@@ -127,9 +127,10 @@ class StreamOutput : public std::enable_shared_from_this<StreamOutput> {
 class FrameWriter {
  public:
   // Called (from any thread, no writer lock held) when the writer has news
-  // for the loop: streams whose END_STREAM went out, a queue to drain, or
-  // output that started waiting for window. The connection posts itself to
-  // its loop and calls TakeEvents there.
+  // for the loop: streams whose END_STREAM went out, a queue to drain,
+  // output that started waiting for window, or a writer broken by a header
+  // block that failed to encode. The connection posts itself to its loop and
+  // calls TakeEvents there.
   using WakeLoop = std::function<void()>;
 
   struct Events {
@@ -137,8 +138,9 @@ class FrameWriter {
     bool drain_queue = false;
     // Output waits for the peer's window since then (nullopt: not blocked).
     std::optional<std::chrono::steady_clock::time_point> window_blocked_since;
-    // A header block failed to encode: the encoder's state is lost, every later send fails, and
-    // the connection must end (its close aborts the writer, which wakes waiting producers).
+    // A header block failed to encode: the encoder's state is lost, nothing more is written
+    // (later sends fail, or under kQueue are staged and dropped until Abort closes the stage),
+    // and the connection must end (its close aborts the writer, which wakes waiting producers).
     bool broken = false;
   };
 
@@ -153,11 +155,11 @@ class FrameWriter {
   OutputStrategy strategy() const { return options_.strategy; }
 
   // ---- Loop ----------------------------------------------------------------
-  // A new stream with the peer's current initial window. `reuse`, if given, is a stream this
-  // writer closed that nobody else holds (use_count() == 1, and no producer thread touched it
-  // since it closed): it is made new again instead of allocating one.
-  // The caller keeps a reference until it calls CloseStream, or until Abort: the writer lists
-  // the stream without holding it.
+  // A new stream with the peer's current initial window. `reuse`, if given, is a stream that a
+  // writer (this one or another connection's of the same loop) closed, that nobody else holds
+  // (use_count() == 1, and no producer thread touched it since it closed): it is made new again
+  // instead of allocating one. The caller keeps a reference until it calls CloseStream, or until
+  // Abort: the writer lists the stream without holding it.
   std::shared_ptr<StreamOutput> OpenStream(uint32_t id,
                                            std::shared_ptr<StreamOutput> reuse = nullptr);
   // The stream is gone (closed or reset): drops its unsent output; its
@@ -240,8 +242,8 @@ class FrameWriter {
                                        std::span<const uint8_t> data, bool end)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
   // After a producer's write: true if the loop must be woken for news (streams finished, output
-  // blocked on window) and no wake is pending; marks one pending. A loop in its pass takes the
-  // news at the pass's end instead.
+  // blocked on window, the writer broken) and no wake is pending; marks one pending. A loop in its
+  // pass takes the news at the pass's end instead.
   bool ClaimWakeLocked(bool loop_in_pass) ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
   // kQueue producer path.
   bool Stage(StreamOutput& stream, std::span<const HeaderField>* fields,

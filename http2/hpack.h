@@ -71,7 +71,9 @@ class HpackEncoder {
   // Blocks copied from the kept encoding (tests, benchmarks).
   uint64_t reused_blocks() const { return reused_blocks_; }
 
-  // Tests: every later Encode fails, as it does after nghttp2 ran out of memory.
+  // Tests: every later Encode fails, as an encode that ran out of memory leaves the encoder
+  // unusable (a real failure may still let a head equal to the kept block be copied; the
+  // writer encodes nothing more after any failure, so it never relies on either).
   void BreakForTesting();
 
  private:
