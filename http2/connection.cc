@@ -1219,7 +1219,7 @@ void Connection::HandleWriterEvents() {
           self->stall_timer_ = 0;
           FrameWriter::Events now = self->writer_.TakeEvents();
           if (now.broken) {
-            self->CloseNow();  // as HandleWriterEvents does (the flag stays set; said at once)
+            self->CloseNow();  // a broken writer ends the connection, as in HandleWriterEvents
             return;
           }
           // Streams finished meanwhile are handled by the next pass.
