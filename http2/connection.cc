@@ -1194,11 +1194,14 @@ void Connection::HandleWriterEvents() {
     if (writer_.strategy() == OutputStrategy::kQueue && !output_blocked_) writer_.DrainQueue();
     FrameWriter::Events& events = writer_events_;
     writer_.TakeEvents(&events);
-    if (events.broken) {
+    if (events.broken && !closing_) {
       // A response's header block failed to encode (out of memory): the HPACK state the peer
-      // shares is lost, so nothing more can be sent on this connection. Closing it aborts the
-      // writer, which wakes producers waiting on any stream.
-      CloseNow();
+      // shares is lost, so no stream can send again. The connection ends as for an error of its
+      // own: GOAWAY(INTERNAL_ERROR) (a frame without a header block still goes out), what was
+      // written before it is delivered, and the open streams close, which wakes producers
+      // waiting on them. (Once closing, the writer sends nothing more anyway.)
+      HandleError(Http2Error::Connection(ErrorCode::kInternalError,
+                                         "a response header block failed to encode"));
       return;
     }
     for (uint32_t id : events.finished_streams) {
@@ -1217,30 +1220,18 @@ void Connection::HandleWriterEvents() {
           auto self = weak.lock();
           if (self == nullptr) return;
           self->stall_timer_ = 0;
-          FrameWriter::Events now = self->writer_.TakeEvents();
-          if (now.broken) {
-            self->CloseNow();  // a broken writer ends the connection, as in HandleWriterEvents
-            return;
-          }
-          // Streams finished meanwhile are handled by the next pass.
-          for (uint32_t id : now.finished_streams) {
-            auto it = self->streams_.find(id);
-            if (it == self->streams_.end()) continue;
-            std::shared_ptr<Stream> s = it->second;
-            s->response_done_ = true;
-            self->MaybeCloseStream(s.get());
-          }
-          if (now.window_blocked_since && *now.window_blocked_since <= since) {
-            if (auto e = self->guard_.CheckWindowStall(now.window_blocked_since,
-                                                       AbuseGuard::Clock::now())) {
+          // Only the stall is checked here. The writer's other news (finished streams, a
+          // broken encoder) and the timer's re-arming are left to a pass, as a writer's wake-up
+          // does: a loop producer that a closing stream's callbacks reach then cannot run a
+          // second HandleWriterEvents in the middle of another one's walk of writer_events_.
+          const auto blocked = self->writer_.window_blocked_since();
+          if (blocked && *blocked <= since) {
+            if (auto e = self->guard_.CheckWindowStall(blocked, AbuseGuard::Clock::now())) {
               self->HandleError(*e);
               return;
             }
           }
-          // As a writer's wake-up does, inside a pass: a loop producer that a closing stream's
-          // callbacks reach then cannot run a second HandleWriterEvents on the spot, in the
-          // middle of this one's walk of writer_events_.
-          if (now.window_blocked_since) self->WakeFromWriter();
+          self->WakeFromWriter();
         });
       }
     } else if (stall_timer_ != 0) {

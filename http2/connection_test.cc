@@ -41,6 +41,7 @@ struct Answers {
   std::vector<uint32_t> closed;  // streams whose DATA carried END_STREAM, whatever its payload
   std::vector<uint32_t> resets;  // RST_STREAM
   bool goaway = false;
+  uint32_t goaway_code = 0;  // the last GOAWAY's error code
 };
 
 // One client connection of the loop: its transport, the server connection, its HPACK state.
@@ -113,6 +114,11 @@ class Client {
         answers.resets.push_back(h.stream_id);
       } else if (h.type == static_cast<uint8_t>(FrameType::kGoaway)) {
         answers.goaway = true;
+        if (payload.size() >= 8) {
+          const auto* p = reinterpret_cast<const uint8_t*>(payload.data()) + 4;
+          answers.goaway_code = (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) |
+                                (uint32_t{p[2]} << 8) | p[3];
+        }
       }
       at += kFrameHeaderSize + h.length;
     }
@@ -459,9 +465,9 @@ TEST_F(ConnectionTest, WhileAnExchangeIsCarriedOffTheLoopEveryAnswerTakesTheWrit
 }
 
 // A response head that fails to encode (nghttp2 out of memory) loses the HPACK state the peer
-// shares: its connection closes at the end of that pass, with nothing more sent; a handler still
-// answering on another of its streams, on another thread, finds its writes refused; the loop's
-// other connections go on being served.
+// shares: its connection ends in that pass with GOAWAY(INTERNAL_ERROR) and no stream's output;
+// a handler still answering on another of its streams, on another thread, finds its writes
+// refused; the loop's other connections go on being served.
 TEST_F(ConnectionTest, AResponseHeadThatFailsToEncodeClosesOnlyItsConnection) {
   SpareStreams spares;
   std::unique_ptr<Client> a_holder = Connect(&spares);
@@ -475,16 +481,19 @@ TEST_F(ConnectionTest, AResponseHeadThatFailsToEncodeClosesOnlyItsConnection) {
   ASSERT_EQ(late.wait_for(std::chrono::seconds(10)), std::future_status::ready);
   http::Response* const res = late.get();
   OnLoop([&] { (void)a.Read(); });  // the server's SETTINGS and acknowledgements
+  const uint64_t errors_before = counters_.connection_errors.load();
   OnLoop([&] {
     a.conn().BreakEncoderForTesting();
     a.Get(1);
   });
   OnLoop([&] {
-    EXPECT_TRUE(a.conn().closed());
     const Answers answers = a.Read();
+    EXPECT_TRUE(answers.goaway);
+    EXPECT_EQ(answers.goaway_code, static_cast<uint32_t>(ErrorCode::kInternalError));
     EXPECT_TRUE(answers.closed.empty());
     EXPECT_TRUE(answers.resets.empty());
   });
+  EXPECT_EQ(counters_.connection_errors.load(), errors_before + 1);
   std::thread carrier([res] {
     EXPECT_TRUE(res->Write(kBody));  // held until the head goes out
     EXPECT_FALSE(res->Flush());

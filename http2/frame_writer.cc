@@ -146,6 +146,11 @@ void FrameWriter::CloseStream(StreamOutput& stream, bool finished) {
   stream.staged_room_.SignalAll();
 }
 
+std::optional<std::chrono::steady_clock::time_point> FrameWriter::window_blocked_since() {
+  MutexLock lock(&frame_mu_);
+  return blocked_since_;
+}
+
 void FrameWriter::WriteControl(std::string_view frame) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   MutexLock lock(&frame_mu_);
   if (completed_ || aborted_) return;
@@ -222,7 +227,7 @@ bool FrameWriter::SendAlone(StreamOutput& stream, std::span<const HeaderField>* 
                             bool end) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   // What SendLocked does for a loop-thread producer, without the locks: the caller is the only
   // thread using the writer until it returns.
-  if (aborted_ || completed_ || stream.closed_) return false;
+  if (aborted_ || broken_ || completed_ || stream.closed_) return false;
   const bool ok = WriteOutputLocked(stream, fields, data, end);
   if (ok && !in_pass_) FlushLocked(nullptr);
   if (ClaimWakeLocked(/*loop_in_pass=*/in_pass_)) wake_loop_();
@@ -245,7 +250,7 @@ bool FrameWriter::SendLocked(StreamOutput& stream, std::span<const HeaderField>*
   bool ok = true;
   {
     MutexLock lock(&frame_mu_);
-    if (aborted_ || completed_ || stream.closed_) return false;
+    if (aborted_ || broken_ || completed_ || stream.closed_) return false;
     {
       PipeLockScope pipe(out_->mutex(), &frame_mu_);
       ok = WriteOutputLocked(stream, fields, data, end);
@@ -344,7 +349,7 @@ void FrameWriter::DrainQueue() ABSL_NO_THREAD_SAFETY_ANALYSIS {
       end = s->staged_end_;
       s->staged_end_ = false;
     }
-    if (s->closed_ || aborted_ || completed_) continue;
+    if (s->closed_ || aborted_ || broken_ || completed_) continue;
     bool ok = true;
     if (head) {
       drain_views_.clear();
@@ -427,8 +432,10 @@ bool FrameWriter::WriteHeadersLocked(StreamOutput& stream, std::span<const Heade
                                      bool end) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   scratch_.clear();
   if (!encoder_.Encode(fields, &scratch_).ok()) {
-    aborted_ = true;  // the encoder's state is lost: the connection cannot go on
-    broken_ = true;   // ClaimWakeLocked tells the loop (Events::broken)
+    // The encoder's state is lost: no stream's output may follow, but control frames without a
+    // header block may (the connection's GOAWAY). ClaimWakeLocked tells the loop
+    // (Events::broken).
+    broken_ = true;
     return false;
   }
   std::span<const uint8_t> block = AsBytes(scratch_);

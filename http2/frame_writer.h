@@ -138,9 +138,10 @@ class FrameWriter {
     bool drain_queue = false;
     // Output waits for the peer's window since then (nullopt: not blocked).
     std::optional<std::chrono::steady_clock::time_point> window_blocked_since;
-    // A header block failed to encode: the encoder's state is lost, nothing more is written
-    // (later sends fail, or under kQueue are staged and dropped until Abort closes the stage),
-    // and the connection must end (its close aborts the writer, which wakes waiting producers).
+    // A header block failed to encode: the encoder's state is lost, so no stream's output is
+    // written any more (later sends fail, or under kQueue are staged and dropped until the
+    // stream closes), while control frames still are (WriteControl): the connection ends with a
+    // GOAWAY, and closing its streams wakes waiting producers.
     bool broken = false;
   };
 
@@ -169,6 +170,9 @@ class FrameWriter {
   // Appends a control frame (SETTINGS, PING, WINDOW_UPDATE, RST_STREAM,
   // GOAWAY) built by the Append* functions of frame.h.
   void WriteControl(std::string_view frame);
+  // Since when output waits for the peer's window (nullopt: it does not); Events'
+  // window_blocked_since, read without taking the other news.
+  std::optional<std::chrono::steady_clock::time_point> window_blocked_since();
   // The peer's WINDOW_UPDATE for the connection (stream_id 0) or a stream.
   // Sends what was waiting. A connection error if the connection window
   // overflows; false for a stream overflow (the caller resets the stream).

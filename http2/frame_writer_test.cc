@@ -356,10 +356,18 @@ TEST_P(FrameWriterTest, AHeaderBlockThatFailsToEncodeTellsTheLoopTheConnectionMu
   EXPECT_TRUE(writer_->TakeEvents().broken);
   EXPECT_TRUE(writer_->TakeEvents().broken);  // it stays broken
   // Nothing more goes out on any stream (the queue stages it, and its drain drops it), and
-  // nothing half-encoded went out.
+  // nothing half-encoded went out; the connection's GOAWAY still does.
   EXPECT_EQ(writer_->SendHead(*waiting, kOk, {}, true), GetParam() == OutputStrategy::kQueue);
+  std::string goaway;
+  AppendGoaway(3, ErrorCode::kInternalError, "", &goaway);
+  writer_->WriteControl(goaway);
   LoopPass();
-  for (const auto& f : ReadFrames()) EXPECT_NE(f.type, FrameType::kHeaders);
+  int goaways = 0;
+  for (const auto& f : ReadFrames()) {
+    EXPECT_NE(f.type, FrameType::kHeaders);
+    if (f.type == FrameType::kGoaway) ++goaways;
+  }
+  EXPECT_EQ(goaways, 1);
 }
 
 TEST_P(FrameWriterTest, AnAbortedWriterForgetsStreamsItsConnectionLetGo) {
