@@ -123,11 +123,11 @@ void Response::FillStop(telemetry::ExchangeRecord& record) const {
   record.status = status_;
   if (sink_ != nullptr) {
     const ResponseSink::Error e = sink_->exchange_error();
-    if (e.type != telemetry::ErrorType::kNone && record.error == telemetry::ErrorType::kNone) {
-      record.error = e.type;
-      record.error_code = e.code;
+    if (e.type() != telemetry::ErrorType::kNone && record.error == telemetry::ErrorType::kNone) {
+      record.error = e.type();
+      record.error_code = e.code();
     }
-    if (e.status_sent != 0) record.status = e.status_sent;
+    if (e.status_sent() != 0) record.status = e.status_sent();
   }
   record.response_body_bytes = body_bytes_;
   if (record.request != nullptr) {
