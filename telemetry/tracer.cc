@@ -1,5 +1,6 @@
 #include "telemetry/tracer.h"
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -41,14 +42,22 @@ Xoshiro& Rng() {
   return rng;
 }
 
+// A random id, never all zero (W3C Trace Context forbids it), written a word at a time straight
+// from the generator (copied through a buffer, the id's 16-byte store had to wait for the
+// buffer's 8-byte ones).
 template <size_t N>
 void Fill(std::array<uint8_t, N>* id) {
+  static_assert(N % 8 == 0);
+  Xoshiro& rng = Rng();
+  uint64_t any;
   do {
+    any = 0;
     for (size_t i = 0; i < N; i += 8) {
-      const uint64_t v = Rng().Next();
-      std::memcpy(id->data() + i, &v, std::min<size_t>(8, N - i));
+      const uint64_t w = rng.Next();
+      any |= w;
+      std::memcpy(id->data() + i, &w, sizeof(w));
     }
-  } while (std::all_of(id->begin(), id->end(), [](uint8_t b) { return b == 0; }));
+  } while (any == 0);
 }
 
 uint64_t Threshold(double ratio) {
@@ -93,8 +102,10 @@ void Tracer::NewSpanId(std::array<uint8_t, 8>* id) { Fill(id); }
 
 bool Tracer::SampleRoot(const std::array<uint8_t, 16>& trace_id) const {
   if (threshold_ == UINT64_MAX) return true;
-  uint64_t low = 0;
-  for (size_t i = 8; i < 16; ++i) low = low << 8 | trace_id[i];
+  // The id's last 8 bytes as a big-endian number, read as one word.
+  uint64_t low;
+  std::memcpy(&low, trace_id.data() + 8, sizeof(low));
+  if constexpr (std::endian::native == std::endian::little) low = __builtin_bswap64(low);
   return low < threshold_;
 }
 
