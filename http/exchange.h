@@ -203,16 +203,21 @@ class ResponseSink {
     Error(telemetry::ErrorType type, uint32_t code, uint16_t status_sent = 0)
         : packed_((uint64_t{static_cast<uint8_t>(type)} << 48) | (uint64_t{status_sent} << 32) |
                   code) {}
+    // The Error whose packed() is `packed`.
     static Error FromPacked(uint64_t packed) {
       Error e;
       e.packed_ = packed;
       return e;
     }
+    // What went wrong (kNone: nothing).
     telemetry::ErrorType type() const {
       return static_cast<telemetry::ErrorType>(static_cast<uint8_t>(packed_ >> 48));
     }
+    // The protocol's code for it (an HTTP/2 error code, a status), 0 if none.
     uint32_t code() const { return static_cast<uint32_t>(packed_); }
+    // The status the peer got in the Response's place (see the constructor), 0 if none.
     uint16_t status_sent() const { return static_cast<uint16_t>(packed_ >> 32); }
+    // The three in one word (what ExchangeErrorSlot stores).
     uint64_t packed() const { return packed_; }
 
    private:
