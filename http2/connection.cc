@@ -1044,7 +1044,10 @@ void Connection::HandleError(const Http2Error& error) {
                            static_cast<uint32_t>(error.code()));
   }
   std::string out;
-  AppendGoaway(last_peer_stream_id_, error.code(), error.debug(), &out);
+  // After a graceful GOAWAY, streams the peer opened later were ignored: a second GOAWAY may not
+  // raise the last stream id the first one named (RFC 9113 §6.8).
+  AppendGoaway(std::min(last_peer_stream_id_, goaway_last_stream_id_), error.code(), error.debug(),
+               &out);
   writer_.WriteControl(out);
   goaway_sent_ = true;
   CloseAfterFlush();
@@ -1200,6 +1203,12 @@ void Connection::HandleWriterEvents() {
       // own: GOAWAY(INTERNAL_ERROR) (a frame without a header block still goes out), what was
       // written before it is delivered, and the open streams close, which wakes producers
       // waiting on them. (Once closing, the writer sends nothing more anyway.)
+      // For telemetry the open exchanges were aborted by the server's own failure, not by a
+      // protocol violation (the first error recorded wins over HandleError's).
+      for (const auto& [id, s] : streams_) {
+        s->exchange_error_.Set(telemetry::ErrorType::kAborted,
+                               static_cast<uint32_t>(ErrorCode::kInternalError));
+      }
       HandleError(Http2Error::Connection(ErrorCode::kInternalError,
                                          "a response header block failed to encode"));
       return;

@@ -77,7 +77,7 @@ class Connection final : public http::ProtocolConnection,
   void Abort() override;
   void SetOnClosed(std::function<void()> on_closed) override { on_closed_ = std::move(on_closed); }
   bool closed() const { return closed_; }
-  // Tests (loop): the next response head fails to encode, as when nghttp2 runs out of memory.
+  // Tests (loop): response heads fail to encode from now on, as when nghttp2 runs out of memory.
   void BreakEncoderForTesting() { writer_.BreakEncoderForTesting(); }
 
  private:

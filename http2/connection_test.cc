@@ -41,7 +41,8 @@ struct Answers {
   std::vector<uint32_t> closed;  // streams whose DATA carried END_STREAM, whatever its payload
   std::vector<uint32_t> resets;  // RST_STREAM
   bool goaway = false;
-  uint32_t goaway_code = 0;  // the last GOAWAY's error code
+  uint32_t goaway_code = 0;     // the last GOAWAY's error code
+  uint32_t goaway_last_id = 0;  // and its last stream id
 };
 
 // One client connection of the loop: its transport, the server connection, its HPACK state.
@@ -115,9 +116,13 @@ class Client {
       } else if (h.type == static_cast<uint8_t>(FrameType::kGoaway)) {
         answers.goaway = true;
         if (payload.size() >= 8) {
-          const auto* p = reinterpret_cast<const uint8_t*>(payload.data()) + 4;
-          answers.goaway_code = (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) |
-                                (uint32_t{p[2]} << 8) | p[3];
+          const auto* p = reinterpret_cast<const uint8_t*>(payload.data());
+          auto word = [p](size_t at) {
+            return (uint32_t{p[at]} << 24) | (uint32_t{p[at + 1]} << 16) |
+                   (uint32_t{p[at + 2]} << 8) | p[at + 3];
+          };
+          answers.goaway_last_id = word(0) & 0x7fffffff;
+          answers.goaway_code = word(4);
         }
       }
       at += kFrameHeaderSize + h.length;
@@ -492,7 +497,10 @@ TEST_F(ConnectionTest, AResponseHeadThatFailsToEncodeClosesOnlyItsConnection) {
     EXPECT_EQ(answers.goaway_code, static_cast<uint32_t>(ErrorCode::kInternalError));
     EXPECT_TRUE(answers.closed.empty());
     EXPECT_TRUE(answers.resets.empty());
+    // The connection is closing: once the peer ends its side, it is closed.
+    a.End();
   });
+  OnLoop([&] { EXPECT_TRUE(a.conn().closed()); });
   EXPECT_EQ(counters_.connection_errors.load(), errors_before + 1);
   std::thread carrier([res] {
     EXPECT_TRUE(res->Write(kBody));  // held until the head goes out
@@ -503,6 +511,45 @@ TEST_F(ConnectionTest, AResponseHeadThatFailsToEncodeClosesOnlyItsConnection) {
   OnLoop([] {});
   GetAnswered(b, 2);
   EndAll({&a, &b});
+}
+
+// A head that fails to encode while the connection drains after a graceful GOAWAY: the second
+// GOAWAY (INTERNAL_ERROR) names the same last stream as the first, not a stream the peer opened
+// after it, which was ignored (RFC 9113 §6.8: the id may not grow).
+TEST_F(ConnectionTest, AFailedHeadDuringAGracefulShutdownKeepsTheFirstGoawaysLastStream) {
+  SpareStreams spares;
+  std::unique_ptr<Client> client = Connect(&spares);
+  std::future<http::Response*> late = late_.get_future();
+  OnLoop([&] {
+    client->Send({{":method", "GET"}, {":path", "/late"}, {":scheme", "http"}, {":authority", "a"}},
+                 1);
+  });
+  ASSERT_EQ(late.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  http::Response* const res = late.get();
+  OnLoop([&] {
+    (void)client->Read();  // the server's SETTINGS and acknowledgements
+    client->conn().BeginShutdown();
+    const Answers first = client->Read();
+    EXPECT_TRUE(first.goaway);
+    EXPECT_EQ(first.goaway_code, static_cast<uint32_t>(ErrorCode::kNoError));
+    EXPECT_EQ(first.goaway_last_id, 1u);
+    client->Get(1);  // stream 3, after the GOAWAY: ignored
+  });
+  OnLoop([&] { client->conn().BreakEncoderForTesting(); });
+  std::thread carrier([res] {
+    EXPECT_TRUE(res->Write(kBody));  // held until the head goes out
+    EXPECT_FALSE(res->Flush());      // the head fails to encode
+    res->End();
+  });
+  carrier.join();
+  OnLoop([&] {
+    const Answers second = client->Read();
+    EXPECT_TRUE(second.goaway);
+    EXPECT_EQ(second.goaway_code, static_cast<uint32_t>(ErrorCode::kInternalError));
+    EXPECT_EQ(second.goaway_last_id, 1u);
+    EXPECT_TRUE(second.closed.empty());
+  });
+  EndAll({client.get()});
 }
 
 }  // namespace

@@ -507,6 +507,9 @@ bool FrameWriter::WritePendingLocked(StreamOutput& stream) {
 }
 
 void FrameWriter::ServeWaitersLocked() {
+  // Broken: no stream's output goes out any more, including DATA that waited for window before
+  // the break (the connection's GOAWAY is on its way and its close drops them).
+  if (broken_) return;
   bool progress = true;
   while (progress && !waiters_.empty() && connection_window_.available() > 0) {
     progress = false;

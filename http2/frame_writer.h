@@ -196,7 +196,7 @@ class FrameWriter {
     TakeEvents(&events);
     return events;
   }
-  // Tests: the next header block fails to encode, as when nghttp2 runs out of memory.
+  // Tests: header blocks fail to encode from now on, as when nghttp2 runs out of memory.
   void BreakEncoderForTesting();
   // Publishes everything written. Returns true when done now; otherwise
   // false, and `on_done` runs once the pipe took it (the transport's loop).

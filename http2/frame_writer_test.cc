@@ -370,6 +370,37 @@ TEST_P(FrameWriterTest, AHeaderBlockThatFailsToEncodeTellsTheLoopTheConnectionMu
   EXPECT_EQ(goaways, 1);
 }
 
+// After the break no stream's output leaves: not more body for a stream whose head went out
+// before it, nor DATA that was waiting for window when the peer's WINDOW_UPDATE arrives.
+TEST_P(FrameWriterTest, ABrokenWriterSendsNoStreamOutputEvenWhereNoHeaderBlockIsNeeded) {
+  auto early = writer_->OpenStream(1);
+  auto blocked = writer_->OpenStream(3);
+  ASSERT_TRUE(writer_->SendHead(*early, kOk, {}, false));
+  ASSERT_TRUE(writer_->SendHead(*blocked, kOk, {}, false));
+  // More than the connection's initial window (65,535): the rest waits for an update.
+  const std::string body(70'000, 'x');
+  ASSERT_TRUE(writer_->SendData(*blocked, Bytes(body), true));
+  LoopPass();
+  ASSERT_FALSE(ReadFrames().empty());
+
+  writer_->BreakEncoderForTesting();
+  auto failing = writer_->OpenStream(5);
+  // Locks: refused at once. Queue: staged, and fails when the loop drains it.
+  EXPECT_EQ(writer_->SendHead(*failing, kOk, {}, true), GetParam() == OutputStrategy::kQueue);
+  writer_->DrainQueue();
+  ASSERT_TRUE(writer_->TakeEvents().broken);
+
+  const std::string more = "more";
+  EXPECT_EQ(writer_->SendData(*early, Bytes(more), true), GetParam() == OutputStrategy::kQueue);
+  ASSERT_TRUE(writer_->GrowConnectionWindow(1 << 20));
+  ASSERT_TRUE(writer_->GrowStreamWindow(*blocked, 1 << 20));
+  LoopPass();
+  for (const auto& f : ReadFrames()) {
+    EXPECT_NE(f.type, FrameType::kHeaders);
+    EXPECT_NE(f.type, FrameType::kData) << "stream " << f.stream_id;
+  }
+}
+
 TEST_P(FrameWriterTest, AnAbortedWriterForgetsStreamsItsConnectionLetGo) {
   ASSERT_TRUE(writer_->SetPeerInitialWindowSize(1 << 16));
   std::vector<std::shared_ptr<StreamOutput>> streams;
