@@ -194,6 +194,8 @@ class ResponseSink {
   // One word, so that it comes back from the virtual call in a register: a struct of narrow
   // fields came back through memory written a field at a time and read a word at a time, and
   // that read waited for the writes (a cost on every exchange that reports telemetry).
+  //
+  // Thread contract: a value; copies are independent.
   class Error {
    public:
     Error() = default;

@@ -63,9 +63,10 @@ class CountingServer {
       handled_.fetch_add(1, std::memory_order_relaxed);
       res.Write("ok");
     });
-    // A status no other server answers a load generator with: a test that keeps connecting
-    // after this server closed its port can tell its answers from those of another test's
-    // server that bound the freed port in the meantime.
+    // A status no other test binary's server answers a load generator with: a test that keeps
+    // connecting after this server closed its port can tell its answers from those of another
+    // test's server that bound the freed port in the meantime (only another run of this very
+    // binary on the same host could answer it too).
     server_.Get("/counted", [this](http::Request&, http::Response& res) {
       handled_.fetch_add(1, std::memory_order_relaxed);
       res.SetStatus(kCountedStatus);

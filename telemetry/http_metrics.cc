@@ -119,14 +119,16 @@ struct Key {
     uint64_t h = reinterpret_cast<uintptr_t>(route) * 0x9E3779B97F4A7C15ull;
     h ^= fields * 0xC2B2AE3D27D4EB4Full;
     h ^= code_and_length * 0x165667B19E3779F9ull;
+    // Products carry bits only upward: fold the high half down, so that every field (the status
+    // and the overflow bit too) reaches the low bits a small index uses.
+    h ^= h >> 32;
     h ^= h >> 29;
     return static_cast<size_t>(h * 0xBF58476D1CE4E5B9ull);
   }
 };
 
 Key KeyOf(const ExchangeRecord& r) {
-  const uint32_t code =
-      r.error == ErrorType::kProtocolError && r.http2() ? r.error_code : 0;
+  const uint32_t code = r.error == ErrorType::kProtocolError && r.http2() ? r.error_code : 0;
   return Key::Of(MethodIndex(r.method), r.scheme == "https", VersionIndex(r.protocol_version),
                  static_cast<uint8_t>(r.error), r.status, /*overflow=*/false, code, r.route);
 }

@@ -42,9 +42,9 @@ Xoshiro& Rng() {
   return rng;
 }
 
-// A random id, never all zero (W3C Trace Context forbids it), written a word at a time straight
-// from the generator (copied through a buffer, the id's 16-byte store had to wait for the
-// buffer's 8-byte ones).
+// A random id, never all zero (W3C Trace Context forbids it): the generator looked up once, each
+// word written straight into the id, and the zero test made on the words (it re-read the id a
+// byte at a time).
 template <size_t N>
 void Fill(std::array<uint8_t, N>* id) {
   static_assert(N % 8 == 0);
