@@ -1031,7 +1031,7 @@ void Connection::WriteControl(const std::string& frame) {
   if (!in_pass_) FlushOutput();
 }
 
-void Connection::HandleError(const Http2Error& error) {
+void Connection::HandleError(const Http2Error& error, telemetry::ErrorType exchange_error) {
   if (!error.is_connection_error()) {
     ResetStream(error.stream_id(), error.code());
     return;
@@ -1040,8 +1040,7 @@ void Connection::HandleError(const Http2Error& error) {
   counters_->connection_errors.fetch_add(1, std::memory_order_relaxed);
   // Every exchange still open ends with the connection.
   for (const auto& [id, s] : streams_) {
-    s->exchange_error_.Set(telemetry::ErrorType::kProtocolError,
-                           static_cast<uint32_t>(error.code()));
+    s->exchange_error_.Set(exchange_error, static_cast<uint32_t>(error.code()));
   }
   std::string out;
   // After a graceful GOAWAY, streams the peer opened later were ignored: a second GOAWAY may not
@@ -1202,15 +1201,11 @@ void Connection::HandleWriterEvents() {
       // shares is lost, so no stream can send again. The connection ends as for an error of its
       // own: GOAWAY(INTERNAL_ERROR) (a frame without a header block still goes out), what was
       // written before it is delivered, and the open streams close, which wakes producers
-      // waiting on them. (Once closing, the writer sends nothing more anyway.)
-      // For telemetry the open exchanges were aborted by the server's own failure, not by a
-      // protocol violation (the first error recorded wins over HandleError's).
-      for (const auto& [id, s] : streams_) {
-        s->exchange_error_.Set(telemetry::ErrorType::kAborted,
-                               static_cast<uint32_t>(ErrorCode::kInternalError));
-      }
+      // waiting on them. (Once closing, the writer sends nothing more anyway.) For telemetry the
+      // open exchanges were aborted by the server's own failure, not by a protocol violation.
       HandleError(Http2Error::Connection(ErrorCode::kInternalError,
-                                         "a response header block failed to encode"));
+                                         "a response header block failed to encode"),
+                  telemetry::ErrorType::kAborted);
       return;
     }
     for (uint32_t id : events.finished_streams) {

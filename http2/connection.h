@@ -143,7 +143,11 @@ class Connection final : public http::ProtocolConnection,
   void WatchDeferred(Stream* stream);
   // Answers a request the connection refuses itself (431, 413).
   void AnswerDirectly(Stream* stream, uint16_t status);
-  void HandleError(const Http2Error& error);
+  // A stream error resets its stream; a connection error sends GOAWAY and closes, and the
+  // exchanges still open end with `exchange_error` for telemetry (the peer's protocol error,
+  // unless the error is the server's own).
+  void HandleError(const Http2Error& error,
+                   telemetry::ErrorType exchange_error = telemetry::ErrorType::kProtocolError);
   void ResetStream(uint32_t id, ErrorCode code);
   // Telemetry of a stream reset before it was dispatched (http::ReportRejected).
   void ReportRejected(ErrorCode code);

@@ -227,7 +227,7 @@ bool FrameWriter::SendAlone(StreamOutput& stream, std::span<const HeaderField>* 
                             bool end) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   // What SendLocked does for a loop-thread producer, without the locks: the caller is the only
   // thread using the writer until it returns.
-  if (aborted_ || broken_ || completed_ || stream.closed_) return false;
+  if (RefusesOutputLocked(stream)) return false;
   const bool ok = WriteOutputLocked(stream, fields, data, end);
   if (ok && !in_pass_) FlushLocked(nullptr);
   if (ClaimWakeLocked(/*loop_in_pass=*/in_pass_)) wake_loop_();
@@ -250,7 +250,7 @@ bool FrameWriter::SendLocked(StreamOutput& stream, std::span<const HeaderField>*
   bool ok = true;
   {
     MutexLock lock(&frame_mu_);
-    if (aborted_ || broken_ || completed_ || stream.closed_) return false;
+    if (RefusesOutputLocked(stream)) return false;
     {
       PipeLockScope pipe(out_->mutex(), &frame_mu_);
       ok = WriteOutputLocked(stream, fields, data, end);
@@ -349,7 +349,7 @@ void FrameWriter::DrainQueue() ABSL_NO_THREAD_SAFETY_ANALYSIS {
       end = s->staged_end_;
       s->staged_end_ = false;
     }
-    if (s->closed_ || aborted_ || broken_ || completed_) continue;
+    if (RefusesOutputLocked(*s)) continue;
     bool ok = true;
     if (head) {
       drain_views_.clear();

@@ -241,6 +241,12 @@ class FrameWriter {
   // The same for a caller that is alone (see SendHead): no lock.
   bool SendAlone(StreamOutput& stream, std::span<const HeaderField>* fields,
                  std::span<const uint8_t> data, bool end);
+  // Whether `stream` may not send (any more): the writer aborted, broken or completed, or the
+  // stream closed. Requires frame_mu_ or being alone.
+  bool RefusesOutputLocked(const StreamOutput& stream) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_) {
+    return aborted_ || broken_ || completed_ || stream.closed_;
+  }
   // The head, then the data, of either path. Requires frame_mu_ or being alone.
   [[nodiscard]] bool WriteOutputLocked(StreamOutput& stream, std::span<const HeaderField>* fields,
                                        std::span<const uint8_t> data, bool end)
