@@ -115,14 +115,13 @@ class Client {
         answers.resets.push_back(h.stream_id);
       } else if (h.type == static_cast<uint8_t>(FrameType::kGoaway)) {
         answers.goaway = true;
-        if (payload.size() >= 8) {
-          const auto* p = reinterpret_cast<const uint8_t*>(payload.data());
-          auto word = [p](size_t at) {
-            return (uint32_t{p[at]} << 24) | (uint32_t{p[at + 1]} << 16) |
-                   (uint32_t{p[at + 2]} << 8) | p[at + 3];
-          };
-          answers.goaway_last_id = word(0) & 0x7fffffff;
-          answers.goaway_code = word(4);
+        Frame goaway;
+        size_t used = 0;
+        const std::span<const uint8_t> frame(reinterpret_cast<const uint8_t*>(bytes.data()) + at,
+                                             kFrameHeaderSize + h.length);
+        if (DecodeFrame(frame, kMaxMaxFrameSize, &goaway, &used).result == DecodeResult::kFrame) {
+          answers.goaway_last_id = goaway.last_stream_id;
+          answers.goaway_code = static_cast<uint32_t>(goaway.error_code);
         }
       }
       at += kFrameHeaderSize + h.length;
