@@ -196,6 +196,8 @@ void PipeWriter::Complete(Status status) {
   pipe_->DoCompleteWriter(std::move(status));
 }
 
+void PipeWriter::SetOneThread(bool one_thread) { pipe_->one_thread_ = one_thread; }
+
 // ---------------------------------------------------------------------------
 // PipeReader
 
@@ -239,6 +241,7 @@ Pipe::Pipe(PipeOptions options)
         }
         return options;
       }()),
+      one_thread_(options_.one_thread),
       pool_(options.pool != nullptr ? options.pool : &MemoryPool::Default()),
       writer_(this),
       reader_(this) {}

@@ -201,6 +201,13 @@ class PipeWriter {
   // Committed but not yet flushed.
   size_t unflushed_bytes() const { return unflushed_; }
 
+  // Declares whether both sides of the pipe are used by one thread from now on (true: no lock
+  // is taken, as with PipeOptions::one_thread) or may be used by two (false). For an owner that
+  // learns this after the pipe was made: a server's connection output, once the protocol that
+  // writes it turns out never to write from another thread. Call it only while no other thread
+  // can reach either side (before either is handed to another thread).
+  void SetOneThread(bool one_thread);
+
  private:
   friend class Pipe;
   explicit PipeWriter(Pipe* pipe) : pipe_(pipe) {}
@@ -311,7 +318,7 @@ class Pipe {
   class ABSL_SCOPED_LOCKABLE Guard {
    public:
     explicit Guard(const Pipe* pipe) ABSL_EXCLUSIVE_LOCK_FUNCTION(pipe->mu_)
-        : mu_(pipe->options_.one_thread ? nullptr : &pipe->mu_) {
+        : mu_(pipe->one_thread_ ? nullptr : &pipe->mu_) {
       if (mu_ != nullptr) mu_->Lock();
     }
     ~Guard() ABSL_UNLOCK_FUNCTION() {
@@ -325,6 +332,8 @@ class Pipe {
   };
 
   const PipeOptions options_;
+  // Starts as options_.one_thread; PipeWriter::SetOneThread changes it.
+  bool one_thread_;
   MemoryPool* const pool_;
   PipeWriter writer_;
   PipeReader reader_;

@@ -322,13 +322,12 @@ TEST(PipeSteadyStateTest, WritingAndConsumingAllocatesNothingOnceWarm) {
   EXPECT_EQ(HeapAllocations() - before, 0u);
 }
 
-// A writer thread and a reader thread move a numbered byte stream through a
-// small pipe: every byte arrives once, in order, and backpressure bounds
-// the buffered bytes.
-TEST_F(PipeConcurrencyTest, ConcurrentWriterAndReaderKeepOrderUnderBackpressure) {
+constexpr size_t kPause = 16 * 1024;
+
+// A writer thread and the calling thread (the reader) move a numbered byte stream through
+// `pipe`: every byte arrives once, in order, and backpressure bounds the buffered bytes.
+void MoveANumberedStreamAcrossTwoThreads(Pipe& pipe) {
   constexpr size_t kTotal = 4 << 20;
-  constexpr size_t kPause = 16 * 1024;
-  Pipe pipe(PipeOptions{.pool = &pool(), .pause_threshold = kPause, .resume_threshold = kPause / 2});
   std::atomic<size_t> max_unconsumed{0};
   std::thread writer([&] {
     size_t written = 0;
@@ -367,6 +366,30 @@ TEST_F(PipeConcurrencyTest, ConcurrentWriterAndReaderKeepOrderUnderBackpressure)
   EXPECT_EQ(seen, kTotal);
   // A flush may overshoot the pause threshold by one write (here < 9 KiB).
   EXPECT_LT(max_unconsumed.load(), kPause + 9001);
+}
+
+TEST_F(PipeConcurrencyTest, ConcurrentWriterAndReaderKeepOrderUnderBackpressure) {
+  Pipe pipe(
+      PipeOptions{.pool = &pool(), .pause_threshold = kPause, .resume_threshold = kPause / 2});
+  MoveANumberedStreamAcrossTwoThreads(pipe);
+}
+
+// A pipe made for one thread and then declared shared takes its lock again: two threads may use
+// it (under ThreadSanitizer a lock left off is a reported race).
+TEST_F(PipeConcurrencyTest, APipeDeclaredSharedAfterOneThreadUseTakesItsLockAgain) {
+  Pipe pipe(PipeOptions{.pool = &pool(),
+                        .pause_threshold = kPause,
+                        .resume_threshold = kPause / 2,
+                        .one_thread = true});
+  ASSERT_TRUE(pipe.writer().Write("first").ok());
+  FlushResult flushed;
+  ASSERT_TRUE(pipe.writer().Flush(&flushed, nullptr));
+  ReadResult read;
+  ASSERT_TRUE(pipe.reader().Read(&read, nullptr));
+  ASSERT_EQ(read.buffer.ToString(), "first");
+  ASSERT_TRUE(pipe.reader().AdvanceTo(read.buffer.size()).ok());
+  pipe.writer().SetOneThread(false);
+  MoveANumberedStreamAcrossTwoThreads(pipe);
 }
 
 }  // namespace

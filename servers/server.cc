@@ -308,7 +308,8 @@ Status Server::Start() {
     listener_options.connection.send_buffer_size = options_.socket_send_buffer;
     // The protocol reads its input on the loop, so that pipe takes no lock. The output does
     // when handlers or the threads they hand responses to write it, unless TLS sits between:
-    // then only the TLS adapter, on the loop, writes the socket's output.
+    // then only the TLS adapter, on the loop, writes the socket's output. (ServeProtocol drops
+    // the lock once it knows the writer is HTTP/1.1 without workers.)
     listener_options.connection.input_one_thread = true;
     listener_options.connection.output_one_thread = tls_context_ != nullptr;
     Status listen_status;
@@ -474,6 +475,10 @@ void Server::ServeProtocol(LoopState* state, std::unique_ptr<Transport> transpor
         std::make_shared<http2::Connection>(std::move(transport), options_.http2, dispatcher_.get(),
                                             &h2_counters_, pool_, &state->h2_spares);
   } else {
+    // Without a worker pool an HTTP/1.1 connection writes its output on the loop only (a
+    // deferred response finished elsewhere is posted there), and the transport reads it there:
+    // the pipe needs no lock.
+    if (workers_ == nullptr) transport->output().SetOneThread(true);
     served.conn = std::make_shared<http1::Connection>(std::move(transport), options_.http1,
                                                       dispatcher_.get(), &counters_);
   }
