@@ -2,6 +2,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -63,11 +64,11 @@ class CountingServer {
       handled_.fetch_add(1, std::memory_order_relaxed);
       res.Write("ok");
     });
-    // A status no other test binary's server answers a load generator with: a test that keeps
-    // connecting after this server closed its port can tell its answers from those of another
-    // test's server that bound the freed port in the meantime (only another run of this very
-    // binary on the same host could answer it too).
-    server_.Get("/counted", [this](http::Request&, http::Response& res) {
+    // A path only this process serves, answered with a status no other test binary's server
+    // gives: a test that keeps connecting after this server closed its port can tell its answers
+    // from those of another process's server that bound the freed port in the meantime (another
+    // run of this very binary included: its path names its own process).
+    server_.Get(counted_path_, [this](http::Request&, http::Response& res) {
       handled_.fetch_add(1, std::memory_order_relaxed);
       res.SetStatus(kCountedStatus);
       res.Write("ok");
@@ -82,11 +83,13 @@ class CountingServer {
     EXPECT_TRUE(started.ok()) << started.ToString();
   }
   static constexpr uint16_t kCountedStatus = 299;
+  const std::string& counted_path() const { return counted_path_; }
   uint16_t port() const { return server_.port(); }
   uint64_t handled() const { return handled_.load(); }
   Server& server() { return server_; }
 
  private:
+  const std::string counted_path_ = "/counted/" + std::to_string(getpid());
   Server server_;
   std::atomic<uint64_t> handled_{0};
 };
@@ -505,7 +508,7 @@ TEST(Engine, CountsConnectErrorsWhenThePortRefuses) {
 TEST(Engine, CountsErrorsWhenTheServerShutsDownMidRun) {
   CountingServer server;
   LoadSpec spec = SpecFor(server.port());
-  spec.path = "/counted";
+  spec.path = server.counted_path();
   spec.connections = 2;
   spec.duration = seconds(2);
   spec.timeout = milliseconds(500);
