@@ -168,7 +168,9 @@ class AsyncListener : public Listener {
   // Delivers what is queued, then stops the thread.
   ~AsyncListener() override;
 
-  uint8_t events() const override { return kStopEvents; }
+  uint8_t events() const override {
+    return options_.sampled_only ? kSampledStopEvents : kStopEvents;
+  }
   void OnRequestStop(const ExchangeRecord& record) override;
 
   uint64_t queued() const { return queued_.load(std::memory_order_relaxed); }

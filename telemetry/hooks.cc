@@ -11,7 +11,7 @@ namespace sluice::telemetry {
 // long as the list (the registry's lifetime), for exchanges in flight after an Unsubscribe.
 struct Hooks::List {
   std::vector<std::shared_ptr<Listener>> owners;
-  std::vector<Listener*> start, head, error, stop;
+  std::vector<Listener*> start, head, error, stop, sampled_stop;
 };
 
 namespace {
@@ -102,7 +102,11 @@ void Hooks::Publish() {
     if (events & kStartEvents) list->start.push_back(listener.get());
     if (events & kHeadEvents) list->head.push_back(listener.get());
     if (events & kErrorEvents) list->error.push_back(listener.get());
-    if (events & kStopEvents) list->stop.push_back(listener.get());
+    if (events & kStopEvents) {
+      list->stop.push_back(listener.get());
+    } else if (events & kSampledStopEvents) {
+      list->sampled_stop.push_back(listener.get());
+    }
   }
   const bool any = !subscribed_.empty();
   current_.store(any ? list.get() : nullptr, std::memory_order_release);
@@ -149,8 +153,9 @@ void Hooks::ErrorSlow(ExchangeRecord& record, ErrorType type, uint32_t code) {
 
 void Hooks::StopSlow(ExchangeRecord& record) {
   record.duration_ns = TickClock::ToNanos(TickClock::Now() - record.start_ticks);
-  Each(static_cast<const List*>(record.listeners)->stop,
-       [&](Listener& l) { l.OnRequestStop(record); });
+  const List* list = static_cast<const List*>(record.listeners);
+  Each(list->stop, [&](Listener& l) { l.OnRequestStop(record); });
+  if (record.trace.sampled) Each(list->sampled_stop, [&](Listener& l) { l.OnRequestStop(record); });
   record.hooks = nullptr;
   record.listeners = nullptr;
 }

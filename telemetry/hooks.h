@@ -144,6 +144,9 @@ enum ListenerEvents : uint8_t {
   kErrorEvents = 4,
   kStopEvents = 8,
   kAllEvents = 15,
+  // OnRequestStop for exchanges whose span is sampled only (span exporters): the others cost
+  // the stop a test, not a call. Implies nothing about kStopEvents; take one or the other.
+  kSampledStopEvents = 16,
 };
 
 class Listener {

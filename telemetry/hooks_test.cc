@@ -236,6 +236,33 @@ TEST(Hooks, WhenNobodyTakesTheHeadTheStopStillSeesTheErrors) {
   EXPECT_EQ(r.error_code, 8u);
 }
 
+// A span exporter's mask: the stops of sampled exchanges only (set by the tracer at the start,
+// here by a start listener standing in for it).
+TEST(Hooks, ASampledStopListenerHearsOnlyTheStopsOfSampledExchanges) {
+  class SamplesOdd : public Listener {
+   public:
+    uint8_t events() const override { return kStartEvents; }
+    void OnRequestStart(ExchangeRecord& r) override { r.trace.sampled = (++n_ % 2) == 1; }
+
+   private:
+    int n_ = 0;
+  };
+  Hooks hooks;
+  hooks.Subscribe(std::make_shared<SamplesOdd>());
+  auto spans = std::make_shared<Picky>(kSampledStopEvents);
+  auto all = std::make_shared<Picky>(kStopEvents);
+  hooks.Subscribe(spans);
+  hooks.Subscribe(all);
+  for (uint16_t status : {201, 202, 203, 204}) {
+    ExchangeRecord r;
+    hooks.Start(r);
+    r.status = status;
+    Hooks::Stop(r);
+  }
+  EXPECT_THAT(spans->heard, ElementsAre("stop 201", "stop 203"));
+  EXPECT_THAT(all->heard, ElementsAre("stop 201", "stop 202", "stop 203", "stop 204"));
+}
+
 // Sets *gone when destroyed.
 class Mortal : public Listener {
  public:
