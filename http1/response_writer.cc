@@ -174,11 +174,20 @@ Status WriteResponseHead(const ResponseHead& head, PipeWriter* out) {
       head.framing != ResponseFraming::kNone) {
     return InvalidArgumentError("1xx and 204 responses have no body framing");
   }
-  const std::string_view reason =
-      head.reason.empty() ? ReasonPhrase(head.status_code) : head.reason;
-  if (!IsValidText(reason)) return InvalidArgumentError("invalid character in reason phrase");
-  const std::string_view date = head.date.empty() ? http::DateCache::ForThisThread().Now() : head.date;
-  if (!IsValidText(date)) return InvalidArgumentError("invalid character in Date");
+  // Only what the caller supplied is checked: the reason table and the date cache write valid
+  // text.
+  std::string_view reason = head.reason;
+  if (reason.empty()) {
+    reason = ReasonPhrase(head.status_code);
+  } else if (!IsValidText(reason)) {
+    return InvalidArgumentError("invalid character in reason phrase");
+  }
+  std::string_view date = head.date;
+  if (date.empty()) {
+    date = http::DateCache::ForThisThread().Now();
+  } else if (!IsValidText(date)) {
+    return InvalidArgumentError("invalid character in Date");
+  }
   if (Status s = CheckFields(head.headers); !s.ok()) return s;
 
   char length[24];

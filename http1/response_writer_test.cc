@@ -148,6 +148,8 @@ TEST_F(ResponseWriterTest, RejectsResponseSplitting) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(WriteResponseHead({.reason = "OK\r\nX: y", .date = kDate}, &pipe.writer()).code(),
             StatusCode::kInvalidArgument);
+  EXPECT_EQ(WriteResponseHead({.date = "today\r\nX: y"}, &pipe.writer()).code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(WriteLastChunk(crlf, &pipe.writer()).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(pipe.writer().unflushed_bytes(), 0u);
 }
