@@ -159,7 +159,7 @@ struct PipeOptions {
   size_t resume_threshold = 32 * 1024;
   // Both sides are used by one thread only (an event loop's own pipe: its transport writes and
   // its protocol reads on the loop thread), so the pipe takes no lock: a lock and unlock pair
-  // costs about 14 ns even uncontended, and a request crosses a pipe with four of them. Using
+  // costs about 14 ns even uncontended, and a request crosses a pipe with about six of them. Using
   // either side from another thread (ReadAndWait and FlushAndWait included) is then a data race.
   bool one_thread = false;
 };

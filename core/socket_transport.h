@@ -174,7 +174,9 @@ struct SocketConnectionStats {
 // Thread contract: lives on its loop thread, which does all its I/O.
 // Connect, Close, stats, input_unconsumed_bytes and the accessors are
 // thread-safe; input() and output() follow the Pipe contract (one thread at
-// a time per side, any thread). Every connection handed to the application
+// a time per side, any thread), unless made one-threaded (the *_one_thread
+// options, or PipeWriter::SetOneThread by an owner that writes on the loop
+// only): then the loop thread only. Every connection handed to the application
 // must end: complete output() (after the peer's EOF or completing input()),
 // or Close(). An open connection keeps itself alive, so one abandoned open
 // (or still open when its loop is destroyed) leaks.

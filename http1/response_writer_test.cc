@@ -9,6 +9,7 @@
 #include "core/pipe.h"
 #include "core/testing.h"
 #include "http/date_cache.h"
+#include "http1/field.h"
 
 namespace sluice::http1 {
 namespace {
@@ -152,6 +153,17 @@ TEST_F(ResponseWriterTest, RejectsResponseSplitting) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(WriteLastChunk(crlf, &pipe.writer()).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(pipe.writer().unflushed_bytes(), 0u);
+}
+
+// The writer checks only the reason and Date a caller supplies: its own must be valid field text
+// for every status it can write.
+TEST_F(ResponseWriterTest, TheStandardReasonPhrasesAreValidFieldText) {
+  for (uint16_t code = 100; code <= 999; ++code) {
+    const std::string_view reason = ReasonPhrase(code);
+    for (char c : reason) {
+      ASSERT_TRUE(IsFieldValueChar(static_cast<uint8_t>(c))) << code << " " << reason;
+    }
+  }
 }
 
 TEST_F(ResponseWriterTest, RejectsFramingFieldsFromCaller) {

@@ -2,11 +2,11 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -64,10 +64,10 @@ class CountingServer {
       handled_.fetch_add(1, std::memory_order_relaxed);
       res.Write("ok");
     });
-    // A path only this process serves, answered with a status no other test binary's server
+    // A path only this server serves, answered with a status no other test binary's server
     // gives: a test that keeps connecting after this server closed its port can tell its answers
     // from those of another process's server that bound the freed port in the meantime (another
-    // run of this very binary included: its path names its own process).
+    // run of this very binary included: its path has a random part).
     server_.Get(counted_path_, [this](http::Request&, http::Response& res) {
       handled_.fetch_add(1, std::memory_order_relaxed);
       res.SetStatus(kCountedStatus);
@@ -89,7 +89,9 @@ class CountingServer {
   Server& server() { return server_; }
 
  private:
-  const std::string counted_path_ = "/counted/" + std::to_string(getpid());
+  // Random, not the process id: sandboxed test runs may each have a process namespace of their
+  // own and the same small id.
+  const std::string counted_path_ = "/counted/" + std::to_string(std::random_device()());
   Server server_;
   std::atomic<uint64_t> handled_{0};
 };

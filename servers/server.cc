@@ -306,10 +306,10 @@ Status Server::Start() {
     listener_options.reuse_port = options_.threads > 1;
     listener_options.connection.pool = pool_;
     listener_options.connection.send_buffer_size = options_.socket_send_buffer;
-    // The protocol reads its input on the loop, so that pipe takes no lock. The output does
-    // when handlers or the threads they hand responses to write it, unless TLS sits between:
-    // then only the TLS adapter, on the loop, writes the socket's output. (ServeProtocol drops
-    // the lock once it knows the writer is HTTP/1.1 without workers.)
+    // The protocol reads its input on the loop, so that pipe takes no lock. The output takes one
+    // while the protocol is unknown: HTTP/2 streams on other threads write it, and so do
+    // HTTP/1.1 handlers on workers (ServeProtocol drops the lock for HTTP/1.1 without a worker
+    // pool). Under TLS only the TLS adapter, on the loop, writes the socket's output.
     listener_options.connection.input_one_thread = true;
     listener_options.connection.output_one_thread = tls_context_ != nullptr;
     Status listen_status;

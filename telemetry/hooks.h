@@ -15,7 +15,8 @@
 //
 // Events, per exchange, in this order: OnRequestStart (always first), OnResponseHead (once, when
 // the head goes out), OnError (zero or more: a protocol error with its code, the peer's reset, a
-// timeout, a handler failure), OnRequestStop (always last, once; status, body bytes, duration).
+// timeout, a handler failure), OnRequestStop (always last, once; status, body bytes, duration;
+// for a listener that takes kSampledStopEvents, only when the exchange's span is sampled).
 // A request answered before dispatch (a 400 for a malformed head, a 431, an HTTP/2 stream reset
 // for malformed headers) still gets Start, Error (if it is one) and Stop, with an empty route.
 //
@@ -145,7 +146,8 @@ enum ListenerEvents : uint8_t {
   kStopEvents = 8,
   kAllEvents = 15,
   // OnRequestStop for exchanges whose span is sampled only (span exporters): the others cost
-  // the stop a test, not a call. Implies nothing about kStopEvents; take one or the other.
+  // the stop a test, not a call. With kStopEvents as well, every stop is heard (once). At a
+  // stop, the kStopEvents listeners are called first, then these.
   kSampledStopEvents = 16,
 };
 

@@ -251,16 +251,23 @@ TEST(Hooks, ASampledStopListenerHearsOnlyTheStopsOfSampledExchanges) {
   hooks.Subscribe(std::make_shared<SamplesOdd>());
   auto spans = std::make_shared<Picky>(kSampledStopEvents);
   auto all = std::make_shared<Picky>(kStopEvents);
+  auto both = std::make_shared<Picky>(kStopEvents | kSampledStopEvents);
   hooks.Subscribe(spans);
   hooks.Subscribe(all);
+  hooks.Subscribe(both);
   for (uint16_t status : {201, 202, 203, 204}) {
     ExchangeRecord r;
     hooks.Start(r);
     r.status = status;
     Hooks::Stop(r);
   }
-  EXPECT_THAT(spans->heard, ElementsAre("stop 201", "stop 203"));
-  EXPECT_THAT(all->heard, ElementsAre("stop 201", "stop 202", "stop 203", "stop 204"));
+  // A request rejected before dispatch is sampled (or not) at its start like any other.
+  ExchangeRecord rejected;
+  rejected.status = 400;
+  hooks.Rejected(rejected, ErrorType::kProtocolError, 400);
+  EXPECT_THAT(spans->heard, ElementsAre("stop 201", "stop 203", "stop 400"));
+  EXPECT_THAT(all->heard, ElementsAre("stop 201", "stop 202", "stop 203", "stop 204", "stop 400"));
+  EXPECT_THAT(both->heard, ElementsAre("stop 201", "stop 202", "stop 203", "stop 204", "stop 400"));
 }
 
 // Sets *gone when destroyed.
