@@ -1228,6 +1228,7 @@ void Connection::HandleWriterEvents() {
           // broken encoder) and the timer's re-arming are left to a pass, as a writer's wake-up
           // does: a loop producer that a closing stream's callbacks reach then cannot run a
           // second HandleWriterEvents in the middle of another one's walk of writer_events_.
+          // A broken writer reports no stall, so the pass ends the connection for the break.
           const auto blocked = self->writer_.window_blocked_since();
           if (blocked && *blocked <= since) {
             if (auto e = self->guard_.CheckWindowStall(blocked, AbuseGuard::Clock::now())) {

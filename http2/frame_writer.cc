@@ -148,7 +148,7 @@ void FrameWriter::CloseStream(StreamOutput& stream, bool finished) {
 
 std::optional<std::chrono::steady_clock::time_point> FrameWriter::window_blocked_since() {
   MutexLock lock(&frame_mu_);
-  return blocked_since_;
+  return StalledSinceLocked();
 }
 
 void FrameWriter::WriteControl(std::string_view frame) ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -382,7 +382,7 @@ void FrameWriter::TakeEvents(Events* events) {
   {
     MutexLock lock(&frame_mu_);
     events->finished_streams.swap(finished_);
-    events->window_blocked_since = blocked_since_;
+    events->window_blocked_since = StalledSinceLocked();
     events->broken = broken_;
     wake_pending_ = false;
   }

@@ -136,7 +136,9 @@ class FrameWriter {
   struct Events {
     std::vector<uint32_t> finished_streams;  // END_STREAM written
     bool drain_queue = false;
-    // Output waits for the peer's window since then (nullopt: not blocked).
+    // Output waits for the peer's window since then (nullopt: not blocked, or the writer is
+    // broken: it sends no stream output any more, so it waits for nothing, and the connection
+    // ends for the break, with its code, not for a stall).
     std::optional<std::chrono::steady_clock::time_point> window_blocked_since;
     // A header block failed to encode: the encoder's state is lost, so no stream's output is
     // written any more (later sends fail, or under kQueue are staged and dropped until the
@@ -170,8 +172,8 @@ class FrameWriter {
   // Appends a control frame (SETTINGS, PING, WINDOW_UPDATE, RST_STREAM,
   // GOAWAY) built by the Append* functions of frame.h.
   void WriteControl(std::string_view frame);
-  // Since when output waits for the peer's window (nullopt: it does not); Events'
-  // window_blocked_since, read without taking the other news.
+  // Since when output waits for the peer's window (nullopt: it does not, or the writer is
+  // broken); Events' window_blocked_since, read without taking the other news.
   std::optional<std::chrono::steady_clock::time_point> window_blocked_since();
   // The peer's WINDOW_UPDATE for the connection (stream_id 0) or a stream.
   // Sends what was waiting. A connection error if the connection window
@@ -246,6 +248,12 @@ class FrameWriter {
   bool RefusesOutputLocked(const StreamOutput& stream) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_) {
     return aborted_ || broken_ || completed_ || stream.closed_;
+  }
+  // What window_blocked_since reports: a broken writer waits for nothing.
+  std::optional<std::chrono::steady_clock::time_point> StalledSinceLocked() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_) {
+    if (broken_) return std::nullopt;
+    return blocked_since_;
   }
   // The head, then the data, of either path. Requires frame_mu_ or being alone.
   [[nodiscard]] bool WriteOutputLocked(StreamOutput& stream, std::span<const HeaderField>* fields,

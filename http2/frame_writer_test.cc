@@ -382,13 +382,19 @@ TEST_P(FrameWriterTest, ABrokenWriterSendsNoStreamOutputEvenWhereNoHeaderBlockIs
   ASSERT_TRUE(writer_->SendData(*blocked, Bytes(body), true));
   LoopPass();
   ASSERT_FALSE(ReadFrames().empty());
+  ASSERT_TRUE(writer_->window_blocked_since().has_value());
 
   writer_->BreakEncoderForTesting();
   auto failing = writer_->OpenStream(5);
   // Locks: refused at once. Queue: staged, and fails when the loop drains it.
   EXPECT_EQ(writer_->SendHead(*failing, kOk, {}, true), GetParam() == OutputStrategy::kQueue);
   writer_->DrainQueue();
-  ASSERT_TRUE(writer_->TakeEvents().broken);
+  const FrameWriter::Events events = writer_->TakeEvents();
+  ASSERT_TRUE(events.broken);
+  // Broken, it waits for no window: a stall timer pending since before the break must not end
+  // the connection for a stall (with the stall's code) instead of the break.
+  EXPECT_FALSE(events.window_blocked_since.has_value());
+  EXPECT_FALSE(writer_->window_blocked_since().has_value());
 
   const std::string more = "more";
   EXPECT_EQ(writer_->SendData(*early, Bytes(more), true), GetParam() == OutputStrategy::kQueue);
