@@ -49,8 +49,9 @@
 // (thread-compatible). The plaintext pipe sides follow the Pipe contract: the
 // application may use each side from any one thread at a time (a worker may
 // write output), unless it made a side one-threaded (the *_one_thread options,
-// PipeWriter::SetOneThread): then the loop thread only; pipe callbacks the adapter triggers run on
-// the loop thread and must not block. The EventLoop must outlive its connections.
+// PipeWriter::SetOneThread): then the loop thread only. Pipe callbacks the
+// adapter triggers run on the loop thread and must not block. The EventLoop
+// must outlive its connections.
 #ifndef SLUICE_CORE_TLS_CONNECTION_H_
 #define SLUICE_CORE_TLS_CONNECTION_H_
 
