@@ -9,9 +9,8 @@ namespace sluice::telemetry {
 
 // The listeners subscribed at one moment, by the event they take. `owners` keeps them alive as
 // long as the list (the registry's lifetime), for exchanges in flight after an Unsubscribe.
-struct Hooks::List {
+struct Hooks::List : ListenersByEvent {
   std::vector<std::shared_ptr<Listener>> owners;
-  std::vector<Listener*> start, head, error, stop, sampled_stop;
 };
 
 namespace {
@@ -69,6 +68,19 @@ std::string_view ExchangeRecord::ErrorTypeText() const {
   return "";
 }
 
+void ListenersByEvent::Add(Listener* listener) {
+  ++added;
+  const uint8_t events = listener->events();
+  if (events & kStartEvents) start.push_back(listener);
+  if (events & kHeadEvents) head.push_back(listener);
+  if (events & kErrorEvents) error.push_back(listener);
+  if (events & kStopEvents) {
+    stop.push_back(listener);
+  } else if (events & kSampledStopEvents) {
+    sampled_stop.push_back(listener);
+  }
+}
+
 Hooks::Hooks() = default;
 Hooks::~Hooks() = default;
 
@@ -98,15 +110,7 @@ void Hooks::Publish() {
   auto list = std::make_unique<List>();
   for (const auto& [id, listener] : subscribed_) {
     list->owners.push_back(listener);
-    const uint8_t events = listener->events();
-    if (events & kStartEvents) list->start.push_back(listener.get());
-    if (events & kHeadEvents) list->head.push_back(listener.get());
-    if (events & kErrorEvents) list->error.push_back(listener.get());
-    if (events & kStopEvents) {
-      list->stop.push_back(listener.get());
-    } else if (events & kSampledStopEvents) {
-      list->sampled_stop.push_back(listener.get());
-    }
+    list->Add(listener.get());
   }
   const bool any = !subscribed_.empty();
   current_.store(any ? list.get() : nullptr, std::memory_order_release);

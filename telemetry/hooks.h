@@ -164,6 +164,17 @@ class Listener {
   virtual void OnRequestStop(const ExchangeRecord&) {}
 };
 
+// Listeners sorted by the events they take (Listener::events(), read once, by Add): the lists an
+// event site walks. Both hook styles keep one: Hooks for each set of subscribers, the
+// instrumentation middleware for its instruments. A stop calls `stop`, then `sampled_stop` if the
+// exchange's span is sampled. Thread-compatible.
+struct ListenersByEvent {
+  std::vector<Listener*> start, head, error, stop, sampled_stop;
+  size_t added = 0;  // listeners added, whatever they take
+
+  void Add(Listener* listener);
+};
+
 class Hooks {
  public:
   Hooks();

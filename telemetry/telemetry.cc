@@ -39,11 +39,11 @@ StatusOr<std::unique_ptr<Telemetry>> Telemetry::Create(TelemetryOptions options)
   }
   if (tracing) {
     t->tracer_ = std::make_shared<Tracer>(TracingOptions{.ratio = options.tracing_ratio});
-    t->instruments_.push_back(t->tracer_.get());
+    t->instruments_.Add(t->tracer_.get());
   }
   if (options.metrics) {
     t->metrics_ = std::make_shared<HttpServerMetrics>(options.metrics_options);
-    t->instruments_.push_back(t->metrics_.get());
+    t->instruments_.Add(t->metrics_.get());
   }
   OtlpOptions otlp;
   otlp.endpoint = options.otlp_endpoint;
@@ -57,7 +57,7 @@ StatusOr<std::unique_ptr<Telemetry>> Telemetry::Create(TelemetryOptions options)
     t->spans_ = std::make_shared<AsyncListener>(
         std::move(*exporter),
         AsyncListenerOptions{.capacity = options.span_queue, .sampled_only = true});
-    t->instruments_.push_back(t->spans_.get());
+    t->instruments_.Add(t->spans_.get());
   }
   if (options.metrics && !options.otlp_endpoint.empty()) {
     StatusOr<std::unique_ptr<OtlpMetricExporter>> exporter =
@@ -89,7 +89,7 @@ Telemetry::~Telemetry() {
 }
 
 http::Middleware Telemetry::middleware() {
-  if (options_.style != HookStyle::kMiddleware || instruments_.empty()) return nullptr;
+  if (options_.style != HookStyle::kMiddleware || instruments_.added == 0) return nullptr;
   return [this](http::Request& req, http::Response& res, const http::Next& next) {
     Instrument(req, res, next);
   };
@@ -108,12 +108,15 @@ void Telemetry::Instrument(http::Request& req, http::Response& res, const http::
   r.error = ErrorType::kNone;
   r.error_code = 0;
   r.start_ticks = TickClock::PassTicksOrNow();  // as the listener's (hooks.h)
-  for (Listener* l : instruments_) l->OnRequestStart(r);
+  for (Listener* l : instruments_.start) l->OnRequestStart(r);
   res.OnEnd([this](http::Response& done) {
     ExchangeRecord& rec = done.middleware_record();
     done.FillStop(rec);
     rec.duration_ns = TickClock::ToNanos(TickClock::Now() - rec.start_ticks);
-    for (Listener* l : instruments_) l->OnRequestStop(rec);
+    for (Listener* l : instruments_.stop) l->OnRequestStop(rec);
+    if (rec.trace.sampled) {
+      for (Listener* l : instruments_.sampled_stop) l->OnRequestStop(rec);
+    }
   });
   next();
 }

@@ -123,8 +123,8 @@ class Telemetry {
   std::shared_ptr<AsyncListener> access_log_;
   std::unique_ptr<OtlpMetricExporter> metric_exporter_;
   // The instruments, in the order both hook styles call them (the tracer first: the others read
-  // the trace context it sets).
-  std::vector<Listener*> instruments_;
+  // the trace context it sets), sorted by the events they take as Hooks sorts its subscribers.
+  ListenersByEvent instruments_;
 };
 
 }  // namespace sluice::telemetry
