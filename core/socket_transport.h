@@ -231,6 +231,15 @@ class SocketConnection : public std::enable_shared_from_this<SocketConnection>, 
   // Published input not yet consumed by the application (thread-safe).
   size_t input_unconsumed_bytes() const { return input_.unconsumed_bytes(); }
 
+  // The layer above that reads and writes this socket's pipes (a TlsConnection), held weakly for
+  // the callbacks it leaves in them. Such a callback captures only this socket's address, which
+  // stays valid for as long as its pipes can call it, and std::function keeps so small a capture
+  // inline; one that captured a weak_ptr of its own would be allocated at each registration (each
+  // loop pass). Set once, before the first such callback is registered; LockUpper is then
+  // thread-safe, and returns null once the upper layer is gone.
+  void SetUpper(std::weak_ptr<void> upper) { upper_ = std::move(upper); }
+  std::shared_ptr<void> LockUpper() const { return upper_.lock(); }
+
  private:
   SocketConnection(EventLoop* loop, int fd, const SocketConnectionOptions& options);
 
@@ -293,6 +302,7 @@ class SocketConnection : public std::enable_shared_from_this<SocketConnection>, 
   int fd_;
   // Keeps the connection alive while the socket is open.
   std::shared_ptr<SocketConnection> self_;
+  std::weak_ptr<void> upper_;  // SetUpper
   bool connecting_ = false;
   ConnectCallback connect_callback_;
   EventLoop::TimerId connect_timer_ = 0;

@@ -171,6 +171,7 @@ StatusOr<std::shared_ptr<TlsConnection>> TlsConnection::Create(
   // From here on ~TlsConnection frees `ssl` and closes the socket on failure.
   std::shared_ptr<TlsConnection> connection(
       new TlsConnection(context, std::move(socket), options, ssl, read_size_hint));
+  connection->socket_->SetUpper(connection);  // before any callback reaches for it
   BIO* bio = TlsBio::Method() != nullptr ? BIO_new(TlsBio::Method()) : nullptr;
   if (bio == nullptr) return InternalError("creating the pipe BIO: " + LibraryErrors());
   BIO_set_data(bio, connection.get());
@@ -310,12 +311,18 @@ TlsConnectionStats TlsConnection::stats() const {
 // cleartext; a flush resuming after backpressure is posted (it waits its turn
 // behind the loop's other work), so that a fast peer cannot keep the loop on
 // one connection. The socket's pipes may outlive this connection, so their
-// callbacks hold a weak reference; the plaintext pipes are members, so theirs
-// capture only `this` (stored by std::function without allocating).
+// callbacks reach it through the socket's weak reference to it
+// (SocketConnection::SetUpper) and capture only the socket's address; the
+// plaintext pipes are members, so theirs capture only `this`. Either way
+// std::function stores the capture without allocating.
+
+std::shared_ptr<TlsConnection> TlsConnection::FromSocket(SocketConnection* socket) {
+  return std::static_pointer_cast<TlsConnection>(socket->LockUpper());
+}
 
 ReadCallback TlsConnection::MakeCiphertextReadCallback() {
-  return [weak = weak_from_this()](ReadResult) {
-    std::shared_ptr<TlsConnection> self = weak.lock();
+  return [socket = socket_.get()](ReadResult) {
+    std::shared_ptr<TlsConnection> self = FromSocket(socket);
     if (self == nullptr) return;
     TlsConnection* const connection = self.get();
     connection->ciphertext_readable_.Run(connection->loop(), std::move(self));
@@ -323,8 +330,8 @@ ReadCallback TlsConnection::MakeCiphertextReadCallback() {
 }
 
 FlushCallback TlsConnection::MakeCiphertextFlushCallback() {
-  return [weak = weak_from_this()](FlushResult result) {
-    std::shared_ptr<TlsConnection> self = weak.lock();
+  return [socket = socket_.get()](FlushResult result) {
+    std::shared_ptr<TlsConnection> self = FromSocket(socket);
     if (self == nullptr) return;
     EventLoop* loop = self->loop();
     loop->Post([self = std::move(self), result] { self->OnCiphertextFlushed(result); });

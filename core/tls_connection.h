@@ -243,6 +243,8 @@ class TlsConnection : public std::enable_shared_from_this<TlsConnection> {
   // The status of a failed library call, with its error text.
   Status LibraryFailure(std::string_view what, int ssl_error);
 
+  // The connection above `socket`, if it still exists (SocketConnection::SetUpper).
+  static std::shared_ptr<TlsConnection> FromSocket(SocketConnection* socket);
   ReadCallback MakeCiphertextReadCallback();
   FlushCallback MakeCiphertextFlushCallback();
   FlushCallback MakePlaintextInputFlushCallback();
