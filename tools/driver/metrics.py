@@ -72,6 +72,12 @@ def values(iterations: List[Dict[str, Any]], key: str) -> List[float]:
             if it.get("status") == "ok" and not it.get("profiled") and it.get(key) is not None]
 
 
+def values_by_round(iterations: List[Dict[str, Any]], key: str) -> Dict[int, float]:
+    """The same values as `values`, keyed by their iteration's round (its index)."""
+    return {it["index"]: it[key] for it in iterations
+            if it.get("status") == "ok" and not it.get("profiled") and it.get(key) is not None}
+
+
 def fmt(key: str, value: Optional[float]) -> str:
     if value is None or value != value:  # None or NaN
         return "-"

@@ -5,7 +5,8 @@ Per side: the seed's per-iteration table (Description | RPS | CPU (%) | Memory (
 Avg. Latency (ms) | Startup (ms) | First Request (ms) | Latency (ms) | Errors) and its summary
 block (medians here, where crank printed means). Then CPU per request split into user and kernel
 time, the statistics of every metric against the baseline (median, mean, stdev, delta, 95 %
-interval, Mann-Whitney p, verdict with `~` for no significant change), and the plots. Every
+interval, p, verdict with `~` for no significant change; paired by round when the run
+interleaved at least six, see stats.py), and the plots. Every
 report names the machine: CPU model, cores, kernel, page-table isolation, the measured cost of
 one system call.
 """
@@ -18,6 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from tools.driver import flame
 from tools.driver import metrics
 from tools.driver import plots
+from tools.driver import stats
 
 # Blocks: ("h", level, text) ("p", text) ("table", header, rows) ("code", text) ("img", path, alt)
 
@@ -166,9 +168,29 @@ def _stats_blocks(comparison: Dict[str, Any]) -> List[tuple]:
                          metrics.fmt(key, c["b"]["stdev"]), _pct(c["delta_pct"]), ci,
                          _p(c["p_value"]), c["verdict"]])
         blocks.append(("table", header, rows))
+        blocks.append(("p", _test_text(entry["metrics"].values())))
         if entry.get("note"):
             blocks.append(("p", "Note: " + entry["note"]))
     return blocks
+
+
+def _test_text(comparisons) -> str:
+    """Which test the table's deltas, intervals and p-values come from (tools/driver/stats.py)."""
+    tests = {c.get("test", "unpaired") for c in comparisons}
+    rounds = max((c.get("pairs", 0) for c in comparisons), default=0)
+    paired = (f"paired by round ({rounds} rounds): delta is the median of the per-round "
+              "changes B/A, the interval a bootstrap of that median, p the Wilcoxon signed-rank "
+              "test's; the two iterations of a round ran back to back, so a drift of the "
+              "machine's speed moves both and cancels")
+    unpaired = ("unpaired: delta is the change of the medians, the interval a bootstrap over "
+                "both sides, p the Mann-Whitney U test's")
+    if tests == {"paired"}:
+        return "Test: " + paired + "."
+    if "paired" in tests:
+        return ("Test: " + paired + "; metrics with values in fewer rounds are compared "
+                + unpaired.split(":", 1)[0] + ".")
+    return (f"Test: {unpaired} (fewer than {stats.MIN_PAIRS} rounds with both sides, or results "
+            "of separate runs).")
 
 
 def build_blocks(comparison: Dict[str, Any], plot_files: List[Tuple[str, str]]) -> List[tuple]:
@@ -406,7 +428,8 @@ def summary_markdown(comparison: Dict[str, Any]) -> str:
             ci = f" [{m['ci_low_pct']:+.1f}, {m['ci_high_pct']:+.1f}]"
         # Neutral words: whether lower is better depends on the row (a peer, or a change).
         verdict = "~" if m["verdict"] == "~" else "significant"
-        return f"{m['delta_pct']:+.1f}%{ci} p={m['p_value']:.2f} {verdict}"
+        paired = " paired" if m.get("test") == "paired" else ""
+        return f"{m['delta_pct']:+.1f}%{ci} p={m['p_value']:.2f}{paired} {verdict}"
 
     ref = first["side"]["name"]
     builds = []

@@ -75,6 +75,38 @@ class ReportTest(unittest.TestCase):
         self.assertIn("p=0.01 significant", rows[1])
         self.assertIn("5 iterations a side", out)
 
+    def test_rounds_of_one_run_are_paired_and_separate_runs_are_not(self):
+        # Six rounds on a machine whose speed drifts by half; B 3 % faster in every one.
+        drift = [100_000, 70_000, 130_000, 60_000, 140_000, 90_000]
+        a = testing.side_result("A", "two_locks", drift)
+        b = testing.side_result("B", "single_lock", [v * 1.03 for v in drift], seed=2)
+        self.assertTrue(session.ran_in_rounds(a["iterations"], b["iterations"]))
+        comparison = session.compare_results([a, b], forced=False)
+        rps = comparison["statistics"][0]["metrics"]["rps"]
+        self.assertEqual((rps["test"], rps["pairs"]), ("paired", 6))
+        self.assertAlmostEqual(rps["delta_pct"], 3.0, places=6)
+        self.assertEqual(rps["verdict"], "improvement")
+        md, _ = report.write_reports(comparison, self.dir)
+        with open(md, encoding="utf-8") as f:
+            text = f.read()
+        self.assertIn("Test: paired by round (6 rounds)", text)
+        code, out, err = bench(["summary", self.write("comparison.json", comparison)],
+                               cwd=self.dir)
+        self.assertEqual(code, 0, err)
+        self.assertIn("p=0.03 paired significant", out)
+
+        # B's iterations from a later run: no round of B ran next to A's.
+        for it in b["iterations"]:
+            it["started_unix"] += 1000
+        self.assertFalse(session.ran_in_rounds(a["iterations"], b["iterations"]))
+        comparison = session.compare_results([a, b], forced=False)
+        rps = comparison["statistics"][0]["metrics"]["rps"]
+        self.assertEqual(rps["test"], "unpaired")
+        self.assertEqual(rps["verdict"], "~")  # the drift swamps 3 % side against side
+        md, _ = report.write_reports(comparison, self.dir)
+        with open(md, encoding="utf-8") as f:
+            self.assertIn("Test: unpaired", f.read())
+
     def test_html_report_renders_its_plots_in_chromium(self):
         comparison = session.compare_results([self.a, self.b], forced=False)
         _, html = report.write_reports(comparison, self.dir)

@@ -211,6 +211,17 @@ def summarize(result: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
+def ran_in_rounds(a: List[Dict[str, Any]], b: List[Dict[str, Any]]) -> bool:
+    """True if two sides' iterations ran interleaved by round, as one `compare` runs them: every
+    iteration of round i started before any of round i + 1. Results of separate runs compared
+    from their files did not, and are not paired."""
+    starts = [(it.get("started_unix"), it.get("index")) for it in a + b if not it.get("profiled")]
+    if not starts or any(t is None or i is None for t, i in starts):
+        return False
+    rounds = [i for _, i in sorted(starts)]
+    return rounds == sorted(rounds)
+
+
 def compare_results(results: List[Dict[str, Any]], forced: bool) -> Dict[str, Any]:
     """The comparison of results[1:] against results[0] (see the module comment)."""
     base = results[0]
@@ -230,11 +241,14 @@ def compare_results(results: List[Dict[str, Any]], forced: bool) -> Dict[str, An
     }
     for r in results[1:]:
         entry = {"label": r["side"]["label"], "name": r["side"]["name"], "metrics": {}}
+        in_rounds = ran_in_rounds(base["iterations"], r["iterations"])
         for m in metrics.ALL:
-            a = metrics.values(base["iterations"], m.key)
-            b = metrics.values(r["iterations"], m.key)
+            a = metrics.values_by_round(base["iterations"], m.key)
+            b = metrics.values_by_round(r["iterations"], m.key)
             if a and b:
-                entry["metrics"][m.key] = dataclasses.asdict(stats.compare(a, b, m.direction))
+                c = (stats.compare_rounds(a, b, m.direction) if in_rounds else
+                     stats.compare(list(a.values()), list(b.values()), m.direction))
+                entry["metrics"][m.key] = dataclasses.asdict(c)
         entry["note"] = stats.min_iterations_note(
             len(metrics.values(base["iterations"], "rps")),
             len(metrics.values(r["iterations"], "rps")))

@@ -13,6 +13,21 @@ machine is nowhere near normal):
   "improvement" or "regression" by the metric's direction ("higher"/"lower" for metrics that
   have no better direction, such as CPU % in a closed loop).
 
+Runs interleave the sides (round i runs A's iteration i, then B's), so the two iterations of a
+round share whatever the machine was doing then. A guest whose speed drifts by a third within a
+run moves both; side against side, that drift swamps a change of a few %, while the ratio within
+each round cancels it. With at least MIN_PAIRS complete rounds `compare_rounds` therefore pairs
+them (`test` = "paired"):
+
+- delta = the median over rounds of B/A, in % (of B - A relative to A's median when a value is
+  0 or negative, such as an error count);
+- its 95 % interval: percentile bootstrap of that median over the rounds;
+- p: the two-sided Wilcoxon signed-rank test of the per-round log ratios (exact for so few);
+- the verdict by the same rule as above.
+
+Below MIN_PAIRS it compares the sides unpaired, as `compare` does: with 5 pairs no paired test
+can reach p < 0.05 (all five of one sign gives 2/32).
+
 With fewer than 4 iterations a side no difference can reach p < 0.05 with this test (the
 smallest two-sided p for 3 vs 3 is 0.1); `min_iterations_note` says so in reports.
 """
@@ -20,12 +35,13 @@ smallest two-sided p for 3 vs 3 is 0.1); `min_iterations_note` says so in report
 import dataclasses
 import math
 import warnings
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 from scipy import stats as sps
 
 ALPHA = 0.05
+MIN_PAIRS = 6  # the fewest rounds whose signed-rank test can reach p < ALPHA (2/2^6 = 0.031)
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 4000
 BOOTSTRAP_SEED = 20190717  # any fixed value: the same samples give the same interval
@@ -50,6 +66,8 @@ class Comparison:
     ci_high_pct: Optional[float]
     p_value: Optional[float]          # None when either side has < 2 values
     verdict: str                      # "~", "improvement", "regression", "higher", "lower"
+    test: str = "unpaired"            # "unpaired" (Mann-Whitney) or "paired" (by round)
+    pairs: int = 0                    # the rounds paired ("paired" only)
 
 
 def summarize(values: Sequence[float]) -> Summary:
@@ -100,6 +118,74 @@ def bootstrap_delta_ci(a: Sequence[float], b: Sequence[float]):
     return float(low), float(high)
 
 
+def _verdict(p: Optional[float], low: Optional[float], high: Optional[float], up: Optional[bool],
+             direction: int) -> str:
+    """"~" unless p < ALPHA and the interval excludes 0; then the word for a move up or down."""
+    significant = p is not None and p < ALPHA and not (
+        low is not None and high is not None and low <= 0 <= high)
+    if not significant or up is None:
+        return "~"
+    if direction == 0:
+        return "higher" if up else "lower"
+    return "improvement" if up == (direction > 0) else "regression"
+
+
+def _bootstrap_median_ci(x: np.ndarray, scale):
+    """95 % percentile-bootstrap interval of scale(median(x)), or (None, None)."""
+    if len(set(x.tolist())) == 1:
+        v = scale(float(x[0]))
+        return v, v
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = sps.bootstrap((x,), lambda s, axis: np.median(s, axis=axis), vectorized=True,
+                            confidence_level=CONFIDENCE, n_resamples=BOOTSTRAP_RESAMPLES,
+                            method="percentile",
+                            random_state=np.random.default_rng(BOOTSTRAP_SEED))
+    low, high = res.confidence_interval
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return None, None
+    return scale(float(low)), scale(float(high))
+
+
+def compare_rounds(a: Dict[int, float], b: Dict[int, float], direction: int) -> Comparison:
+    """Compares A and B by round (see the module comment): `a` and `b` map each round that gave
+    a value to it. Paired over the rounds both have once there are MIN_PAIRS of them; unpaired
+    over every value (`compare`) before that."""
+    rounds = sorted(set(a) & set(b))
+    if len(rounds) < MIN_PAIRS:
+        return compare(list(a.values()), list(b.values()), direction)
+    sa, sb = summarize(list(a.values())), summarize(list(b.values()))
+    pa = np.asarray([a[r] for r in rounds], dtype=float)
+    pb = np.asarray([b[r] for r in rounds], dtype=float)
+    if np.all(pa > 0) and np.all(pb > 0):
+        x = np.log(pb / pa)  # symmetric: a halving and a doubling weigh the same
+
+        def to_pct(v):
+            return math.expm1(v) * 100.0
+    else:
+        x = pb - pa
+        base = abs(float(np.median(pa)))
+
+        def to_pct(v):
+            return v / base * 100.0 if base else (0.0 if v == 0 else math.copysign(math.inf, v))
+    median = float(np.median(x))
+    delta = to_pct(median)
+    low, high = _bootstrap_median_ci(x, to_pct)
+    if low is not None and not (math.isfinite(low) and math.isfinite(high)):
+        low = high = None
+    if not math.isfinite(delta):
+        delta = None
+    if np.all(x == 0):
+        p = 1.0  # every round the same: nothing to tell apart
+    else:
+        with warnings.catch_warnings():  # ties and zeros: the normal approximation, said quietly
+            warnings.simplefilter("ignore")
+            p = float(sps.wilcoxon(x, alternative="two-sided").pvalue)
+    up = None if median == 0 else median > 0
+    return Comparison(sa, sb, delta, low, high, p, _verdict(p, low, high, up, direction),
+                      test="paired", pairs=len(rounds))
+
+
 def compare(a: Sequence[float], b: Sequence[float], direction: int) -> Comparison:
     """Compares per-iteration values of A (baseline) and B (branch).
 
@@ -113,16 +199,8 @@ def compare(a: Sequence[float], b: Sequence[float], direction: int) -> Compariso
         delta = 0.0
     low, high = bootstrap_delta_ci(list(a), list(b))
     p = mann_whitney_p(list(a), list(b))
-    verdict = "~"
-    significant = p is not None and p < ALPHA and not (
-        low is not None and high is not None and low <= 0 <= high)
-    if significant and sb.median != sa.median:
-        up = sb.median > sa.median
-        if direction == 0:
-            verdict = "higher" if up else "lower"
-        else:
-            verdict = "improvement" if up == (direction > 0) else "regression"
-    return Comparison(sa, sb, delta, low, high, p, verdict)
+    up = None if sb.median == sa.median else sb.median > sa.median
+    return Comparison(sa, sb, delta, low, high, p, _verdict(p, low, high, up, direction))
 
 
 def min_iterations_note(n_a: int, n_b: int) -> Optional[str]:

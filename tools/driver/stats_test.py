@@ -85,6 +85,72 @@ class StatsTest(unittest.TestCase):
         self.assertIsNone(stats.min_iterations_note(4, 4))
         self.assertIn("no test", stats.min_iterations_note(1, 5))
 
+    # A guest whose speed drifts by half within a run, and a branch 3 % faster in every round.
+    DRIFTING = [100.0, 70.0, 130.0, 60.0, 140.0, 90.0]
+
+    def rounds(self, values, factor=1.0, skip=()):
+        return {i + 1: v * factor for i, v in enumerate(values) if i + 1 not in skip}
+
+    def test_paired_rounds_see_a_small_change_through_a_drifting_machine(self):
+        a = self.rounds(self.DRIFTING)
+        b = self.rounds(self.DRIFTING, 1.03)
+        unpaired = stats.compare(list(a.values()), list(b.values()), +1)
+        self.assertEqual(unpaired.verdict, "~")
+        self.assertGreater(unpaired.p_value, 0.5)
+        c = stats.compare_rounds(a, b, +1)
+        self.assertEqual((c.test, c.pairs), ("paired", 6))
+        self.assertAlmostEqual(c.delta_pct, 3.0, places=6)
+        self.assertAlmostEqual(c.ci_low_pct, 3.0, places=6)  # every round gave the same ratio
+        self.assertAlmostEqual(c.p_value, 2 / 2 ** 6)  # exact: all six of one sign
+        self.assertEqual(c.verdict, "improvement")
+        self.assertEqual(stats.compare_rounds(a, b, -1).verdict, "regression")
+        self.assertEqual(stats.compare_rounds(b, a, -1).verdict, "improvement")
+        self.assertEqual(stats.compare_rounds(a, b, 0).verdict, "higher")
+        # The side summaries are still each side's own values.
+        self.assertEqual(c.a.median, unpaired.a.median)
+        self.assertEqual(c.b.n, 6)
+
+    def test_a_round_against_the_trend_is_no_significant_change(self):
+        a = self.rounds(self.DRIFTING)
+        b = self.rounds(self.DRIFTING, 1.03)
+        b[4] = a[4] * 0.9
+        c = stats.compare_rounds(a, b, +1)
+        self.assertEqual(c.verdict, "~")
+        # Exact: the lone negative has the largest rank, 6; 14 of the 64 sign patterns have a
+        # negative rank sum of 6 or less.
+        self.assertAlmostEqual(c.p_value, 2 * 14 / 2 ** 6)
+        self.assertAlmostEqual(c.delta_pct, 3.0, places=6)
+
+    def test_fewer_rounds_than_min_pairs_are_compared_unpaired(self):
+        a = self.rounds(self.DRIFTING[:5])
+        b = self.rounds(self.DRIFTING[:5], 1.03)
+        c = stats.compare_rounds(a, b, +1)
+        self.assertEqual((c.test, c.pairs), ("unpaired", 0))
+        self.assertEqual(c, stats.compare(list(a.values()), list(b.values()), +1))
+
+    def test_only_rounds_both_sides_have_are_paired(self):
+        a = self.rounds(self.DRIFTING + [80.0])
+        b = self.rounds(self.DRIFTING + [80.0], 1.03, skip=(3,))  # B's round 3 failed
+        c = stats.compare_rounds(a, b, +1)
+        self.assertEqual((c.test, c.pairs), ("paired", 6))
+        self.assertEqual((c.a.n, c.b.n), (7, 6))
+        self.assertEqual(c.verdict, "improvement")
+        b = self.rounds(self.DRIFTING, 1.03, skip=(3,))
+        self.assertEqual(stats.compare_rounds(a, b, +1).test, "unpaired")  # 5 rounds in common
+
+    def test_paired_counts_with_zeros_compare_differences(self):
+        zeros = self.rounds([0.0] * 6)
+        c = stats.compare_rounds(zeros, zeros, -1)
+        self.assertEqual((c.delta_pct, c.p_value, c.verdict), (0.0, 1.0, "~"))
+        a = self.rounds([0.0, 2.0, 4.0, 2.0, 0.0, 4.0])  # median 2
+        b = self.rounds([1.0, 3.0, 5.0, 3.0, 1.0, 5.0])  # one more error in every round
+        c = stats.compare_rounds(a, b, -1)
+        self.assertEqual(c.test, "paired")
+        self.assertAlmostEqual(c.delta_pct, 50.0)  # +1 against A's median of 2
+        self.assertEqual((c.ci_low_pct, c.ci_high_pct), (50.0, 50.0))
+        self.assertLess(c.p_value, 0.05)
+        self.assertEqual(c.verdict, "regression")  # fewer is better
+
     def test_order_interleaves_the_sides(self):
         self.assertEqual(stats.interleaved_order(["A", "B"], 3),
                          [(1, "A"), (1, "B"), (2, "A"), (2, "B"), (3, "A"), (3, "B")])
