@@ -105,10 +105,16 @@ def bootstrap_delta_ci(a: Sequence[float], b: Sequence[float]):
         return d, d
     # A resample whose baseline median is 0 has no relative delta: those come out inf/nan and
     # make the interval unusable (reported as None), never a warning on the terminal.
+    return _percentile_bootstrap((np.asarray(a, float), np.asarray(b, float)),
+                                 _relative_median_delta)
+
+
+def _percentile_bootstrap(samples, statistic):
+    """CONFIDENCE percentile-bootstrap interval of statistic(*samples, axis), each sample
+    resampled on its own, with the fixed seed; (None, None) when it is not finite."""
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = sps.bootstrap((np.asarray(a, float), np.asarray(b, float)),
-                            _relative_median_delta, vectorized=True, paired=False,
+        res = sps.bootstrap(samples, statistic, vectorized=True, paired=False,
                             confidence_level=CONFIDENCE, n_resamples=BOOTSTRAP_RESAMPLES,
                             method="percentile",
                             random_state=np.random.default_rng(BOOTSTRAP_SEED))
@@ -135,16 +141,10 @@ def _bootstrap_median_ci(x: np.ndarray, scale):
     if len(set(x.tolist())) == 1:
         v = scale(float(x[0]))
         return v, v
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = sps.bootstrap((x,), lambda s, axis: np.median(s, axis=axis), vectorized=True,
-                            confidence_level=CONFIDENCE, n_resamples=BOOTSTRAP_RESAMPLES,
-                            method="percentile",
-                            random_state=np.random.default_rng(BOOTSTRAP_SEED))
-    low, high = res.confidence_interval
-    if not (math.isfinite(low) and math.isfinite(high)):
+    low, high = _percentile_bootstrap((x,), lambda s, axis: np.median(s, axis=axis))
+    if low is None:
         return None, None
-    return scale(float(low)), scale(float(high))
+    return scale(low), scale(high)
 
 
 def compare_rounds(a: Dict[int, float], b: Dict[int, float], direction: int) -> Comparison:
