@@ -1,10 +1,11 @@
 """`bench micro`: google-benchmark binaries of two refs, compared per benchmark name.
 
 Both refs are built from worktrees with the same flags (`-c opt` and any --flags) and published the
-same way; then rounds alternate A B A B, each round running the binary with
-`--benchmark_repetitions=R --benchmark_format=json`, pinned to the given CPUs. Every repetition
+same way; then rounds run A B, B A, A B, ... (the order rotates, as in `bench compare`), each
+round running the binary with `--benchmark_repetitions=R --benchmark_format=json`, pinned to the
+given CPUs. Every repetition
 of a benchmark is one sample (aggregates such as _mean are ignored), and the two sides' samples of
-each benchmark name are compared for real time and CPU time with the same statistics as
+each benchmark name are compared for real time and CPU time with the unpaired statistics of
 `bench compare` (Mann-Whitney U, as google benchmark's own compare tool does, plus a bootstrap
 interval of the median's change).
 """
@@ -120,22 +121,23 @@ def run_refs(repo: str, target: str, baseline: str, branch: str, out_dir: str, r
         sources[label] = {"ref": ref, "sha": src.sha, "dirty": src.dirty, "subject": src.subject,
                           "artifact": published[0]}
     parts: Dict[str, list] = {"A": [], "B": []}
-    for r in range(1, rounds + 1):
-        for label in ("A", "B"):
-            path = os.path.join(out_dir, "rounds", f"{r:02d}-{label}.json")
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            cmd = (["taskset", "-c", cpus] if cpus else []) + [
-                binaries[label], f"--benchmark_repetitions={repetitions}",
-                "--benchmark_format=json", f"--benchmark_out={path}",
-                "--benchmark_out_format=json", *bench_args]
-            progress.status(f"round {r}/{rounds}: {label}")
-            out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            if out.returncode != 0:
-                raise MicroError(f"{label} ({sources[label]['ref']}) exited {out.returncode} in "
-                                 f"round {r}: {out.stderr.strip()[-600:]}")
-            with open(path, encoding="utf-8") as f:
-                parts[label].append(samples_from_json(json.load(f), path))
-        progress.log(f"round {r}/{rounds} done")
+    order = stats.interleaved_order(["A", "B"], rounds)  # A B, B A, ...
+    for n, (r, label) in enumerate(order, start=1):
+        path = os.path.join(out_dir, "rounds", f"{r:02d}-{label}.json")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        cmd = (["taskset", "-c", cpus] if cpus else []) + [
+            binaries[label], f"--benchmark_repetitions={repetitions}",
+            "--benchmark_format=json", f"--benchmark_out={path}",
+            "--benchmark_out_format=json", *bench_args]
+        progress.status(f"round {r}/{rounds}: {label}")
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if out.returncode != 0:
+            raise MicroError(f"{label} ({sources[label]['ref']}) exited {out.returncode} in "
+                             f"round {r}: {out.stderr.strip()[-600:]}")
+        with open(path, encoding="utf-8") as f:
+            parts[label].append(samples_from_json(json.load(f), path))
+        if n % 2 == 0:
+            progress.log(f"round {r}/{rounds} done")
     progress.done()
     return merge_samples(parts["A"]), merge_samples(parts["B"]), sources
 

@@ -129,7 +129,7 @@ def deltas(rows: Sequence[Tuple[str, float, float, float, str]], path: str, titl
     ax.set_yticks(ys)
     ax.set_yticklabels(names)
     ax.axvline(0, color="black", linewidth=0.8)
-    ax.set_xlabel("change of the median, % (95 % interval)")
+    ax.set_xlabel("change, % (95 % interval; by round when paired)")
     ax.invert_yaxis()
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_title(title)

@@ -155,8 +155,11 @@ def _stats_blocks(comparison: Dict[str, Any]) -> List[tuple]:
     base = comparison["sides"][0]["side"]["name"]
     for entry in comparison.get("statistics", []):
         blocks.append(("h", 2, f"{entry['name']} vs {base}"))
+        by_round = bool(entry["metrics"]) and all(
+            c.get("test") == "paired" for c in entry["metrics"].values())
         header = ["metric", f"{base} median", f"{entry['name']} median", "mean A", "mean B",
-                  "stdev A", "stdev B", "delta", "95% CI", "p", "verdict"]
+                  "stdev A", "stdev B", "delta by round" if by_round else "delta", "95% CI", "p",
+                  "verdict"]
         rows = []
         for key, c in entry["metrics"].items():
             m = metrics.BY_KEY[key]
@@ -176,19 +179,23 @@ def _stats_blocks(comparison: Dict[str, Any]) -> List[tuple]:
 
 def _test_text(comparisons) -> str:
     """Which test the table's deltas, intervals and p-values come from (tools/driver/stats.py)."""
+    comparisons = list(comparisons)
     tests = {c.get("test", "unpaired") for c in comparisons}
-    rounds = max((c.get("pairs", 0) for c in comparisons), default=0)
-    paired = (f"paired by round ({rounds} rounds): delta is the median of the per-round "
-              "changes B/A, the interval a bootstrap of that median, p the Wilcoxon signed-rank "
-              "test's; the two iterations of a round ran back to back, so a drift of the "
-              "machine's speed moves both and cancels")
+    counts = sorted({c["pairs"] for c in comparisons if c.get("test") == "paired"})
+    rounds = (f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}") if counts else ""
+    paired = (f"paired by round ({rounds} rounds): delta is the median of the per-round changes "
+              "B/A (of the differences B − A, relative to A's median, where a value is 0), the "
+              "interval the order-statistic interval of that median, p the Wilcoxon "
+              "signed-rank test's; the iterations of a round ran in the same stretch of the run "
+              "(in an order that rotates from round to round), so a drift of the machine's speed "
+              "moves both and mostly cancels")
     unpaired = ("unpaired: delta is the change of the medians, the interval a bootstrap over "
                 "both sides, p the Mann-Whitney U test's")
     if tests == {"paired"}:
         return "Test: " + paired + "."
     if "paired" in tests:
-        return ("Test: " + paired + "; metrics with values in fewer rounds are compared "
-                + unpaired.split(":", 1)[0] + ".")
+        return (f"Test: {paired}; metrics with values in fewer than {stats.MIN_PAIRS} rounds are "
+                "compared unpaired.")
     return (f"Test: {unpaired} (fewer than {stats.MIN_PAIRS} rounds with both sides, or results "
             "of separate runs).")
 

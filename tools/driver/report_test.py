@@ -3,6 +3,7 @@ and the HTML report rendered by headless Chromium with every plot decoded."""
 
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -76,24 +77,47 @@ class ReportTest(unittest.TestCase):
         self.assertIn("5 iterations a side", out)
 
     def test_rounds_of_one_run_are_paired_and_separate_runs_are_not(self):
-        # Six rounds on a machine whose speed drifts by half; B 3 % faster in every one.
+        # Six rounds on a machine whose speed drifts by half; B 2.5 to 3.5 % faster in each, C
+        # (run between them in every round) 5 % slower.
         drift = [100_000, 70_000, 130_000, 60_000, 140_000, 90_000]
         a = testing.side_result("A", "two_locks", drift)
-        b = testing.side_result("B", "single_lock", [v * 1.03 for v in drift], seed=2)
+        b = testing.side_result("B", "single_lock",
+                                [v * (1.025 + 0.002 * i) for i, v in enumerate(drift)], seed=2)
         self.assertTrue(session.ran_in_rounds(a["iterations"], b["iterations"]))
-        comparison = session.compare_results([a, b], forced=False)
+        c = testing.side_result("C", "queue", [v * 0.95 for v in drift], seed=3)
+        for it in c["iterations"]:
+            it["started_unix"] += 3  # after B's iteration of the same round
+        comparison = session.compare_results([a, b, c], forced=False)
         rps = comparison["statistics"][0]["metrics"]["rps"]
         self.assertEqual((rps["test"], rps["pairs"]), ("paired", 6))
-        self.assertAlmostEqual(rps["delta_pct"], 3.0, places=6)
+        self.assertAlmostEqual(rps["delta_pct"], 3.0, places=3)  # √(1.029 · 1.031) − 1
         self.assertEqual(rps["verdict"], "improvement")
+        rps = comparison["statistics"][1]["metrics"]["rps"]
+        self.assertEqual((rps["test"], rps["verdict"]), ("paired", "regression"))
         md, _ = report.write_reports(comparison, self.dir)
         with open(md, encoding="utf-8") as f:
             text = f.read()
         self.assertIn("Test: paired by round (6 rounds)", text)
+        self.assertIn("| delta by round |", text)
         code, out, err = bench(["summary", self.write("comparison.json", comparison)],
                                cwd=self.dir)
         self.assertEqual(code, 0, err)
         self.assertIn("p=0.03 paired significant", out)
+
+        # A failed iteration still marks its round; a profiled one (an extra round at the end) is
+        # left out; B's round 3 failed, so 5 rounds have both sides: unpaired, and said so.
+        b["iterations"][2].update(status="failed", rps=None)
+        b["iterations"].append(testing.iteration("B", 7, 1.0, random.Random(1), profiled=True,
+                                                 started_unix=1))
+        self.assertTrue(session.ran_in_rounds(a["iterations"], b["iterations"]))
+        comparison = session.compare_results([a, b], forced=False)
+        self.assertEqual(comparison["statistics"][0]["metrics"]["rps"]["test"], "unpaired")
+        self.assertIn("Test: unpaired",
+                      report._test_text(comparison["statistics"][0]["metrics"].values()))
+        mixed = report._test_text([{"test": "paired", "pairs": 7}, {"test": "paired", "pairs": 6},
+                                   {"test": "unpaired"}])
+        self.assertIn("(6–7 rounds)", mixed)
+        self.assertIn("fewer than 6 rounds are compared unpaired", mixed)
 
         # B's iterations from a later run: no round of B ran next to A's.
         for it in b["iterations"]:

@@ -130,10 +130,11 @@ class DriverTest(unittest.TestCase):
             self.assertTrue(it["latency_spectrum"])
             # The driver's own sampling stays under 1 % of a core.
             self.assertLess(it["sampler_cpu_pct"], 1.0)
-        # Interleaved: A1 B1 A2 B2, each iteration after the previous one ended.
+        # Interleaved by round, the order rotating: A1 B1 B2 A2, each iteration after the previous
+        # one ended.
         runs = sorted(fast["iterations"] + slow["iterations"], key=lambda it: it["started_unix"])
         self.assertEqual([(it["side"], it["index"]) for it in runs],
-                         [("A", 1), ("B", 1), ("A", 2), ("B", 2)])
+                         [("A", 1), ("B", 1), ("B", 2), ("A", 2)])
         for a, b in zip(runs, runs[1:]):
             self.assertLessEqual(a["finished_unix"], b["started_unix"])
         # Both sides under one fingerprint; the comparison and reports exist.

@@ -156,8 +156,8 @@ SCHEMA = {
     "load": (("map", _LOAD_SCHEMA), {}, "the load, through loadgen agents"),
     "warmup": ("duration", "2s", "load before measuring (not counted)"),
     "duration": ("duration", "10s", "measured load per iteration"),
-    "iterations": ("int+", 6, "iterations per side (interleaved A B A B ...); 6 or more are "
-                   "compared round by round"),
+    "iterations": ("int+", 6, "iterations per side (interleaved by round: A B, B A, ...); "
+                   "compared round by round when 6 or more rounds have both sides"),
     "build": (("map", _BUILD_SCHEMA), {}, "how every side is built and published"),
     "first_request": (("map", _FIRST_REQUEST_SCHEMA), {}, "the request timed right after ready"),
     "syscalls": ("bool", False, "count the server's system calls in the measured window (perf)"),

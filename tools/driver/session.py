@@ -213,8 +213,9 @@ def summarize(result: Dict[str, Any]) -> Dict[str, Any]:
 
 def ran_in_rounds(a: List[Dict[str, Any]], b: List[Dict[str, Any]]) -> bool:
     """True if two sides' iterations ran interleaved by round, as one `compare` runs them: every
-    iteration of round i started before any of round i + 1. Results of separate runs compared
-    from their files did not, and are not paired."""
+    iteration of round i (failed ones too) started before any of round i + 1. Results of separate
+    runs compared from their files did not, and are not paired. Profiled iterations (one extra
+    round at the end) are left out."""
     starts = [(it.get("started_unix"), it.get("index")) for it in a + b if not it.get("profiled")]
     if not starts or any(t is None or i is None for t, i in starts):
         return False
@@ -243,11 +244,15 @@ def compare_results(results: List[Dict[str, Any]], forced: bool) -> Dict[str, An
         entry = {"label": r["side"]["label"], "name": r["side"]["name"], "metrics": {}}
         in_rounds = ran_in_rounds(base["iterations"], r["iterations"])
         for m in metrics.ALL:
-            a = metrics.values_by_round(base["iterations"], m.key)
-            b = metrics.values_by_round(r["iterations"], m.key)
-            if a and b:
-                c = (stats.compare_rounds(a, b, m.direction) if in_rounds else
-                     stats.compare(list(a.values()), list(b.values()), m.direction))
+            if in_rounds:
+                a = metrics.values_by_round(base["iterations"], m.key)
+                b = metrics.values_by_round(r["iterations"], m.key)
+                c = stats.compare_rounds(a, b, m.direction) if a and b else None
+            else:
+                a = metrics.values(base["iterations"], m.key)
+                b = metrics.values(r["iterations"], m.key)
+                c = stats.compare(a, b, m.direction) if a and b else None
+            if c is not None:
                 entry["metrics"][m.key] = dataclasses.asdict(c)
         entry["note"] = stats.min_iterations_note(
             len(metrics.values(base["iterations"], "rps")),

@@ -13,20 +13,26 @@ machine is nowhere near normal):
   "improvement" or "regression" by the metric's direction ("higher"/"lower" for metrics that
   have no better direction, such as CPU % in a closed loop).
 
-Runs interleave the sides (round i runs A's iteration i, then B's), so the two iterations of a
-round share whatever the machine was doing then. A guest whose speed drifts by a third within a
+Runs interleave the sides (round i runs every side's iteration i, in an order that rotates from
+round to round: `interleaved_order`), so the iterations of a round share whatever the machine was
+doing then: next to each other for two sides, with other sides' iterations between them for
+more. A guest whose speed drifts by a third within a
 run moves both; side against side, that drift swamps a change of a few %, while the ratio within
-each round cancels it. With at least MIN_PAIRS complete rounds `compare_rounds` therefore pairs
-them (`test` = "paired"):
+each round cancels most of it. With at least MIN_PAIRS rounds that have both sides,
+`compare_rounds` therefore pairs them (`test` = "paired"):
 
-- delta = the median over rounds of B/A, in % (of B - A relative to A's median when a value is
-  0 or negative, such as an error count);
-- its 95 % interval: percentile bootstrap of that median over the rounds;
-- p: the two-sided Wilcoxon signed-rank test of the per-round log ratios (exact for so few);
-- the verdict by the same rule as above.
+- x = the per-round log ratios log(B/A); when a paired value is 0 or negative (an error count),
+  the differences B - A instead;
+- delta = the median of x as a change in % (exp(median) - 1; for differences, relative to A's
+  median); with an even number of rounds, the geometric mean of the two middle ratios;
+- its interval: the distribution-free one for a median from the order statistics of x (the sign
+  test's; at least 95 %: from the smallest to the largest x for 6 to 8 rounds);
+- p: the two-sided Wilcoxon signed-rank test of x (exact unless some x is 0);
+- the verdict by the same rule as above: with 6 to 8 rounds both hold only when every round
+  moved the same way.
 
-Below MIN_PAIRS it compares the sides unpaired, as `compare` does: with 5 pairs no paired test
-can reach p < 0.05 (all five of one sign gives 2/32).
+Below MIN_PAIRS it compares the sides unpaired, as `compare` does: with 5 pairs neither the
+signed-rank nor the sign test can reach p < 0.05 (all five of one sign gives 2/32).
 
 With fewer than 4 iterations a side no difference can reach p < 0.05 with this test (the
 smallest two-sided p for 3 vs 3 is 0.1); `min_iterations_note` says so in reports.
@@ -136,15 +142,19 @@ def _verdict(p: Optional[float], low: Optional[float], high: Optional[float], up
     return "improvement" if up == (direction > 0) else "regression"
 
 
-def _bootstrap_median_ci(x: np.ndarray, scale):
-    """95 % percentile-bootstrap interval of scale(median(x)), or (None, None)."""
-    if len(set(x.tolist())) == 1:
-        v = scale(float(x[0]))
-        return v, v
-    low, high = _percentile_bootstrap((x,), lambda s, axis: np.median(s, axis=axis))
-    if low is None:
+def median_interval(x: Sequence[float]):
+    """The distribution-free interval of the median of x at confidence CONFIDENCE or more: the
+    k-th smallest and k-th largest value, k the largest with P(Binomial(n, 1/2) < k) <= half the
+    rest; (None, None) when n is too small for any (n < 6)."""
+    v = sorted(x)
+    n = len(v)
+    tail = (1.0 - CONFIDENCE) / 2.0
+    k = 0
+    while k < n // 2 and sps.binom.cdf(k, n, 0.5) <= tail:  # P(B <= k) = P(B < k + 1)
+        k += 1
+    if k == 0:
         return None, None
-    return scale(low), scale(high)
+    return v[k - 1], v[n - k]
 
 
 def compare_rounds(a: Dict[int, float], b: Dict[int, float], direction: int) -> Comparison:
@@ -170,15 +180,17 @@ def compare_rounds(a: Dict[int, float], b: Dict[int, float], direction: int) -> 
             return v / base * 100.0 if base else (0.0 if v == 0 else math.copysign(math.inf, v))
     median = float(np.median(x))
     delta = to_pct(median)
-    low, high = _bootstrap_median_ci(x, to_pct)
-    if low is not None and not (math.isfinite(low) and math.isfinite(high)):
-        low = high = None
+    low, high = median_interval(x.tolist())
+    if low is not None:
+        low, high = to_pct(low), to_pct(high)
+        if not (math.isfinite(low) and math.isfinite(high)):
+            low = high = None
     if not math.isfinite(delta):
         delta = None
     if np.all(x == 0):
         p = 1.0  # every round the same: nothing to tell apart
     else:
-        with warnings.catch_warnings():  # ties and zeros: the normal approximation, said quietly
+        with warnings.catch_warnings():  # a zero x: the normal approximation, said quietly
             warnings.simplefilter("ignore")
             p = float(sps.wilcoxon(x, alternative="two-sided").pvalue)
     up = None if median == 0 else median > 0
@@ -215,5 +227,9 @@ def min_iterations_note(n_a: int, n_b: int) -> Optional[str]:
 
 
 def interleaved_order(labels: List[str], iterations: int) -> List[tuple]:
-    """The run order: iteration 1 of every side, then iteration 2 of every side, ..."""
-    return [(i, label) for i in range(1, iterations + 1) for label in labels]
+    """The run order: round 1 runs iteration 1 of every side, then round 2 iteration 2, ... The
+    order within a round rotates (A B C, then B C A, then C A B, ...), so every side runs in every
+    position equally often over a multiple of len(labels) rounds: whatever favours a position (the
+    first run after the previous round's last one, say) does not favour one side in every pair."""
+    n = len(labels)
+    return [(i, labels[(i - 1 + k) % n]) for i in range(1, iterations + 1) for k in range(n)]

@@ -85,22 +85,28 @@ class StatsTest(unittest.TestCase):
         self.assertIsNone(stats.min_iterations_note(4, 4))
         self.assertIn("no test", stats.min_iterations_note(1, 5))
 
-    # A guest whose speed drifts by half within a run, and a branch 3 % faster in every round.
+    # A guest whose speed drifts by half within a run, and a branch 3.0 to 4.0 % faster in every
+    # round (distinct ratios: no ties, so the signed-rank p is the exact one in any SciPy).
     DRIFTING = [100.0, 70.0, 130.0, 60.0, 140.0, 90.0]
+    FASTER = [1.030, 1.032, 1.034, 1.036, 1.038, 1.040]
 
-    def rounds(self, values, factor=1.0, skip=()):
-        return {i + 1: v * factor for i, v in enumerate(values) if i + 1 not in skip}
+    def rounds(self, values, factors=None, skip=()):
+        factors = factors or [1.0] * len(values)
+        return {i + 1: v * f for i, (v, f) in enumerate(zip(values, factors)) if i + 1 not in skip}
 
     def test_paired_rounds_see_a_small_change_through_a_drifting_machine(self):
         a = self.rounds(self.DRIFTING)
-        b = self.rounds(self.DRIFTING, 1.03)
+        b = self.rounds(self.DRIFTING, self.FASTER)
         unpaired = stats.compare(list(a.values()), list(b.values()), +1)
         self.assertEqual(unpaired.verdict, "~")
         self.assertGreater(unpaired.p_value, 0.5)
         c = stats.compare_rounds(a, b, +1)
         self.assertEqual((c.test, c.pairs), ("paired", 6))
-        self.assertAlmostEqual(c.delta_pct, 3.0, places=6)
-        self.assertAlmostEqual(c.ci_low_pct, 3.0, places=6)  # every round gave the same ratio
+        # The geometric mean of the two middle ratios; the interval spans the smallest to the
+        # largest (the sign test's interval for six rounds).
+        self.assertAlmostEqual(c.delta_pct, (math.sqrt(1.034 * 1.036) - 1) * 100)
+        self.assertAlmostEqual(c.ci_low_pct, 3.0)
+        self.assertAlmostEqual(c.ci_high_pct, 4.0)
         self.assertAlmostEqual(c.p_value, 2 / 2 ** 6)  # exact: all six of one sign
         self.assertEqual(c.verdict, "improvement")
         self.assertEqual(stats.compare_rounds(a, b, -1).verdict, "regression")
@@ -112,30 +118,46 @@ class StatsTest(unittest.TestCase):
 
     def test_a_round_against_the_trend_is_no_significant_change(self):
         a = self.rounds(self.DRIFTING)
-        b = self.rounds(self.DRIFTING, 1.03)
+        b = self.rounds(self.DRIFTING, self.FASTER)
         b[4] = a[4] * 0.9
         c = stats.compare_rounds(a, b, +1)
         self.assertEqual(c.verdict, "~")
         # Exact: the lone negative has the largest rank, 6; 14 of the 64 sign patterns have a
         # negative rank sum of 6 or less.
         self.assertAlmostEqual(c.p_value, 2 * 14 / 2 ** 6)
-        self.assertAlmostEqual(c.delta_pct, 3.0, places=6)
+        self.assertAlmostEqual(c.ci_low_pct, -10.0)
+        self.assertAlmostEqual(c.delta_pct, (math.sqrt(1.032 * 1.034) - 1) * 100)  # round 4 out
+
+    def test_rounds_are_compared_by_their_ratios(self):
+        # One round with a tiny A: its ratio is large, its difference small. The median of the
+        # log ratios (+1.75 %) is not the median difference over A's median (+1.25 %).
+        a = self.rounds([1.0, 100.0, 100.0, 100.0, 100.0, 100.0])
+        b = self.rounds([1.5, 100.5, 101.0, 101.5, 102.0, 102.5])
+        c = stats.compare_rounds(a, b, +1)
+        self.assertAlmostEqual(c.delta_pct, (math.sqrt(1.015 * 1.02) - 1) * 100)
+        self.assertAlmostEqual(c.ci_high_pct, 50.0)
+
+    def test_median_interval_takes_order_statistics_by_the_sign_test(self):
+        self.assertEqual(stats.median_interval([5, 1, 4, 2, 3]), (None, None))
+        self.assertEqual(stats.median_interval([6, 1, 5, 2, 4, 3]), (1, 6))   # 1 - 2/64
+        self.assertEqual(stats.median_interval(list(range(1, 10))), (2, 8))   # 1 - 2·10/512
+        self.assertEqual(stats.median_interval(list(range(1, 13))), (3, 10))  # 1 - 2·79/4096
 
     def test_fewer_rounds_than_min_pairs_are_compared_unpaired(self):
         a = self.rounds(self.DRIFTING[:5])
-        b = self.rounds(self.DRIFTING[:5], 1.03)
+        b = self.rounds(self.DRIFTING[:5], self.FASTER)
         c = stats.compare_rounds(a, b, +1)
         self.assertEqual((c.test, c.pairs), ("unpaired", 0))
         self.assertEqual(c, stats.compare(list(a.values()), list(b.values()), +1))
 
     def test_only_rounds_both_sides_have_are_paired(self):
         a = self.rounds(self.DRIFTING + [80.0])
-        b = self.rounds(self.DRIFTING + [80.0], 1.03, skip=(3,))  # B's round 3 failed
+        b = self.rounds(self.DRIFTING + [80.0], self.FASTER + [1.042], skip=(3,))  # B's 3 failed
         c = stats.compare_rounds(a, b, +1)
         self.assertEqual((c.test, c.pairs), ("paired", 6))
         self.assertEqual((c.a.n, c.b.n), (7, 6))
         self.assertEqual(c.verdict, "improvement")
-        b = self.rounds(self.DRIFTING, 1.03, skip=(3,))
+        b = self.rounds(self.DRIFTING, self.FASTER, skip=(3,))
         self.assertEqual(stats.compare_rounds(a, b, +1).test, "unpaired")  # 5 rounds in common
 
     def test_paired_counts_with_zeros_compare_differences(self):
@@ -151,11 +173,13 @@ class StatsTest(unittest.TestCase):
         self.assertLess(c.p_value, 0.05)
         self.assertEqual(c.verdict, "regression")  # fewer is better
 
-    def test_order_interleaves_the_sides(self):
+    def test_order_interleaves_the_sides_and_rotates_them_in_each_round(self):
         self.assertEqual(stats.interleaved_order(["A", "B"], 3),
-                         [(1, "A"), (1, "B"), (2, "A"), (2, "B"), (3, "A"), (3, "B")])
-        self.assertEqual(stats.interleaved_order(["A", "B", "C"], 1),
-                         [(1, "A"), (1, "B"), (1, "C")])
+                         [(1, "A"), (1, "B"), (2, "B"), (2, "A"), (3, "A"), (3, "B")])
+        self.assertEqual(stats.interleaved_order(["A", "B", "C"], 3),
+                         [(1, "A"), (1, "B"), (1, "C"), (2, "B"), (2, "C"), (2, "A"),
+                          (3, "C"), (3, "A"), (3, "B")])
+        self.assertEqual(stats.interleaved_order(["A"], 2), [(1, "A"), (2, "A")])
 
 
 if __name__ == "__main__":
