@@ -173,7 +173,9 @@ struct SocketConnectionStats {
 //
 // Thread contract: lives on its loop thread, which does all its I/O.
 // Connect, Close, stats, input_unconsumed_bytes and the accessors are
-// thread-safe; input() and output() follow the Pipe contract (one thread at
+// thread-safe; SetUpper is called once, before any callback that reaches for
+// the upper layer is registered, and LockUpper is thread-safe after it;
+// input() and output() follow the Pipe contract (one thread at
 // a time per side, any thread), unless made one-threaded (the *_one_thread
 // options, or PipeWriter::SetOneThread by an owner that writes on the loop
 // only): then the loop thread only. Every connection handed to the application
@@ -233,10 +235,10 @@ class SocketConnection : public std::enable_shared_from_this<SocketConnection>, 
 
   // The layer above that reads and writes this socket's pipes (a TlsConnection), held weakly for
   // the callbacks it leaves in them. Such a callback captures only this socket's address, which
-  // stays valid for as long as its pipes can call it, and std::function keeps so small a capture
-  // inline; one that captured a weak_ptr of its own would be allocated at each registration (each
-  // loop pass). Set once, before the first such callback is registered; LockUpper is then
-  // thread-safe, and returns null once the upper layer is gone.
+  // stays valid for as long as its pipes can call it, and libstdc++'s std::function keeps so
+  // small a capture inline; one that captured a weak_ptr of its own would be allocated at each
+  // registration (each loop pass). Set once, before the first such callback is registered;
+  // LockUpper is then thread-safe, and returns null once the upper layer is gone.
   void SetUpper(std::weak_ptr<void> upper) { upper_ = std::move(upper); }
   std::shared_ptr<void> LockUpper() const { return upper_.lock(); }
 
@@ -297,12 +299,14 @@ class SocketConnection : public std::enable_shared_from_this<SocketConnection>, 
   Pipe output_;
   SocketAddress local_address_;
   SocketAddress peer_address_;
+  // Written once by SetUpper (on any thread, before the callbacks that read it are registered),
+  // then only read.
+  std::weak_ptr<void> upper_;
 
   // Loop-thread state.
   int fd_;
   // Keeps the connection alive while the socket is open.
   std::shared_ptr<SocketConnection> self_;
-  std::weak_ptr<void> upper_;  // SetUpper
   bool connecting_ = false;
   ConnectCallback connect_callback_;
   EventLoop::TimerId connect_timer_ = 0;
