@@ -184,11 +184,11 @@ def _test_text(comparisons) -> str:
     counts = sorted({c["pairs"] for c in comparisons if c.get("test") == "paired"})
     rounds = (f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}") if counts else ""
     paired = (f"paired by round ({rounds} rounds): delta is the median of the per-round changes "
-              "B/A (of the differences B − A, relative to A's median, where a value is 0), the "
-              "interval the order-statistic interval of that median, p the Wilcoxon "
-              "signed-rank test's; the iterations of a round ran in the same stretch of the run "
-              "(in an order that rotates from round to round), so a drift of the machine's speed "
-              "moves both and mostly cancels")
+              "B/A (of the differences B − A, relative to A's median, where a value is 0 or "
+              "negative), the interval the order-statistic interval of that median, p the "
+              "Wilcoxon signed-rank test's; the iterations of a round ran in the same stretch of "
+              "the run (in an order that rotates from round to round), so a drift of the "
+              "machine's speed moves both and mostly cancels")
     unpaired = ("unpaired: delta is the change of the medians, the interval a bootstrap over "
                 "both sides, p the Mann-Whitney U test's")
     if tests == {"paired"}:
