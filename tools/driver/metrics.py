@@ -66,16 +66,19 @@ ALL = SEED_TABLE + CPU_TABLE
 BY_KEY = {m.key: m for m in ALL}
 
 
+def _counts(it: Dict[str, Any], key: str) -> bool:
+    """Whether an iteration's `key` is a sample: it succeeded, was not profiled, and has it."""
+    return it.get("status") == "ok" and not it.get("profiled") and it.get(key) is not None
+
+
 def values(iterations: List[Dict[str, Any]], key: str) -> List[float]:
     """`key` of every successful, unprofiled iteration that has it."""
-    return [it[key] for it in iterations
-            if it.get("status") == "ok" and not it.get("profiled") and it.get(key) is not None]
+    return [it[key] for it in iterations if _counts(it, key)]
 
 
 def values_by_round(iterations: List[Dict[str, Any]], key: str) -> Dict[int, float]:
     """The same values as `values`, keyed by their iteration's round (its index)."""
-    return {it["index"]: it[key] for it in iterations
-            if it.get("status") == "ok" and not it.get("profiled") and it.get(key) is not None}
+    return {it["index"]: it[key] for it in iterations if _counts(it, key)}
 
 
 def fmt(key: str, value: Optional[float]) -> str:

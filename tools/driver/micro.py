@@ -3,11 +3,10 @@
 Both refs are built from worktrees with the same flags (`-c opt` and any --flags) and published the
 same way; then rounds run A B, B A, A B, ... (the order rotates, as in `bench compare`), each
 round running the binary with `--benchmark_repetitions=R --benchmark_format=json`, pinned to the
-given CPUs. Every repetition
-of a benchmark is one sample (aggregates such as _mean are ignored), and the two sides' samples of
-each benchmark name are compared for real time and CPU time with the unpaired statistics of
-`bench compare` (Mann-Whitney U, as google benchmark's own compare tool does, plus a bootstrap
-interval of the median's change).
+given CPUs. Every repetition of a benchmark is one sample (aggregates such as _mean are ignored),
+and the two sides' samples of each benchmark name are compared for real time and CPU time with
+the unpaired statistics of `bench compare` (Mann-Whitney U, as google benchmark's own compare
+tool does, plus a bootstrap interval of the median's change).
 """
 
 import dataclasses

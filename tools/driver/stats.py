@@ -16,9 +16,8 @@ machine is nowhere near normal):
 Runs interleave the sides (round i runs every side's iteration i, in an order that rotates from
 round to round: `interleaved_order`), so the iterations of a round share whatever the machine was
 doing then: next to each other for two sides, with other sides' iterations between them for
-more. A guest whose speed drifts by a third within a
-run moves both; side against side, that drift swamps a change of a few %, while the ratio within
-each round cancels most of it. With at least MIN_PAIRS rounds that have both sides,
+more. A guest whose speed drifts by a third within a run moves both; side against side, that
+drift swamps a change of a few %, while the ratio within each round cancels most of it. With at least MIN_PAIRS rounds that have both sides,
 `compare_rounds` therefore pairs them (`test` = "paired"):
 
 - x = the per-round log ratios log(B/A); when a paired value is 0 or negative (an error count),
@@ -111,16 +110,10 @@ def bootstrap_delta_ci(a: Sequence[float], b: Sequence[float]):
         return d, d
     # A resample whose baseline median is 0 has no relative delta: those come out inf/nan and
     # make the interval unusable (reported as None), never a warning on the terminal.
-    return _percentile_bootstrap((np.asarray(a, float), np.asarray(b, float)),
-                                 _relative_median_delta)
-
-
-def _percentile_bootstrap(samples, statistic):
-    """CONFIDENCE percentile-bootstrap interval of statistic(*samples, axis), each sample
-    resampled on its own, with the fixed seed; (None, None) when it is not finite."""
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = sps.bootstrap(samples, statistic, vectorized=True, paired=False,
+        res = sps.bootstrap((np.asarray(a, float), np.asarray(b, float)),
+                            _relative_median_delta, vectorized=True, paired=False,
                             confidence_level=CONFIDENCE, n_resamples=BOOTSTRAP_RESAMPLES,
                             method="percentile",
                             random_state=np.random.default_rng(BOOTSTRAP_SEED))
