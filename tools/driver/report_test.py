@@ -172,6 +172,18 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(code, 0, err)
         self.assertTrue(os.path.exists(os.path.join(out, "report.md")))
 
+    def test_errors_where_there_were_none_fail_any_regression_threshold(self):
+        # No relative change exists from a median of 0; the gate must still trip.
+        erring = testing.side_result("B", "erring", [100_000, 101_000, 99_000, 100_500, 99_500],
+                                     seed=4)
+        for i, it in enumerate(erring["iterations"]):
+            it["errors"] = 40 + i
+        a, b = self.write("a.json", self.a), self.write("e.json", erring)
+        code, _, err = bench(["compare", a, b, "--out", os.path.join(self.dir, "errs"),
+                              "--fail-on-regression=50%"], self.dir)
+        self.assertEqual(code, 3, err)
+        self.assertIn("erring: Errors 0 -> 42 (p = ", err)
+
     def test_saved_results_must_be_results(self):
         bad = os.path.join(self.dir, "bad.json")
         with open(bad, "w", encoding="utf-8") as f:

@@ -262,14 +262,22 @@ def compare_results(results: List[Dict[str, Any]], forced: bool) -> Dict[str, An
 
 
 def regressions(comparison: Dict[str, Any], threshold_pct: float) -> List[str]:
-    """Significant regressions of at least threshold_pct, as lines for the CI log."""
+    """Significant regressions of at least threshold_pct, as lines for the CI log. A regression
+    from a reference median of 0 (errors where there were none) has no relative size and counts
+    as larger than any threshold."""
     lines = []
     for entry in comparison["statistics"]:
         for key, c in entry["metrics"].items():
-            if c["verdict"] == "regression" and c["delta_pct"] is not None and abs(
-                    c["delta_pct"]) >= threshold_pct:
-                lines.append(f"{entry['name']}: {metrics.BY_KEY[key].title} {c['delta_pct']:+.2f}%"
-                             f" (p = {c['p_value']:.3f})")
+            if c["verdict"] != "regression":
+                continue
+            title = metrics.BY_KEY[key].title
+            if c["delta_pct"] is None:
+                size = f"{c['a']['median']:g} -> {c['b']['median']:g}"
+            elif abs(c["delta_pct"]) >= threshold_pct:
+                size = f"{c['delta_pct']:+.2f}%"
+            else:
+                continue
+            lines.append(f"{entry['name']}: {title} {size} (p = {c['p_value']:.3f})")
     return lines
 
 
