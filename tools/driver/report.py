@@ -157,9 +157,9 @@ def _stats_blocks(comparison: Dict[str, Any]) -> List[tuple]:
         blocks.append(("h", 2, f"{entry['name']} vs {base}"))
         by_round = bool(entry["metrics"]) and all(
             c.get("test") == "paired" for c in entry["metrics"].values())
-        header = ["metric", f"{base} median", f"{entry['name']} median", "mean A", "mean B",
-                  "stdev A", "stdev B", "delta by round" if by_round else "delta", "95% CI", "p",
-                  "verdict"]
+        header = ["metric", f"{base} median", f"{entry['name']} median", f"{base} mean",
+                  f"{entry['name']} mean", f"{base} stdev", f"{entry['name']} stdev",
+                  "delta by round" if by_round else "delta", "95% CI", "p", "verdict"]
         rows = []
         for key, c in entry["metrics"].items():
             m = metrics.BY_KEY[key]
@@ -436,7 +436,7 @@ def summary_markdown(comparison: Dict[str, Any]) -> str:
         # Neutral words: whether lower is better depends on the row (a peer, or a change).
         verdict = "~" if m["verdict"] == "~" else "significant"
         paired = " paired" if m.get("test") == "paired" else ""
-        return f"{m['delta_pct']:+.1f}%{ci} p={m['p_value']:.2f}{paired} {verdict}"
+        return f"{m['delta_pct']:+.1f}%{ci} p={_p(m['p_value'])}{paired} {verdict}"
 
     ref = first["side"]["name"]
     builds = []

@@ -73,7 +73,7 @@ class ReportTest(unittest.TestCase):
         self.assertIn("100,000 (99k–101k)", rows[0])
         self.assertIn("(reference)", rows[0])
         self.assertIn("+10.0% [", rows[1])
-        self.assertIn("p=0.01 significant", rows[1])
+        self.assertIn("p=0.008 significant", rows[1])
         self.assertIn("5 iterations a side", out)
 
     def test_rounds_of_one_run_are_paired_and_separate_runs_are_not(self):
@@ -102,7 +102,7 @@ class ReportTest(unittest.TestCase):
         code, out, err = bench(["summary", self.write("comparison.json", comparison)],
                                cwd=self.dir)
         self.assertEqual(code, 0, err)
-        self.assertIn("p=0.03 paired significant", out)
+        self.assertIn("p=0.031 paired significant", out)
 
         # A failed iteration still marks its round; a profiled one (an extra round at the end) is
         # left out; B's round 3 failed, so 5 rounds have both sides: unpaired, and said so.
@@ -130,6 +130,21 @@ class ReportTest(unittest.TestCase):
         md, _ = report.write_reports(comparison, self.dir)
         with open(md, encoding="utf-8") as f:
             self.assertIn("Test: unpaired", f.read())
+
+    def test_single_iterations_and_a_third_side_are_reported_under_their_own_names(self):
+        a = testing.side_result("A", "two_locks", [100_000])
+        b = testing.side_result("B", "single_lock", [110_000], seed=2)
+        c = testing.side_result("C", "queue", [105_000], seed=3)
+        comparison = session.compare_results([a, b, c], forced=False)
+        # One value a side: a delta, but no p to print.
+        rows = [line for line in report.summary_markdown(comparison).splitlines()
+                if line.startswith("| queue")]
+        self.assertEqual(len(rows), 1)
+        self.assertIn("+5.0% p=- ~", rows[0])
+        text = report.terminal_text(comparison)
+        self.assertIn("queue mean", text)
+        self.assertIn("two_locks stdev", text)
+        self.assertNotIn("mean B", text)
 
     def test_html_report_renders_its_plots_in_chromium(self):
         comparison = session.compare_results([self.a, self.b], forced=False)

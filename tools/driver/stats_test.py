@@ -29,6 +29,27 @@ class StatsTest(unittest.TestCase):
         self.assertAlmostEqual(stats.mann_whitney_p([1, 2, 3, 4, 6], [5, 7, 8, 9, 10]),
                                4 / 252, places=12)
 
+    def test_tied_values_get_the_exact_p(self):
+        # All of A below all of B, with ties inside each side: still only the two extreme splits
+        # of C(6,3) = 20 (and of C(12,6) = 924) are as far apart. SciPy's normal approximation
+        # says 0.047 for the first, below what 3 against 3 can ever reach.
+        self.assertAlmostEqual(stats.mann_whitney_p([0, 0, 0], [1, 1, 1]), 0.1, places=12)
+        self.assertEqual(stats.compare([0, 0, 0], [1, 1, 1], -1).verdict, "~")
+        self.assertAlmostEqual(stats.mann_whitney_p([0] * 6, [1] * 6), 2 / 924, places=12)
+        # One tie across the sides, {1,2,3} against {3,4,5}: rank sums 6.5 against 14.5 of 21; of
+        # the 20 splits, only the one with ranks {1,2,3.5} and its mirror are as far: 4/20.
+        self.assertAlmostEqual(stats.mann_whitney_p([1, 2, 3], [3, 4, 5]), 0.2, places=12)
+
+    def test_a_negative_baseline_has_its_interval_around_its_delta(self):
+        # Both the delta and its interval measure a rise as +, whatever the baseline's sign.
+        c = stats.compare([-10, -11, -9, -10.5, -10.2], [-5, -6, -4, -5.5, -5.2], -1)
+        self.assertAlmostEqual(c.delta_pct, 5 / 10.2 * 100)  # medians −10.2 and −5.2
+        self.assertLess(0, c.ci_low_pct)
+        self.assertLessEqual(c.ci_low_pct, c.delta_pct)
+        self.assertLessEqual(c.delta_pct, c.ci_high_pct)
+        c = stats.compare([-10] * 3, [-5] * 3, -1)
+        self.assertEqual((c.delta_pct, c.ci_low_pct, c.ci_high_pct), (50.0, 50.0, 50.0))
+
     def test_identical_values_are_not_different(self):
         self.assertEqual(stats.mann_whitney_p([7, 7, 7], [7, 7, 7]), 1.0)
         c = stats.compare([7, 7, 7, 7], [7, 7, 7, 7], +1)
