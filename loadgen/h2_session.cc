@@ -54,7 +54,7 @@ uint32_t H2Session::SendRequest(std::string* out) {
     body = body.subspan(n);
   }
   ++open_streams_;
-  streams_.push_back({id, 0, 0});
+  streams_.push_back({id, 0, 0, 0});
   return id;
 }
 
@@ -158,28 +158,67 @@ Status H2Session::OnFrame(const Frame& frame, std::string* out, Listener* listen
       block_stream_ = id;
       block_end_stream_ = frame.has_flag(http2::flags::kEndStream);
       block_status_ = 0;
+      block_status_bad_ = false;
+      block_frame_bytes_ = block_list_bytes_ = 0;
       [[fallthrough]];
     case FrameType::kContinuation: {
       if (block_stream_ == 0 || id != block_stream_) {
         return InvalidArgumentError("HTTP/2: CONTINUATION without HEADERS");
       }
+      // Endless CONTINUATION frames (empty ones too) or a header list that decodes to far more
+      // than it took on the wire end the connection, as an oversized HTTP/1.1 head does.
+      block_frame_bytes_ += http2::kFrameHeaderSize + frame.payload.size();
+      if (block_frame_bytes_ > kMaxHeaderBlockBytes) {
+        return ResourceExhaustedError("HTTP/2: response header block too large");
+      }
       const bool final = frame.has_flag(http2::flags::kEndHeaders);
-      Status s = decoder_.Decode(frame.payload, final, [this](std::string_view name,
-                                                              std::string_view value) {
-        if (name == ":status") {
-          uint16_t v = 0;
-          std::from_chars(value.data(), value.data() + value.size(), v);
-          block_status_ = v;
-        }
-      });
+      Status s = decoder_.Decode(
+          frame.payload, final, [this](std::string_view name, std::string_view value) {
+            block_list_bytes_ += name.size() + value.size() + 32;
+            if (name != ":status") return;
+            const bool digits =
+                value.size() == 3 && std::all_of(value.begin(), value.end(),
+                                                 [](char c) { return c >= '0' && c <= '9'; });
+            uint16_t v = 0;
+            if (digits) std::from_chars(value.data(), value.data() + value.size(), v);
+            if (!digits || v < 100 || v > 599 || block_status_ != 0 || block_status_bad_) {
+              block_status_bad_ = true;
+              block_status_text_.assign(value.substr(0, 16));
+            }
+            block_status_ = v;
+          });
       if (!s.ok()) return s;
+      if (block_list_bytes_ > kMaxHeaderBlockBytes) {
+        return ResourceExhaustedError("HTTP/2: response header list too large");
+      }
       if (!final) return OkStatus();
       block_stream_ = 0;
       auto it = std::find_if(streams_.begin(), streams_.end(),
                              [id](const OpenStream& o) { return o.id == id; });
       if (it == streams_.end()) return OkStatus();
-      // Interim (1xx) heads are skipped; trailers (no :status) keep the response's status.
-      if (block_status_ >= 200) it->status = block_status_;
+      // A malformed response (RFC 9113 §8.1.1) ends the connection: the server is broken, and
+      // counting it as answered would hide that.
+      if (block_status_bad_) {
+        return InvalidArgumentError("HTTP/2: invalid :status \"" + block_status_text_ + "\"");
+      }
+      if (it->status != 0) {
+        // Trailers: no pseudo-fields, and they end the stream.
+        if (block_status_ != 0 || !block_end_stream_) {
+          return InvalidArgumentError(
+              "HTTP/2: a header block after the response head that is not "
+              "trailers");
+        }
+      } else if (block_status_ == 0) {
+        return InvalidArgumentError("HTTP/2: response head without :status");
+      } else if (block_status_ < 200) {
+        if (block_status_ == 101) return InvalidArgumentError("HTTP/2: unexpected 101");
+        if (block_end_stream_) return InvalidArgumentError("HTTP/2: a 1xx head ends the stream");
+        if (++it->interim > kMaxInterimHeads) {
+          return InvalidArgumentError("HTTP/2: too many 1xx responses");
+        }
+      } else {
+        it->status = block_status_;
+      }
       if (block_end_stream_) EndStream(id, listener);
       return OkStatus();
     }
@@ -194,6 +233,9 @@ Status H2Session::OnFrame(const Frame& frame, std::string* out, Listener* listen
       }
       auto u = std::find_if(streams_.begin(), streams_.end(),
                             [id](const OpenStream& o) { return o.id == id; });
+      if (u != streams_.end() && u->status == 0) {
+        return InvalidArgumentError("HTTP/2: DATA before the response head");
+      }
       if (u != streams_.end()) {
         u->unacked += length;
         if (u->unacked >= options_.window / 2 && !frame.has_flag(http2::flags::kEndStream)) {

@@ -14,6 +14,11 @@
 // defaults) and return consumed DATA in WINDOW_UPDATEs batched at half a window; request bodies
 // must fit the server's initial stream window (ValidateSpec limits them to 16 KiB).
 //
+// A malformed response (RFC 9113 §8.1.1: no :status, one that is not three digits in 100-599,
+// DATA before the head, a second head that is not trailers, a 1xx ending the stream) ends the
+// connection with INVALID_ARGUMENT, counted as a bad response, as HTTP/1.1's are; an oversized
+// header block, RESOURCE_EXHAUSTED.
+//
 // Thread contract: thread-compatible (one connection's loop).
 #ifndef SLUICE_LOADGEN_H2_SESSION_H_
 #define SLUICE_LOADGEN_H2_SESSION_H_
@@ -44,6 +49,11 @@ class H2Session {
     // The server reset the stream (RST_STREAM), or refused it.
     virtual void OnStreamReset(uint32_t stream_id, http2::ErrorCode code) = 0;
   };
+
+  // Bounds on what a response may send, as the HTTP/1.1 client's (http1::ResponseParser): a
+  // header block's frame bytes and its decoded header list, and interim (1xx) heads per stream.
+  static constexpr size_t kMaxHeaderBlockBytes = 64 * 1024;
+  static constexpr uint8_t kMaxInterimHeads = 16;
 
   struct Options {
     // Concurrent streams we open at most (the server's SETTINGS may lower it).
@@ -115,10 +125,18 @@ class H2Session {
   uint32_t block_stream_ = 0;
   bool block_end_stream_ = false;
   uint16_t block_status_ = 0;
+  // The block's :status was not three digits in 100-599, or came twice (its text, for the error).
+  bool block_status_bad_ = false;
+  std::string block_status_text_;
+  // The block's frame bytes, and its decoded header list's size as RFC 7541 counts it (name,
+  // value and 32 per field): both bounded, as an HTTP/1.1 head is.
+  size_t block_frame_bytes_ = 0;
+  size_t block_list_bytes_ = 0;
   struct OpenStream {
     uint32_t id;
     uint16_t status;   // 0 until the response head arrived
     uint32_t unacked;  // DATA not yet returned in a WINDOW_UPDATE
+    uint8_t interim;   // interim (1xx) heads before the final one
   };
   // Removes `id` from streams_; false if it is not open.
   bool Close(uint32_t id, uint16_t* status);
