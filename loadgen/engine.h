@@ -70,6 +70,11 @@
 
 namespace sluice::loadgen {
 
+// When a run ends (its duration is over, its requests were all sent, or Stop()), it waits for the
+// responses still in flight for the per-request timeout, at most this long: a long --timeout must
+// not stretch the run past its end by as much. Those still in flight then are unfinished.
+inline constexpr std::chrono::seconds kMaxDrain{2};
+
 // Live numbers while a run goes on (thread-safe snapshots; relaxed).
 struct Progress {
   std::chrono::nanoseconds elapsed{0};  // since the run started (warmup included)

@@ -489,6 +489,26 @@ TEST(Engine, CountsTimeoutsAndReopensTheConnection) {
   EXPECT_EQ(r.errors.timeout, r.requests_failed);
 }
 
+TEST(Engine, ALongTimeoutDoesNotStretchADurationRunPastItsDrain) {
+  RawServer server({.never_answer = true});
+  LoadSpec spec = SpecFor(server.port());
+  spec.connections = 2;
+  spec.duration = milliseconds(200);
+  spec.timeout = std::chrono::hours(1);
+  const auto started = std::chrono::steady_clock::now();
+  const RunResult r = RunOrDie(spec);
+  const auto took = std::chrono::steady_clock::now() - started;
+  ExpectBalanced(r);
+  // The end waits for answers at most kMaxDrain, not the hour; the requests it waited for are
+  // unfinished, not failed.
+  EXPECT_GE(took, kMaxDrain);
+  EXPECT_LT(took, kMaxDrain + seconds(5));
+  EXPECT_EQ(r.requests_completed, 0u);
+  EXPECT_EQ(r.requests_failed, 0u);
+  EXPECT_EQ(r.requests_unfinished, r.requests_sent);
+  EXPECT_GE(r.requests_sent, 2u);
+}
+
 TEST(Engine, CountsConnectErrorsWhenThePortRefuses) {
   // A port that was just free: nothing listens there.
   uint16_t port;

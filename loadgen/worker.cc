@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "loadgen/client.h"
+#include "loadgen/engine.h"
 #include "loadgen/http1_client.h"
 #include "loadgen/http2_client.h"
 
@@ -100,10 +101,11 @@ void Worker::BeginStop(int64_t send_until) {
   if (stopping_ || finished_) return;
   stopping_ = true;
   send_until_ns_ = send_until;
-  drain_timer_ = loop()->RunAfter(nanoseconds(timeout_ns_), [this] {
-    drain_timer_ = 0;
-    if (!finished_) Finish(NowNs());
-  });
+  drain_timer_ =
+      loop()->RunAfter(std::min<nanoseconds>(nanoseconds(timeout_ns_), kMaxDrain), [this] {
+        drain_timer_ = 0;
+        if (!finished_) Finish(NowNs());
+      });
   MaybeFinish(NowNs());
 }
 

@@ -96,7 +96,7 @@ class Worker : private IoHandler {
   void Begin();
   // Loop thread: no requests intended from `send_until` on (at a constant rate, the backlog
   // intended before it still goes out); finish when the ones in flight are done, or when the
-  // drain time (the timeout) has passed.
+  // drain time has passed: the timeout, at most kMaxDrain (engine.h).
   void BeginStop(int64_t send_until);
   // Loop thread: closes everything; the handshake completes once no connect is pending.
   void Teardown();
