@@ -117,6 +117,8 @@ class Client {
   // Flushes the output unless a flush is pending. False if it is (FillPipeline runs again when it
   // completes) or the connection was dropped.
   bool Flush();
+  // A flush is waiting for the server to read what we sent.
+  bool output_waiting() const { return flush_pending_; }
   // The input ended (`in.is_completed`): counts why (a socket error, or a close with requests
   // in flight, `what_was_lost` naming them) and drops the connection.
   void OnInputEnded(const ReadResult& in, int64_t now, const char* what_was_lost);

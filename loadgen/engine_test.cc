@@ -628,6 +628,70 @@ TEST(Engine, Http2AgainstAnHttp1OnlyServerSaysSo) {
   EXPECT_THAT(r.first_error, HasSubstr("answered in HTTP/1.x"));
 }
 
+// An HTTP/2 "server" that sends its SETTINGS, then PING after PING, and never reads a byte: the
+// ACKs the client owes pile up behind a socket nobody drains.
+class PingFloodServer {
+ public:
+  PingFloodServer() {
+    StatusOr<std::unique_ptr<EventLoopThread>> thread = EventLoopThread::Start();
+    EXPECT_TRUE(thread.ok());
+    thread_ = std::move(*thread);
+    EXPECT_TRUE(thread_->loop()
+                    ->PostAndWait([this] {
+                      auto listener =
+                          TcpListener::Create(thread_->loop(), "127.0.0.1:0", {},
+                                              [this](std::shared_ptr<SocketConnection> c) {
+                                                connections_.push_back(c);
+                                                Send(c, std::string("\0\0\0\4\0\0\0\0\0", 9));
+                                              });
+                      EXPECT_TRUE(listener.ok());
+                      listener_ = std::move(*listener);
+                    })
+                    .ok());
+  }
+  ~PingFloodServer() {
+    thread_->loop()
+        ->PostAndWait([this] {
+          listener_.reset();
+          for (auto& c : connections_) c->Close();
+        })
+        .IgnoreError();
+    thread_->loop()->PostAndWait([] {}).IgnoreError();
+    thread_->loop()->PostAndWait([this] { connections_.clear(); }).IgnoreError();
+    thread_->loop()->PostAndWait([] {}).IgnoreError();
+  }
+  uint16_t port() const { return listener_->port(); }
+
+ private:
+  // 1,000 PINGs at a time, each time the client has taken the previous ones, until it hangs up.
+  void Send(const std::shared_ptr<SocketConnection>& c, std::string first) {
+    std::string batch = std::move(first);
+    for (int i = 0; i < 1000; ++i) batch += std::string("\0\0\x08\x06\0\0\0\0\0pingping", 17);
+    if (!c->output().Write(batch).ok()) return;
+    FlushResult flushed;
+    auto again = [this, c](FlushResult result) {
+      if (!result.is_completed && !result.is_canceled) Send(c, "");
+    };
+    if (c->output().Flush(&flushed, again)) again(flushed);
+  }
+
+  std::unique_ptr<EventLoopThread> thread_;
+  std::unique_ptr<TcpListener> listener_;
+  std::vector<std::shared_ptr<SocketConnection>> connections_;
+};
+
+TEST(Engine, Http2ClientEndsAConnectionWhoseServerFloodsPingsWithoutReading) {
+  PingFloodServer server;
+  LoadSpec spec = SpecFor(server.port());
+  spec.protocol = Protocol::kHttp2;
+  spec.connections = 1;
+  spec.duration = seconds(3);
+  const RunResult r = RunOrDie(spec);
+  ExpectBalanced(r);
+  EXPECT_GT(r.errors.bad_response, 0u);
+  EXPECT_THAT(r.first_error, HasSubstr("does not read the answers"));
+}
+
 TEST(Engine, RejectsInvalidSpecs) {
   auto invalid = [](auto mutate) {
     LoadSpec spec = SpecFor(8080);

@@ -72,7 +72,19 @@ Status Http2Client::WriteRequests(size_t count, int64_t now, uint64_t* bytes_eac
 
 bool Http2Client::FlushOutput() {
   if (!out_.empty()) {
-    // Frames we owe the server (SETTINGS and PING ACKs, WINDOW_UPDATEs).
+    // Frames we owe the server (SETTINGS and PING ACKs, WINDOW_UPDATEs). While the server does
+    // not read, they pile up in the output: one that keeps sending PINGs it never reads the ACKs
+    // of would grow it without end. Past a bound the connection ends, as a flood.
+    owed_while_waiting_ = output_waiting() ? owed_while_waiting_ + out_.size() : 0;
+    if (owed_while_waiting_ > kMaxOwedWhileWaiting) {
+      out_.clear();
+      w_->CountError(&ErrorCounts::bad_response,
+                     ResourceExhaustedError("HTTP/2: the server sends frames that need answers "
+                                            "(PING, SETTINGS) and does not read the answers"),
+                     NowNs());
+      Drop(NowNs());
+      return false;
+    }
     const Status s = Out().Write(out_);
     out_.clear();
     if (!s.ok()) {

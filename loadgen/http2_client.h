@@ -36,6 +36,9 @@ class Http2Client final : public Client, private H2Session::Listener {
   uint64_t MeasuredInFlight() const override;
 
  private:
+  // What we may owe a server that does not read (PING and SETTINGS ACKs: 60,000 or so).
+  static constexpr size_t kMaxOwedWhileWaiting = 1 << 20;
+
   struct StreamSlot {
     uint32_t id = 0;  // 0: free
     InFlight f{};
@@ -65,6 +68,8 @@ class Http2Client final : public Client, private H2Session::Listener {
   // The session of the open connection (null while closed), and frames waiting to be written.
   std::unique_ptr<H2Session> session_;
   std::string out_;
+  // Bytes of `out_` handed to the output while a flush was waiting (see FlushOutput).
+  size_t owed_while_waiting_ = 0;
   // The streams in flight by slot: a power of two of at least 4 * max_streams entries.
   std::vector<StreamSlot> slots_;
   size_t in_flight_ = 0;
