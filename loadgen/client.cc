@@ -254,6 +254,14 @@ void Client::Drop(int64_t now) {
 }
 
 void Client::Abandon() {
+  if (state_ == State::kConnecting && !ever_connected_) {
+    // A connection that never came up (a server that accepts and then stays silent through the
+    // TLS handshake) would otherwise leave a run with nothing sent and nothing said.
+    w_->CountError(&ErrorCounts::connect,
+                   DeadlineExceededError("connection still being set up when the run ended "
+                                         "(TCP connect or TLS handshake pending)"),
+                   NowNs());
+  }
   w_->ForgetOutstanding(in_flight());
   CloseSocket();
 }

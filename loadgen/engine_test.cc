@@ -509,6 +509,22 @@ TEST(Engine, ALongTimeoutDoesNotStretchADurationRunPastItsDrain) {
   EXPECT_GE(r.requests_sent, 2u);
 }
 
+TEST(Engine, AHandshakeTheServerNeverAnswersIsReportedAtTheEnd) {
+  RawServer server({.never_answer = true});  // accepts, reads, never writes a byte
+  LoadSpec spec = SpecFor(server.port());
+  spec.tls = true;
+  spec.insecure = true;
+  spec.connections = 2;
+  spec.duration = milliseconds(200);
+  // The handshake's bound too: the run ends first. (A pending connect cannot be cancelled, so
+  // the teardown after the run still waits for this bound.)
+  spec.timeout = seconds(1);
+  const RunResult r = RunOrDie(spec);
+  EXPECT_EQ(r.requests_sent, 0u);
+  EXPECT_EQ(r.errors.connect, 2u);
+  EXPECT_THAT(r.first_error, HasSubstr("TLS handshake pending"));
+}
+
 TEST(Engine, CountsConnectErrorsWhenThePortRefuses) {
   // A port that was just free: nothing listens there.
   uint16_t port;
