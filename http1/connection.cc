@@ -137,6 +137,13 @@ bool Connection::ProcessPass(const ReadResult& read) {
         examined_all = true;
         break;
       }
+      if (transport_->output().unflushed_bytes() >= kPassOutputLimit) {
+        // Pipelined requests answered in this pass already fill the output: flush them and
+        // take the rest after (at once if the peer reads, when it does if it does not), so a
+        // client that pipelines thousands of requests to a large response and never reads
+        // holds one pass's worth of answers, not all of them.
+        break;
+      }
       ParseOutcome r = parser_.Parse(buffer, offset, &head_);
       if (r.incomplete()) {
         // A head has begun: it must be complete within the header timeout (armed once, at its

@@ -7,7 +7,10 @@
 // response to the output pipe; at the end of the pass it flushes once, so a
 // burst of pipelined requests costs one writev (docs/architecture.md §8). If the
 // output is over its pause threshold the connection stops reading until the
-// peer catches up: that is the backpressure an echo of any size relies on.
+// peer catches up: that is the backpressure an echo of any size relies on. A
+// pass whose responses reach kPassOutputLimit leaves the rest of a pipelined
+// burst for the passes after its flush, so a peer that pipelines thousands of
+// requests and never reads holds one pass's answers in memory, not thousands.
 //
 // With a worker pool, a request's handler runs on a worker; the connection
 // stops parsing until that exchange ends (responses of pipelined requests
@@ -95,6 +98,10 @@ class Connection final : public http::ProtocolConnection,
   bool closed() const { return closed_; }
 
  private:
+  // A pass stops answering pipelined requests once this much of its output is unflushed (see the
+  // file comment).
+  static constexpr size_t kPassOutputLimit = 64 * 1024;
+
   enum class State : uint8_t { kHead, kExchange, kClosing };
   enum class BodyState : uint8_t {
     kNone,        // no body, or fully read
