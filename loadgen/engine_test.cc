@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -307,18 +308,12 @@ TEST(Engine, WarmupIsNotRecorded) {
 // answers every request head with a fixed response, closes the connection (gracefully, after
 // the responses already written) instead of answering every `close_every`-th request, or never
 // answers at all. Requests must not have bodies.
-class RawServer {
+// A loop thread with a TCP listener on 127.0.0.1:0 that keeps every accepted connection and
+// hands it to `serve` (on the loop); the destructor closes them all and waits for the closes.
+class ListeningThread {
  public:
-  struct Options {
-    int close_every = 0;
-    bool never_answer = false;
-    // Answer request number `stall_request` (1-based) only after `stall_for`, and the requests
-    // that arrive meanwhile after it. Meant for one connection.
-    uint64_t stall_request = 0;
-    std::chrono::nanoseconds stall_for{0};
-  };
-
-  explicit RawServer(Options options) : options_(options) {
+  using Serve = std::function<void(const std::shared_ptr<SocketConnection>&)>;
+  explicit ListeningThread(Serve serve) : serve_(std::move(serve)) {
     StatusOr<std::unique_ptr<EventLoopThread>> thread = EventLoopThread::Start();
     EXPECT_TRUE(thread.ok());
     thread_ = std::move(*thread);
@@ -328,15 +323,14 @@ class RawServer {
                           TcpListener::Create(thread_->loop(), "127.0.0.1:0", {},
                                               [this](std::shared_ptr<SocketConnection> c) {
                                                 connections_.push_back(c);
-                                                Serve(c);
+                                                serve_(c);
                                               });
                       EXPECT_TRUE(listener.ok());
                       listener_ = std::move(*listener);
                     })
                     .ok());
   }
-
-  ~RawServer() {
+  ~ListeningThread() {
     thread_->loop()
         ->PostAndWait([this] {
           listener_.reset();
@@ -348,8 +342,30 @@ class RawServer {
     thread_->loop()->PostAndWait([this] { connections_.clear(); }).IgnoreError();
     thread_->loop()->PostAndWait([] {}).IgnoreError();
   }
-
   uint16_t port() const { return listener_->port(); }
+  EventLoop* loop() const { return thread_->loop(); }
+
+ private:
+  const Serve serve_;
+  std::unique_ptr<EventLoopThread> thread_;
+  std::unique_ptr<TcpListener> listener_;
+  std::vector<std::shared_ptr<SocketConnection>> connections_;
+};
+
+class RawServer {
+ public:
+  struct Options {
+    int close_every = 0;
+    bool never_answer = false;
+    // Answer request number `stall_request` (1-based) only after `stall_for`, and the requests
+    // that arrive meanwhile after it. Meant for one connection.
+    uint64_t stall_request = 0;
+    std::chrono::nanoseconds stall_for{0};
+  };
+
+  explicit RawServer(Options options) : options_(options) {}
+
+  uint16_t port() const { return listening_.port(); }
   uint64_t requests() const { return requests_.load(); }
   uint64_t answered() const { return answered_.load(); }
   uint64_t closes() const { return closes_.load(); }
@@ -380,7 +396,7 @@ class RawServer {
       if (held_ > 0 || n == options_.stall_request) {
         // Held back; the timer answers, in order, on this loop.
         if (held_++ == 0) {
-          thread_->loop()->RunAfter(options_.stall_for, [this, c] {
+          listening_.loop()->RunAfter(options_.stall_for, [this, c] {
             for (; held_ > 0; --held_) {
               EXPECT_TRUE(c->output().Write("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").ok());
               answered_.fetch_add(1);
@@ -407,13 +423,12 @@ class RawServer {
   }
 
   const Options options_;
-  std::unique_ptr<EventLoopThread> thread_;
-  std::unique_ptr<TcpListener> listener_;
-  std::vector<std::shared_ptr<SocketConnection>> connections_;
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> answered_{0};
   std::atomic<uint64_t> closes_{0};
   uint64_t held_ = 0;  // loop thread
+  // Last: destroyed first, closing the connections while the members above still live.
+  ListeningThread listening_{[this](const std::shared_ptr<SocketConnection>& c) { Serve(c); }};
 };
 
 // The wrk2 check: one request in the middle of a constant-rate run stalls for a second. The
@@ -648,35 +663,7 @@ TEST(Engine, Http2AgainstAnHttp1OnlyServerSaysSo) {
 // ACKs the client owes pile up behind a socket nobody drains.
 class PingFloodServer {
  public:
-  PingFloodServer() {
-    StatusOr<std::unique_ptr<EventLoopThread>> thread = EventLoopThread::Start();
-    EXPECT_TRUE(thread.ok());
-    thread_ = std::move(*thread);
-    EXPECT_TRUE(thread_->loop()
-                    ->PostAndWait([this] {
-                      auto listener =
-                          TcpListener::Create(thread_->loop(), "127.0.0.1:0", {},
-                                              [this](std::shared_ptr<SocketConnection> c) {
-                                                connections_.push_back(c);
-                                                Send(c, std::string("\0\0\0\4\0\0\0\0\0", 9));
-                                              });
-                      EXPECT_TRUE(listener.ok());
-                      listener_ = std::move(*listener);
-                    })
-                    .ok());
-  }
-  ~PingFloodServer() {
-    thread_->loop()
-        ->PostAndWait([this] {
-          listener_.reset();
-          for (auto& c : connections_) c->Close();
-        })
-        .IgnoreError();
-    thread_->loop()->PostAndWait([] {}).IgnoreError();
-    thread_->loop()->PostAndWait([this] { connections_.clear(); }).IgnoreError();
-    thread_->loop()->PostAndWait([] {}).IgnoreError();
-  }
-  uint16_t port() const { return listener_->port(); }
+  uint16_t port() const { return listening_.port(); }
 
  private:
   // 1,000 PINGs at a time, each time the client has taken the previous ones, until it hangs up.
@@ -691,9 +678,9 @@ class PingFloodServer {
     if (c->output().Flush(&flushed, again)) again(flushed);
   }
 
-  std::unique_ptr<EventLoopThread> thread_;
-  std::unique_ptr<TcpListener> listener_;
-  std::vector<std::shared_ptr<SocketConnection>> connections_;
+  ListeningThread listening_{[this](const std::shared_ptr<SocketConnection>& c) {
+    Send(c, std::string("\0\0\0\4\0\0\0\0\0", 9));  // an empty SETTINGS first
+  }};
 };
 
 TEST(Engine, Http2ClientEndsAConnectionWhoseServerFloodsPingsWithoutReading) {
