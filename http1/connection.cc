@@ -100,7 +100,7 @@ void Connection::FlushDone::operator()(FlushResult r) const {
 void Connection::Pump() {
   bool progress = true;
   while (!closed_ && !output_blocked_ && !read_pending_) {
-    if (peer_done_ && !progress) return;
+    if (input_ended_ && !progress) return;  // a read would bring nothing new
     ReadResult read;
     if (!transport_->input().Read(&read, ReadReady{this})) {
       read_pending_ = true;
@@ -179,14 +179,17 @@ bool Connection::ProcessPass(const ReadResult& read) {
   }
   if (read.is_completed && offset == buffer.size()) {
     // The peer sent its last byte and everything was processed.
-    peer_done_ = true;
+    peer_done_ = input_ended_ = true;
     if (state_ == State::kExchange && !handler_on_worker_ && body_state_ != BodyState::kNone) {
       EndBody(UnavailableError("the peer closed before the end of the request body"));
     }
     if (state_ == State::kHead) CloseAfterFlush();  // idle, or a partial head dropped
     if (state_ == State::kClosing) CompleteInput();
   } else if (read.is_completed) {
-    peer_done_ = true;
+    // The peer's end is in, with requests before it still to take (behind an exchange on a
+    // worker, or held back by kPassOutputLimit): nothing new will come, but the connection stays
+    // until those are answered.
+    input_ended_ = true;
   }
   FlushOutput();
   return progress;

@@ -259,7 +259,8 @@ class Connection final : public http::ProtocolConnection,
   bool in_pass_ = false;
   bool read_pending_ = false;
   bool output_blocked_ = false;
-  bool peer_done_ = false;  // input completed (EOF or error)
+  bool peer_done_ = false;    // input completed (EOF or error) and every byte before it taken
+  bool input_ended_ = false;  // input completed, requests before its end perhaps still to take
   bool output_completed_ = false;
   bool input_completed_ = false;
   bool closed_ = false;

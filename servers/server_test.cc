@@ -1099,6 +1099,24 @@ TEST_P(ServerTest, APeerThatPipelinesAndNeverReadsIsAnsweredOnlyAsFarAsItReads) 
   EXPECT_LT(seen, 1000u) << "the server answered a peer that reads nothing " << seen << " times";
 }
 
+// The requests a pass leaves for after its flush are still answered when the peer has already
+// half-closed: its end comes after them.
+TEST_P(ServerTest, PipelinedRequestsBeforeAHalfCloseAreAllAnswered) {
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  std::string burst;
+  for (int i = 0; i < 10; ++i) burst += "GET /stream?bytes=20000 HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_TRUE(client->Send(burst));
+  client->ShutdownWrite();
+  for (int i = 0; i < 10; ++i) {
+    StatusOr<HttpTestResponse> r = client->ReadResponse();
+    ASSERT_TRUE(r.ok()) << "response " << i << ": " << r.status().ToString();
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->body.size(), 20000u);
+  }
+}
+
 TEST_P(ServerTest, EchoesOneHundredMegabytesToASlowReaderInBoundedMemory) {
   const size_t total = kSanitized ? (24u << 20) : (100u << 20);
   options_.limits.max_body_bytes = total;
