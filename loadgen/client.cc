@@ -254,9 +254,10 @@ void Client::Drop(int64_t now) {
 }
 
 void Client::Abandon() {
-  if (state_ == State::kConnecting && !ever_connected_) {
+  if (state_ == State::kConnecting && !ever_connected_ && !w_->all_requests_claimed()) {
     // A connection that never came up (a server that accepts and then stays silent through the
-    // TLS handshake) would otherwise leave a run with nothing sent and nothing said.
+    // TLS handshake) would otherwise leave a run with nothing sent and nothing said. (Not when a
+    // -n run ends because its requests are done: the others' connections were not needed.)
     w_->CountError(&ErrorCounts::connect,
                    DeadlineExceededError("connection still being set up when the run ended "
                                          "(TCP connect or TLS handshake pending)"),

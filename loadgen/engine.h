@@ -70,9 +70,10 @@
 
 namespace sluice::loadgen {
 
-// When a run ends (its duration is over, its requests were all sent, or Stop()), it waits for the
-// responses still in flight for the per-request timeout, at most this long: a long --timeout must
-// not stretch the run past its end by as much. Those still in flight then are unfinished.
+// When a duration run ends (its duration is over, or Stop()), it waits for the responses still in
+// flight for the per-request timeout, at most this long: a long --timeout must not stretch the
+// run past its end by as much. Those still in flight then are unfinished. (A -n run waits for
+// its requests: each ends by its timeout at the latest.)
 inline constexpr std::chrono::seconds kMaxDrain{2};
 
 // Live numbers while a run goes on (thread-safe snapshots; relaxed).

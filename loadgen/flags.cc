@@ -135,7 +135,7 @@ Load:
                         each request's intended send time (corrected) and from its actual send
       --pipeline N      HTTP/1.1: requests in flight per connection, written together (default 1)
       --timeout D       per-request timeout; the connection is closed and reopened (default 2s).
-                        Also bounds connecting and the TLS handshake; at the end, answers still
+                        Also bounds connecting and the TLS handshake; when -d ends, answers still
                         in flight are awaited this long, at most 2s (then counted unfinished)
       --h1              HTTP/1.1 (default)
       --h2              HTTP/2: h2c by prior knowledge for http://, ALPN h2 for https://

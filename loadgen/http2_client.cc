@@ -22,6 +22,7 @@ Status Http2Client::CheckAlpn(std::string_view alpn) const {
 }
 
 void Http2Client::OnOpen() {
+  owed_while_waiting_ = 0;
   const LoadSpec& spec = w_->spec();
   H2Session::Options options;
   options.max_streams = static_cast<uint32_t>(spec.max_streams);
@@ -47,6 +48,7 @@ size_t Http2Client::Sendable() const {
 }
 
 Status Http2Client::WriteRequests(size_t count, int64_t now, uint64_t* bytes_each) {
+  owed_while_waiting_ = 0;  // requests go out only while no flush waits
   const int64_t measure_start = w_->plan().measure_start_ns;
   const size_t before = out_.size();  // control frames (and the preface) come first
   const uint32_t first_id = session_->next_stream_id();  // the batch's ids: first_id + 2 i

@@ -68,7 +68,8 @@ class Http2Client final : public Client, private H2Session::Listener {
   // The session of the open connection (null while closed), and frames waiting to be written.
   std::unique_ptr<H2Session> session_;
   std::string out_;
-  // Bytes of `out_` handed to the output while a flush was waiting (see FlushOutput).
+  // Bytes of `out_` handed to the output while a flush was waiting (see FlushOutput); zero
+  // again once requests go out (they do only while no flush waits) and on a new connection.
   size_t owed_while_waiting_ = 0;
   // The streams in flight by slot: a power of two of at least 4 * max_streams entries.
   std::vector<StreamSlot> slots_;

@@ -120,6 +120,8 @@ class Worker : private IoHandler {
   RunPlan& plan() { return *plan_; }
   const LoadSpec& spec() const { return spec_; }
   int64_t timeout_ns() const { return timeout_ns_; }
+  // Every request of a -n run was claimed: the run ends because its work is done.
+  bool all_requests_claimed() const { return tickets_exhausted_; }
   // Nothing intended from here on is sent (INT64_MAX until BeginStop).
   int64_t send_until_ns() const { return send_until_ns_; }
   // The run ended for this worker: a late callback must only clean up.
