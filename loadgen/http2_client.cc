@@ -80,11 +80,12 @@ bool Http2Client::FlushOutput() {
     owed_while_waiting_ = output_waiting() ? owed_while_waiting_ + out_.size() : 0;
     if (owed_while_waiting_ > kMaxOwedWhileWaiting) {
       out_.clear();
+      const int64_t now = NowNs();
       w_->CountError(&ErrorCounts::bad_response,
                      ResourceExhaustedError("HTTP/2: the server sends frames that need answers "
                                             "(PING, SETTINGS) and does not read the answers"),
-                     NowNs());
-      Drop(NowNs());
+                     now);
+      Drop(now);
       return false;
     }
     const Status s = Out().Write(out_);
