@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <string>
 
@@ -37,20 +38,50 @@ uint64_t TickClock::SteadyNanos() {
                                    .count());
 }
 
+#if defined(__x86_64__)
+namespace {
+
+// One steady_clock reading and the TSC at the same instant: the reading is bracketed by two TSC
+// reads, and of a few tries the one with the narrowest bracket is kept, its midpoint taken. A
+// thread preempted between the two reads (a millisecond is common on a busy machine) would
+// otherwise skew the calibration by that much; a bracket of ~100 ns is off by at most half that.
+struct Pair {
+  uint64_t tsc;
+  uint64_t ns;
+};
+
+Pair ReadPair(uint64_t (*steady)()) {
+  Pair best{0, 0};
+  uint64_t best_width = UINT64_MAX;
+  for (int i = 0; i < 8; ++i) {
+    const uint64_t a = __rdtsc();
+    const uint64_t ns = steady();
+    const uint64_t b = __rdtsc();
+    if (b >= a && b - a < best_width) {
+      best_width = b - a;
+      best = Pair{a + (b - a) / 2, ns};
+    }
+  }
+  return best;
+}
+
+}  // namespace
+#endif
+
 TickClock::Calibration TickClock::Calibrate() {
   Calibration c;
   c.unix_ns0 = UnixNanos();
   c.ticks0 = SteadyNanos();
 #if defined(__x86_64__)
   if (InvariantTsc()) {
-    const uint64_t ns0 = SteadyNanos();
-    const uint64_t t0 = __rdtsc();
-    uint64_t ns1 = ns0;
-    while (ns1 - ns0 < 200'000) ns1 = SteadyNanos();
-    const uint64_t t1 = __rdtsc();
-    if (t1 > t0) {
+    // The ratio over a 200 µs spin, its two ends read as bracketed pairs.
+    const Pair p0 = ReadPair(&SteadyNanos);
+    uint64_t ns = p0.ns;
+    while (ns - p0.ns < 200'000) ns = SteadyNanos();
+    const Pair p1 = ReadPair(&SteadyNanos);
+    if (p1.tsc > p0.tsc && p1.ns > p0.ns) {
       c.tsc = true;
-      c.ns_per_tick = static_cast<double>(ns1 - ns0) / static_cast<double>(t1 - t0);
+      c.ns_per_tick = static_cast<double>(p1.ns - p0.ns) / static_cast<double>(p1.tsc - p0.tsc);
       c.ns_per_tick_q32 = static_cast<uint64_t>(std::ldexp(c.ns_per_tick, 32) + 0.5);
       c.unix_ns0 = UnixNanos();
       c.ticks0 = __rdtsc();

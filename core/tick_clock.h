@@ -40,8 +40,11 @@ class TickClock {
     return SteadyNanos();
   }
   // A duration in ticks, in nanoseconds: an integer multiply by the calibrated ratio in 32.32
-  // fixed point (no conversion to double and back on the measuring path).
+  // fixed point (no conversion to double and back on the measuring path). A "negative" duration
+  // (a difference that wrapped: its two reads were on CPUs whose counters differ by a few
+  // nanoseconds, as a request that ends on another thread may see) is 0, not centuries.
   static uint64_t ToNanos(uint64_t ticks) {
+    if (static_cast<int64_t>(ticks) < 0) return 0;
     const Calibration& c = calibration();
     if (!c.tsc) return ticks;
     return static_cast<uint64_t>((static_cast<unsigned __int128>(ticks) * c.ns_per_tick_q32) >> 32);
