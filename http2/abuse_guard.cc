@@ -17,16 +17,25 @@ std::optional<Http2Error> AbuseGuard::OnStreamOpened() {
   return std::nullopt;
 }
 
-std::optional<Http2Error> AbuseGuard::OnStreamReset(Clock::time_point now) {
+std::optional<Http2Error> AbuseGuard::TakeResetToken(Clock::time_point now,
+                                                     std::string_view debug) {
   if (reset_refilled_ != Clock::time_point{}) {
     const double seconds = std::chrono::duration<double>(now - reset_refilled_).count();
     reset_tokens_ = std::min<double>(limits_.rapid_reset_burst,
                                      reset_tokens_ + seconds * limits_.rapid_reset_per_second);
   }
   reset_refilled_ = now;
-  if (reset_tokens_ < 1) return Calm(counters_->rapid_resets, "RST_STREAM: rapid reset flood");
+  if (reset_tokens_ < 1) return Calm(counters_->rapid_resets, debug);
   reset_tokens_ -= 1;
   return std::nullopt;
+}
+
+std::optional<Http2Error> AbuseGuard::OnStreamReset(Clock::time_point now) {
+  return TakeResetToken(now, "RST_STREAM: rapid reset flood");
+}
+
+std::optional<Http2Error> AbuseGuard::OnStreamErrorSent(Clock::time_point now) {
+  return TakeResetToken(now, "too many stream errors: reset flood");
 }
 
 std::optional<Http2Error> AbuseGuard::OnSettings() {

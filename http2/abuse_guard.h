@@ -12,7 +12,8 @@
 // connection does for the peer: control frames are allowed in proportion to
 // the streams opened and the DATA frames sent, as Envoy does. Rapid reset is
 // a token bucket over time (the CVE-2023-44487 shape: open and cancel
-// streams as fast as possible).
+// streams as fast as possible), spent too by the resets the peer provokes
+// (CVE-2025-8671).
 //
 //   AbuseGuard guard(limits, &counters);
 //   if (auto e = guard.OnPing(); e) return Fail(*e);
@@ -45,6 +46,11 @@ class AbuseGuard {
   std::optional<Http2Error> OnStreamOpened();
   // The peer reset a stream whose response had not completed.
   std::optional<Http2Error> OnStreamReset(Clock::time_point now);
+  // The connection reset a stream because of what the peer sent (a stream error, a malformed or
+  // refused request). It spends a token of the same bucket: a peer that makes the server reset
+  // streams (the CVE-2025-8671 "MadeYouReset" shape) gets the work of a cancelled stream started
+  // as cheaply as one that resets them itself.
+  std::optional<Http2Error> OnStreamErrorSent(Clock::time_point now);
   std::optional<Http2Error> OnSettings();
   std::optional<Http2Error> OnPing();
   std::optional<Http2Error> OnPriority();
@@ -63,6 +69,8 @@ class AbuseGuard {
  private:
   static void Bump(std::atomic<uint64_t>& c) { c.fetch_add(1, std::memory_order_relaxed); }
   Http2Error Calm(std::atomic<uint64_t>& counter, std::string_view debug);
+  // Refills the reset bucket up to `now` and takes a token, or fails with `debug`.
+  std::optional<Http2Error> TakeResetToken(Clock::time_point now, std::string_view debug);
 
   const AbuseLimits limits_;
   AbuseCounters* const counters_;

@@ -182,6 +182,18 @@ TEST(AbuseGuard, RapidResetFiresWhenBurstIsSpent) {
   EXPECT_EQ(Load(counters.rapid_resets), 1u);
 }
 
+TEST(AbuseGuard, ResetsThePeerProvokesSpendTheSameBucket) {
+  AbuseCounters counters;
+  AbuseGuard guard({.rapid_reset_burst = 4, .rapid_reset_per_second = 1}, &counters);
+  EXPECT_FALSE(guard.OnStreamReset(kStart));
+  EXPECT_FALSE(guard.OnStreamErrorSent(kStart));
+  EXPECT_FALSE(guard.OnStreamReset(kStart));
+  EXPECT_FALSE(guard.OnStreamErrorSent(kStart));
+  ExpectCalm(guard.OnStreamErrorSent(kStart), "too many stream errors: reset flood");
+  ExpectCalm(guard.OnStreamReset(kStart), "RST_STREAM: rapid reset flood");
+  EXPECT_EQ(Load(counters.rapid_resets), 2u);
+}
+
 TEST(AbuseGuard, RapidResetBucketRefillsAtConfiguredRate) {
   AbuseCounters counters;
   AbuseGuard guard({.rapid_reset_burst = 2, .rapid_reset_per_second = 4}, &counters);

@@ -18,8 +18,9 @@ namespace sluice::http2 {
 
 struct AbuseLimits {
   // Rapid reset (CVE-2023-44487): streams the peer resets before their
-  // response completed, as a token bucket: `rapid_reset_burst` at once,
-  // refilled at `rapid_reset_per_second`.
+  // response completed, and streams the server resets because of what the
+  // peer sent (CVE-2025-8671), as one token bucket: `rapid_reset_burst` at
+  // once, refilled at `rapid_reset_per_second`.
   uint32_t rapid_reset_burst = 200;
   uint32_t rapid_reset_per_second = 100;
   // CONTINUATION flood (CVE-2024-27316): frames and compressed bytes of one

@@ -789,14 +789,13 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
   block_.stream_id = 0;
   if (block_.stream_error) {
     ReportRejected(block_.stream_error->code());
-    ResetStream(id, block_.stream_error->code());
-    return std::nullopt;
+    return ResetForPeerError(id, block_.stream_error->code());
   }
   if (block_.discard) {
     if (block_.refused) {
       counters_->refused_streams.fetch_add(1, std::memory_order_relaxed);
       ReportRejected(ErrorCode::kRefusedStream);
-      ResetStream(id, ErrorCode::kRefusedStream);
+      return ResetForPeerError(id, ErrorCode::kRefusedStream);
     }
     return std::nullopt;
   }
@@ -804,10 +803,7 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
     auto it = streams_.find(id);
     if (it == streams_.end()) return std::nullopt;
     std::shared_ptr<Stream> s = it->second;
-    if (block_.malformed != nullptr) {
-      ResetStream(id, ErrorCode::kProtocolError);
-      return std::nullopt;
-    }
+    if (block_.malformed != nullptr) return ResetForPeerError(id, ErrorCode::kProtocolError);
     return OnRequestEnd(s.get());
   }
   // The map holds the stream from here on (no counted copy): one removed from it while this
@@ -832,9 +828,9 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
   }
   if (block_.malformed != nullptr) {
     ReportRejected(ErrorCode::kProtocolError);
-    ResetStream(id, ErrorCode::kProtocolError);
+    std::optional<Http2Error> e = ResetForPeerError(id, ErrorCode::kProtocolError);
     ReleaseUnopenedStream(std::move(block_.stream));
-    return std::nullopt;
+    return e;
   }
   std::shared_ptr<StreamOutput> out = std::move(s->out_);  // kept when nobody else held it
   s->Open(id, writer_.OpenStream(id, std::move(out)), options_.stream_window);
@@ -846,8 +842,7 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
   s->recv_ended_ = block_.end_stream;
   if (bad_length || (block_.end_stream && s->content_length_.value_or(0) != 0)) {
     ReportRejected(ErrorCode::kProtocolError);
-    ResetStream(id, ErrorCode::kProtocolError);
-    return std::nullopt;
+    return ResetForPeerError(id, ErrorCode::kProtocolError);
   }
   http::RequestEditor(req).SetBody(!block_.end_stream, s->content_length_, s);
   s->head_request_ = method == "HEAD";
@@ -1033,7 +1028,7 @@ void Connection::WriteControl(const std::string& frame) {
 
 void Connection::HandleError(const Http2Error& error, telemetry::ErrorType exchange_error) {
   if (!error.is_connection_error()) {
-    ResetStream(error.stream_id(), error.code());
+    if (auto e = ResetForPeerError(error.stream_id(), error.code())) HandleError(*e);
     return;
   }
   if (closing_ || closed_) return;
@@ -1067,6 +1062,11 @@ void Connection::ResetStream(uint32_t id, ErrorCode code) {
   s->reset_ = true;
   s->EndBody(CancelledError("the stream was reset"));
   RemoveStream(s.get());
+}
+
+std::optional<Http2Error> Connection::ResetForPeerError(uint32_t id, ErrorCode code) {
+  ResetStream(id, code);
+  return guard_.OnStreamErrorSent(AbuseGuard::Clock::now());
 }
 
 void Connection::ReportRejected(ErrorCode code) {

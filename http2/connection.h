@@ -149,6 +149,9 @@ class Connection final : public http::ProtocolConnection,
   void HandleError(const Http2Error& error,
                    telemetry::ErrorType exchange_error = telemetry::ErrorType::kProtocolError);
   void ResetStream(uint32_t id, ErrorCode code);
+  // ResetStream for a stream error the peer's frames caused, charged to the abuse guard's reset
+  // bucket: the connection error to send when the bucket is empty, or nullopt.
+  std::optional<Http2Error> ResetForPeerError(uint32_t id, ErrorCode code);
   // Telemetry of a stream reset before it was dispatched (http::ReportRejected).
   void ReportRejected(ErrorCode code);
   // Closes `stream` in the protocol sense if both sides are done.

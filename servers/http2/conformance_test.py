@@ -1550,6 +1550,32 @@ class AbuseTest(ConformanceTestCase):
         peer.send_frame(hf.SettingsFrame(0, settings={INITIAL_WINDOW_SIZE: 65535}))
         self.assert_get_served(peer, 101)
 
+    def test_provoked_resets_are_enhance_your_calm(self):
+        # CVE-2025-8671 ("MadeYouReset"): the peer never sends RST_STREAM, but makes the server
+        # reset each live stream with a stream error (WINDOW_UPDATE of 0 on an open stream).
+        # Those resets spend the same bucket.
+        peer = self.connect(settings={INITIAL_WINDOW_SIZE: 0})
+        out = b""
+        for i in range(300):  # the default burst is 200
+            sid = 1 + 2 * i
+            out += raw_frame(HEADERS, END_STREAM | END_HEADERS, sid, peer.header_block(request()))
+            out += raw_frame(WINDOW_UPDATE, 0, sid, u32(0))
+        peer.send(out)
+        self.assert_connection_error(peer, h2h.ENHANCE_YOUR_CALM,
+                                     "too many stream errors: reset flood")
+
+    def test_provoked_resets_within_the_burst_are_allowed(self):
+        peer = self.connect(settings={INITIAL_WINDOW_SIZE: 0})
+        out = b""
+        for i in range(50):
+            sid = 1 + 2 * i
+            out += raw_frame(HEADERS, END_STREAM | END_HEADERS, sid, peer.header_block(request()))
+            out += raw_frame(WINDOW_UPDATE, 0, sid, u32(0))
+        peer.send(out)
+        peer.barrier()
+        peer.send_frame(hf.SettingsFrame(0, settings={INITIAL_WINDOW_SIZE: 65535}))
+        self.assert_get_served(peer, 101)
+
     def test_continuation_flood_of_frames_is_enhance_your_calm(self):
         peer = self.connect()
         out = raw_frame(HEADERS, END_STREAM, 1, peer.header_block(request()))
