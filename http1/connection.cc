@@ -63,7 +63,7 @@ Connection::Connection(std::unique_ptr<Transport> transport, const ConnectionOpt
 Connection::~Connection() = default;
 
 void Connection::Start() {
-  ArmTimer(options_.keep_alive_timeout, /*header_timer=*/false);
+  ArmTimer(options_.keep_alive_timeout, Deadline::kKeepAlive);
   Pump();
 }
 
@@ -71,7 +71,7 @@ void Connection::BeginShutdown() {
   // A busy exchange notices shutting_down_ when its response head is
   // written (Connection: close) and when it finishes.
   shutting_down_ = true;
-  if (state_ == State::kHead && !header_timer_) CloseAfterFlush();
+  if (state_ == State::kHead && deadline_ != Deadline::kHead) CloseAfterFlush();
 }
 
 bool Connection::OwnsExchange() const {
@@ -148,7 +148,7 @@ bool Connection::ProcessPass(const ReadResult& read) {
       if (r.incomplete()) {
         // A head has begun: it must be complete within the header timeout (armed once, at its
         // first incomplete pass; a head that arrives whole never arms it).
-        if (!header_timer_) ArmTimer(options_.header_timeout, /*header_timer=*/true);
+        if (deadline_ != Deadline::kHead) ArmTimer(options_.header_timeout, Deadline::kHead);
         examined_all = true;
         break;
       }
@@ -432,13 +432,20 @@ bool Connection::MaybeFinishExchange() {
     CloseAfterFlush();
     return true;
   }
-  if (body_state_ != BodyState::kNone) return false;
+  if (body_state_ != BodyState::kNone) {
+    // Answered before the request ended: the rest must come within unfinished_request_timeout
+    // (armed once, from the first pass that finds the answer done).
+    if (deadline_ != Deadline::kUnfinishedRequest) {
+      ArmTimer(options_.unfinished_request_timeout, Deadline::kUnfinishedRequest);
+    }
+    return false;
+  }
   if (peer_done_) {
     CloseAfterFlush();
     return true;
   }
   state_ = State::kHead;
-  ArmTimer(options_.keep_alive_timeout, /*header_timer=*/false);
+  ArmTimer(options_.keep_alive_timeout, Deadline::kKeepAlive);
   return true;
 }
 
@@ -632,8 +639,8 @@ void Connection::Kick() {
   Pump();
 }
 
-void Connection::ArmTimer(std::chrono::milliseconds after, bool header_timer) {
-  header_timer_ = header_timer;
+void Connection::ArmTimer(std::chrono::milliseconds after, Deadline deadline) {
+  deadline_ = deadline;
   timer_armed_ = true;
   timer_deadline_ = loop_->Now() + after;
   if (timer_ != 0) {
@@ -663,12 +670,12 @@ void Connection::OnTimerFired() {
     return;
   }
   timer_armed_ = false;
-  OnTimer(header_timer_);
+  OnTimer(deadline_);
 }
 
 void Connection::DisarmTimer() {
   timer_armed_ = false;
-  header_timer_ = false;
+  deadline_ = Deadline::kKeepAlive;
 }
 
 void Connection::CancelTimer() {
@@ -677,10 +684,26 @@ void Connection::CancelTimer() {
   timer_ = 0;
 }
 
-void Connection::OnTimer(bool header_timer) {
-  if (closed_ || state_ != State::kHead) return;
-  header_timer_ = false;
-  if (header_timer) {
+void Connection::OnTimer(Deadline deadline) {
+  if (closed_) return;
+  if (deadline == Deadline::kUnfinishedRequest) {
+    deadline_ = Deadline::kKeepAlive;
+    if (state_ != State::kExchange || body_state_ == BodyState::kNone ||
+        !response_ended_.load(std::memory_order_acquire)) {
+      return;
+    }
+    // The answer left and the rest of the request did not come: no further request on this
+    // connection. A handler still reading the body learns that it ends here.
+    counters_->unfinished_request_closes.fetch_add(1, std::memory_order_relaxed);
+    keep_alive_ = false;
+    EndBody(DeadlineExceededError("the rest of the request did not arrive in time"));
+    MaybeFinishExchange();
+    FlushOutput();
+    return;
+  }
+  if (state_ != State::kHead) return;
+  deadline_ = Deadline::kKeepAlive;
+  if (deadline == Deadline::kHead) {
     FailRequest(408, "request head not received within header_timeout",
                 telemetry::ErrorType::kTimeout, /*head_parsed=*/false);
     FlushOutput();
@@ -689,7 +712,7 @@ void Connection::OnTimer(bool header_timer) {
     // it gets another period while it makes progress (a stalled one is cut by the linger).
     if (send_watch_.Check(*transport_, loop_->Now(), options_.send_timeout) ==
         SendWatch::State::kSending) {
-      ArmTimer(options_.keep_alive_timeout, /*header_timer=*/false);
+      ArmTimer(options_.keep_alive_timeout, Deadline::kKeepAlive);
       return;
     }
     counters_->idle_timeouts.fetch_add(1, std::memory_order_relaxed);

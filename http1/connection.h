@@ -30,11 +30,13 @@
 // handler that had not answered yet sees its body end with an error and its
 // later writes dropped. A response head the handler made invalid (a framing
 // or malformed field) is answered with 500 and the connection closes. Slow
-// clients are cut by two timers: the head of a request must arrive within
-// `header_timeout` of its first byte (408), and an idle keep-alive
+// clients are cut by three deadlines: the head of a request must arrive within
+// `header_timeout` of its first byte (408); an idle keep-alive
 // connection closes after `keep_alive_timeout`, counted from when its last
 // response was handed to the kernel (a slow reader still taking a large
-// response is not idle).
+// response is not idle); and the rest of a request answered before it ended
+// must arrive within `unfinished_request_timeout` of the answer, else the
+// connection closes after the response.
 //
 // Closing is lingering: after the last response the output completes (the
 // peer gets FIN after everything sent) and the connection reads and drops
@@ -165,17 +167,21 @@ class Connection final : public http::ProtocolConnection,
   void PostKick();
   // Stops reading input: ours is done (the peer's EOF, or lingering ended).
   void CompleteInput();
-  // The head and keep-alive timeouts share one loop timer that is checked when it fires
-  // rather than re-armed for every request: ArmTimer records the deadline and schedules the
-  // timer only if none is pending that fires no later; DisarmTimer forgets the deadline (a
-  // pending timer then finds nothing to do). CancelTimer also cancels the loop timer (when the
-  // connection starts closing, and at the close).
-  void ArmTimer(std::chrono::milliseconds after, bool header_timer);
+  // What the connection's deadline is for: the keep-alive wait between requests, a request head
+  // (header_timeout), or the rest of a request answered before it ended
+  // (unfinished_request_timeout).
+  enum class Deadline : uint8_t { kKeepAlive, kHead, kUnfinishedRequest };
+  // These timeouts share one loop timer that is checked when it fires rather than re-armed for
+  // every request: ArmTimer records the deadline and schedules the timer only if none is pending
+  // that fires no later; DisarmTimer forgets the deadline (a pending timer then finds nothing to
+  // do). CancelTimer also cancels the loop timer (when the connection starts closing, and at the
+  // close).
+  void ArmTimer(std::chrono::milliseconds after, Deadline deadline);
   void ScheduleTimer(EventLoop::Clock::duration delay);
   void OnTimerFired();
   void DisarmTimer();
   void CancelTimer();
-  void OnTimer(bool header_timer);
+  void OnTimer(Deadline deadline);
 
   // Whether the calling thread may use the exchange state and the output
   // writer: the loop thread, or the worker while it runs this handler.
@@ -272,8 +278,8 @@ class Connection final : public http::ProtocolConnection,
   // Threads waiting in SendFromOtherThread for the output to drain.
   std::vector<std::function<void()>> room_waiters_;
   EventLoop::TimerId timer_ = 0;
-  bool header_timer_ = false;  // the deadline is the header timeout's (else keep-alive's)
-  bool timer_armed_ = false;   // a head or keep-alive deadline is in force
+  Deadline deadline_ = Deadline::kKeepAlive;     // what timer_deadline_ is for
+  bool timer_armed_ = false;                     // a deadline is in force
   EventLoop::Clock::time_point timer_deadline_;  // when it expires
   EventLoop::Clock::time_point timer_fires_at_;  // when the pending timer_ fires
   std::shared_ptr<Connection> read_keepalive_;   // while a read is pending

@@ -51,6 +51,11 @@ struct ConnectionOptions {
   // timeout. The Response stays valid until the handler ends it, its later writes dropped.
   // Checked once per period, so a stuck response is noticed within one to two periods.
   std::chrono::milliseconds deferred_response_timeout{60'000};
+  // A request answered before its body ended (the handler did not read it all, or answered
+  // early) must end this long after the answer, else the connection closes after the response
+  // (lingering drops what still comes): ConnectionCounters::unfinished_request_closes. Without it
+  // a peer could hold the connection forever by sending nothing, or a byte now and then.
+  std::chrono::milliseconds unfinished_request_timeout{10'000};
 };
 
 // Counters shared by all connections of a server: relaxed atomics, and per-thread cells for
@@ -69,6 +74,9 @@ struct ConnectionCounters {
   std::atomic<uint64_t> invalid_responses{0};  // 500: a handler's head could not be written
   std::atomic<uint64_t> handler_failures{0};   // handlers that threw (500, or the response cut)
   std::atomic<uint64_t> deferred_timeouts{0};  // deferred responses given up (504, or cut)
+  // Connections closed because a request answered early did not end in time
+  // (unfinished_request_timeout).
+  std::atomic<uint64_t> unfinished_request_closes{0};
 
   // Bumped per request and per pass: a cell per writing thread (loops, handlers' workers), so
   // that keeping count takes no locked instruction on the request path.

@@ -203,6 +203,12 @@ Server::Server(ServerOptions options) : options_(std::move(options)) {
   conflict(options_.http2.deferred_response_timeout != h2.deferred_response_timeout &&
                options_.http2.deferred_response_timeout != limits.deferred_response_timeout,
            "http2.deferred_response_timeout", "deferred_response_timeout");
+  conflict(options_.http1.unfinished_request_timeout != h1.unfinished_request_timeout &&
+               options_.http1.unfinished_request_timeout != limits.unfinished_request_timeout,
+           "http1.unfinished_request_timeout", "unfinished_request_timeout");
+  conflict(options_.http2.unfinished_request_timeout != h2.unfinished_request_timeout &&
+               options_.http2.unfinished_request_timeout != limits.unfinished_request_timeout,
+           "http2.unfinished_request_timeout", "unfinished_request_timeout");
   options_.http1.max_body_bytes = options_.http2.max_body_bytes = limits.max_body_bytes;
   options_.http1.header_timeout = options_.http2.preface_timeout = limits.header_timeout;
   options_.http1.keep_alive_timeout = options_.http2.idle_timeout = limits.idle_timeout;
@@ -210,6 +216,8 @@ Server::Server(ServerOptions options) : options_(std::move(options)) {
   options_.http1.send_timeout = options_.http2.send_timeout = limits.send_timeout;
   options_.http1.deferred_response_timeout = options_.http2.deferred_response_timeout =
       limits.deferred_response_timeout;
+  options_.http1.unfinished_request_timeout = options_.http2.unfinished_request_timeout =
+      limits.unfinished_request_timeout;
 }
 
 Server::~Server() { Shutdown(); }
@@ -627,6 +635,8 @@ ServerStats Server::stats() const {
   s.handler_failures = get(counters_.handler_failures) + get(h2_counters_.handler_failures);
   s.deferred_timeouts = get(counters_.deferred_timeouts) + get(h2_counters_.deferred_timeouts);
   s.send_timeouts = get(counters_.send_timeouts) + get(h2_counters_.send_timeouts);
+  s.unfinished_request_timeouts =
+      get(counters_.unfinished_request_closes) + get(h2_counters_.early_answer_resets);
   s.passes = per_request.passes;
   s.flushes = per_request.flushes;
   s.requests += get(h2_counters_.requests);
@@ -681,6 +691,10 @@ std::vector<telemetry::MetricFamily> Server::MetricFamilies() const {
   add("sluice_send_timeouts_total",
       "Connections aborted: the peer stopped taking unsent output (both protocols).", kCounter,
       one(s.send_timeouts));
+  add("sluice_unfinished_request_timeouts_total",
+      "Requests answered early whose rest did not arrive in time (both protocols): the HTTP/1.1 "
+      "connection closed, the HTTP/2 stream reset.",
+      kCounter, one(s.unfinished_request_timeouts));
   add("sluice_idle_timeouts_total", "Connections closed for idleness.", kCounter,
       one(s.idle_timeouts));
   add("sluice_peer_resets_total", "Connections the peer reset (HTTP/1.1 and HTTP/2).", kCounter,

@@ -83,6 +83,10 @@ struct ServerLimits {
   // A deferred response that makes no progress (no Write, Flush or End) this long is given up:
   // a 504 or the response cut short on HTTP/1.1, RST_STREAM(CANCEL) on HTTP/2 (0: never).
   std::chrono::milliseconds deferred_response_timeout{60'000};
+  // A request answered before it ended (its body still coming) must end this long after the
+  // answer: else HTTP/1.1 closes the connection after the response, HTTP/2 resets the stream
+  // with RST_STREAM(NO_ERROR) (ServerStats::unfinished_request_timeouts).
+  std::chrono::milliseconds unfinished_request_timeout{10'000};
 };
 
 // Everything a Server is configured with (the sample servers' flags map onto these).
@@ -165,6 +169,9 @@ struct ServerStats {
   // Connections aborted because the peer stopped taking unsent output (send_timeout), both
   // protocols.
   uint64_t send_timeouts = 0;
+  // Requests answered before they ended that did not end within unfinished_request_timeout, both
+  // protocols (HTTP/1.1: the connection closed; HTTP/2: the stream reset).
+  uint64_t unfinished_request_timeouts = 0;
   uint64_t passes = 0;
   uint64_t flushes = 0;
   // HTTP/2 connections and streams (requests above count both protocols).

@@ -59,9 +59,11 @@ std::string ServerUsage(std::string_view program, std::string_view description) 
   --h2-max-streams=N        HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS (100)
   --h2-stall-timeout-ms=N   HTTP/2: GOAWAY a peer that keeps output blocked on a closed window this
                             long (30000)
-  --h2-unfinished-request-timeout-ms=N
-                            HTTP/2: a stream answered before its request ended gets
-                            RST_STREAM(NO_ERROR) if the request is still open this long (10000)
+  --unfinished-request-timeout-ms=N
+                            a request answered before its body ended must end this long after the
+                            answer (10000): else HTTP/1.1 closes the connection after the
+                            response, HTTP/2 resets the stream with RST_STREAM(NO_ERROR)
+                            (--h2-unfinished-request-timeout-ms is the same flag)
   --telemetry=STYLE         off (default), listener or middleware: how metrics and traces are fed
   --metrics                 OpenTelemetry HTTP server metrics, served at GET /metrics (Prometheus
                             text); needs --telemetry=listener or middleware
@@ -213,12 +215,13 @@ Status ParseServerFlags(int argc, char** argv, ServerOptions* options, bool* hel
       if (!need_value() || !http2::ParseOutputStrategy(value, &options->http2.output.strategy)) {
         return bad("needs two_locks, single_lock or queue");
       }
-    } else if (name == "--h2-unfinished-request-timeout-ms") {
+    } else if (name == "--unfinished-request-timeout-ms" ||
+               name == "--h2-unfinished-request-timeout-ms") {
       int64_t ms = 0;
       if (!need_value() || !ParseNumber<int64_t>(value, &ms, 1, 86'400'000)) {
         return bad("needs milliseconds 1-86400000");
       }
-      options->http2.unfinished_request_timeout = std::chrono::milliseconds(ms);
+      options->limits.unfinished_request_timeout = std::chrono::milliseconds(ms);
     } else if (name == "--h2-stall-timeout-ms") {
       int64_t ms = 0;
       if (!need_value() || !ParseNumber<int64_t>(value, &ms, 1, 86'400'000)) {

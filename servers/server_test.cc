@@ -993,6 +993,38 @@ TEST_P(ServerTest, ClosesAnIdleKeepAliveConnectionAfterTheTimeout) {
   EXPECT_EQ(server_->stats().idle_timeouts, 2u);
 }
 
+TEST_P(ServerTest, ARequestAnsweredEarlyWhoseBodyTricklesIsClosedAfterTheTimeout) {
+  // A 405 answers before the body is read; the rest of it (under max_discard_bytes) would be
+  // dropped and the connection kept, but the peer sends one byte every 50 ms of 9,900.
+  options_.limits.unfinished_request_timeout = milliseconds(300);
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(
+      client->Send("POST /plaintext HTTP/1.1\r\nHost: localhost\r\nContent-Length: "
+                   "10000\r\n\r\n" +
+                   std::string(100, 'x')));
+  auto r = client->ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 405);
+  const auto start = steady_clock::now();
+  CloseOutcome outcome = CloseOutcome::kTimeout;
+  while (outcome == CloseOutcome::kTimeout && steady_clock::now() - start < kPromptly) {
+    if (!client->Send("x")) {  // the server closed and the kernel says so
+      outcome = CloseOutcome::kReset;
+      break;
+    }
+    outcome = client->WaitForClose(milliseconds(50));
+  }
+  const auto elapsed = steady_clock::now() - start;
+  EXPECT_NE(outcome, CloseOutcome::kTimeout) << "the trickle kept the connection";
+  EXPECT_NE(outcome, CloseOutcome::kUnexpectedData);
+  EXPECT_GE(elapsed, milliseconds(250));
+  EXPECT_LE(elapsed, milliseconds(3000));
+  EXPECT_EQ(server_->stats().unfinished_request_timeouts, 1u);
+  // A body that does arrive in time keeps the connection (UnreadBodyOfA405IsSkipped...).
+}
+
 TEST_P(ServerTest, ActiveConnectionIsNotCutByTheIdleTimeout) {
   options_.limits.idle_timeout = milliseconds(300);
   StartServer();
