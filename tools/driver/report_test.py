@@ -76,6 +76,32 @@ class ReportTest(unittest.TestCase):
         self.assertIn("p=0.008 significant", rows[1])
         self.assertIn("5 iterations a side", out)
 
+    def test_rounds_are_read_from_the_run_order_not_the_wall_clock(self):
+        a = testing.side_result("A", "two_locks", [100_000] * 6)
+        b = testing.side_result("B", "single_lock", [101_000] * 6, seed=2)
+        for it in a["iterations"] + b["iterations"]:
+            it["run_id"] = "r1"
+            it["sequence"] = 2 * (it["index"] - 1) + (it["side"] == "B")
+        # The wall clock stepped back an hour after round 3 (an NTP correction): by start times
+        # the rounds look out of order, by the run's own order they are not.
+        for it in a["iterations"] + b["iterations"]:
+            if it["index"] > 3:
+                it["started_unix"] -= 3600
+        self.assertTrue(session.ran_in_rounds(a["iterations"], b["iterations"]))
+        # Out of order within the run (B's rounds all after A's): not interleaved.
+        for it in b["iterations"]:
+            it["sequence"] += 100
+        self.assertFalse(session.ran_in_rounds(a["iterations"], b["iterations"]))
+        # Two runs: never paired, whatever their orders and times say.
+        for it in b["iterations"]:
+            it["sequence"] -= 100
+            it["run_id"] = "r2"
+        self.assertFalse(session.ran_in_rounds(a["iterations"], b["iterations"]))
+        # One side from a run that records its order, the other from an older file: not one run.
+        for it in b["iterations"]:
+            del it["run_id"], it["sequence"]
+        self.assertFalse(session.ran_in_rounds(a["iterations"], b["iterations"]))
+
     def test_rounds_of_one_run_are_paired_and_separate_runs_are_not(self):
         # Six rounds on a machine whose speed drifts by half; B 2.5 to 3.5 % faster in each, C
         # (run between them in every round) 5 % slower.

@@ -137,6 +137,9 @@ class DriverTest(unittest.TestCase):
                          [("A", 1), ("B", 1), ("B", 2), ("A", 2)])
         for a, b in zip(runs, runs[1:]):
             self.assertLessEqual(a["finished_unix"], b["started_unix"])
+        # The same order as the run records it itself, under one run id.
+        self.assertEqual([it["sequence"] for it in runs], [0, 1, 2, 3])
+        self.assertEqual(len({it["run_id"] for it in runs}), 1)
         # Both sides under one fingerprint; the comparison and reports exist.
         self.assertEqual(fast["fingerprint"]["hash"], slow["fingerprint"]["hash"])
         comparison = self.load(out_dir, "comparison.json")

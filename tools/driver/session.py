@@ -12,6 +12,7 @@ import datetime
 import json
 import os
 import shutil
+import uuid
 from typing import Any, Dict, List, Optional
 
 from tools.driver import build
@@ -166,10 +167,16 @@ class Session:
             order = stats.interleaved_order([s.label for s in sides], data["iterations"])
             if self.options.profile:
                 order += [(data["iterations"] + 1, s.label) for s in sides]
-            for index, label in order:
+            # Every iteration names this run and its place in it, so that pairing by round
+            # (ran_in_rounds) reads the order they ran in, not wall-clock times a clock step
+            # could reorder.
+            run_id = uuid.uuid4().hex
+            for sequence, (index, label) in enumerate(order):
                 side = by_label[label]
                 profiled = index > data["iterations"]
                 record = runner.run_iteration(self, side, index, profile=profiled)
+                record["run_id"] = run_id
+                record["sequence"] = sequence
                 records[label].append(record)
                 row = report.seed_row(f"{side.name} #{index}" + (" (profiled)" if profiled
                                                                   else ""), record)
@@ -215,11 +222,24 @@ def ran_in_rounds(a: List[Dict[str, Any]], b: List[Dict[str, Any]]) -> bool:
     """True if two sides' iterations ran interleaved by round, as one `compare` runs them: every
     iteration of round i (failed ones too) started before any of round i + 1. Results of separate
     runs compared from their files did not, and are not paired. Profiled iterations (one extra
-    round at the end) are left out."""
-    starts = [(it.get("started_unix"), it.get("index")) for it in a + b if not it.get("profiled")]
-    if not starts or any(t is None or i is None for t, i in starts):
+    round at the end) are left out.
+
+    The order is the run's own (run_id and sequence, written by Session.run); files written
+    before those existed are ordered by their wall-clock start times."""
+    its = [it for it in a + b if not it.get("profiled")]
+    if not its or any(it.get("index") is None for it in its):
         return False
-    rounds = [i for _, i in sorted(starts)]
+    if all(it.get("run_id") is not None and it.get("sequence") is not None for it in its):
+        if len({it["run_id"] for it in its}) != 1:
+            return False
+        order = sorted(its, key=lambda it: it["sequence"])
+    elif any(it.get("run_id") is not None for it in its):
+        return False  # one side from a run that records its order, the other not: not one run
+    elif any(it.get("started_unix") is None for it in its):
+        return False
+    else:
+        order = sorted(its, key=lambda it: it["started_unix"])
+    rounds = [it["index"] for it in order]
     return rounds == sorted(rounds)
 
 
