@@ -89,7 +89,8 @@ def _load(args, repo):
     scenario = load_scenario(path, shown)
     scenario.path = path
     try:
-        session.apply_overrides(scenario, args.iterations, args.duration, args.warmup)
+        session.apply_overrides(scenario, args.iterations, args.duration, args.warmup,
+                                getattr(args, "retries", None))
     except ValueError as e:
         raise UsageError(str(e)) from None
     return scenario
@@ -344,6 +345,8 @@ def parser() -> argparse.ArgumentParser:
 
     def scenario_flags(sp):
         sp.add_argument("--iterations", type=int, metavar="N", help="override iterations")
+        sp.add_argument("--retries", type=int, metavar="N",
+                        help="run a failed iteration again up to N times (override retries)")
         sp.add_argument("--duration", type=_duration, metavar="D", help="override duration")
         sp.add_argument("--warmup", type=_duration, metavar="D", help="override warmup")
         sp.add_argument("--profile", action="store_true",
@@ -425,6 +428,8 @@ def main(argv=None) -> int:
         p.error("arguments after -- are only for `micro` (they go to the benchmark)")
     if getattr(args, "iterations", None) is not None and args.iterations < 1:
         p.error("--iterations must be at least 1")
+    if getattr(args, "retries", None) is not None and args.retries < 0:
+        p.error("--retries must be at least 0")
     progress = Progress(quiet=False)
     try:
         return args.func(args, progress)

@@ -147,9 +147,10 @@ def capture(repo: str, syscall_tool: Optional[str], server_cpus: Optional[str],
 # Fingerprints
 
 def _pinned_scenario(scenario_data: Dict[str, Any]) -> Dict[str, Any]:
-    """The scenario as pinned for every side: without names, descriptions and variants."""
+    """The scenario as pinned for every side: without names, descriptions, variants and retries
+    (how often a failed iteration is run again does not change what is measured)."""
     data = copy.deepcopy(scenario_data)
-    for key in ("name", "description", "variants", "variant"):
+    for key in ("name", "description", "variants", "variant", "retries"):
         data.pop(key, None)
     return data
 

@@ -126,6 +126,11 @@ def _side_blocks(result: Dict[str, Any]) -> List[tuple]:
                        [[f"{side['name']} #{it['index']}"] +
                         [_counter_text(it["server_counters"].get(n)) for n in names]
                         for it in counted]))
+    for it in result["iterations"]:
+        for n, attempt in enumerate(it.get("failed_attempts") or [], 1):
+            blocks.append(("p", f"Iteration {it['index']} failed at attempt {n} and was run "
+                                f"again (scenario key retries):"))
+            blocks.append(("code", attempt.get("error") or "unknown error"))
     failed = [it for it in result["iterations"] if it.get("status") != "ok"]
     for it in failed:
         blocks.append(("p", f"Iteration {it['index']} failed:"))

@@ -175,10 +175,16 @@ class DriverTest(unittest.TestCase):
             """)
         out_dir = os.path.join(self.dir, "out")
         code, _, err = self.run_bench("compare", "--variant", "steady", "--variant", "crashing",
-                                      scenario, "--out", out_dir)
+                                      scenario, "--out", out_dir, "--retries", "1")
         self.assertEqual(code, 1, err)
         steady = self.load(out_dir, "result-A.json")["iterations"][0]
         crashed = self.load(out_dir, "result-B.json")["iterations"][0]
+        # It crashes every time: run again once (--retries 1), failed again, both failures kept.
+        self.assertNotIn("failed_attempts", steady)
+        self.assertEqual(len(crashed["failed_attempts"]), 1)
+        self.assertIn("aborting at request 3000", crashed["failed_attempts"][0]["error"])
+        self.assertTrue(crashed["dir"].endswith("-retry1"), crashed["dir"])
+        self.assertIn("running it again", err)
         self.assertEqual(steady["status"], "ok", steady.get("error"))
         self.assertGreater(steady["rps"], 0)
         self.assert_server_exited_cleanly(out_dir, steady)
@@ -192,6 +198,44 @@ class DriverTest(unittest.TestCase):
             report = f.read()
         self.assertIn("| crashing #1 | failed", report)
         self.assertIn("aborting at request 3000", report)
+        self.assertIn("Iteration 1 failed at attempt 1 and was run again", report)
+
+    def test_an_iteration_that_fails_once_is_run_again_in_its_round(self):
+        # The first attempt of each side's server crashes (it leaves a marker in its side's
+        # directory), the second does not: with retries 1 every iteration ends ok, the failures
+        # are kept, and the rounds still pair.
+        scenario = write_scenario(self.dir, "flaky.yaml", f"""\
+            server:
+              command: /bin/sh
+              args: ["-c", "if [ -e {{side_dir}}/crashed ]; then exec {SERVER} --port={{port}};
+                     else touch {{side_dir}}/crashed;
+                     exec {SERVER} --port={{port}} --abort-after-requests=2000; fi"]
+            load:
+              path: /plaintext
+              args: [-c, "2"]
+            warmup: 100ms
+            duration: 1s
+            iterations: 1
+            retries: 1
+            variants:
+              one: {{}}
+              two: {{}}
+            """)
+        out_dir = os.path.join(self.dir, "out")
+        code, _, err = self.run_bench("compare", "--variant", "one", "--variant", "two",
+                                      scenario, "--out", out_dir)
+        self.assertEqual(code, 0, err)
+        for label in ("A", "B"):
+            it = self.load(out_dir, f"result-{label}.json")["iterations"][0]
+            self.assertEqual(it["status"], "ok", it.get("error"))
+            self.assertGreater(it["rps"], 0)
+            self.assertEqual(len(it["failed_attempts"]), 1)
+            self.assertIn("aborting at request 2000", it["failed_attempts"][0]["error"])
+        comparison = self.load(out_dir, "comparison.json")
+        runs = sorted((it for r in comparison["sides"] for it in r["iterations"]),
+                      key=lambda it: it["sequence"])
+        self.assertEqual([(it["side"], it["sequence"]) for it in runs], [("A", 0), ("B", 1)])
+        self.assertEqual(len({it["run_id"] for it in runs}), 1)
 
     def test_server_counters_are_read_after_the_load_and_a_limit_fails_the_iteration(self):
         def scenario(name, limit=""):

@@ -385,12 +385,16 @@ def server_command(side: Side, values: Dict[str, str]) -> List[str]:
     return _taskset(server.get("cpus")) + [exe] + [_render(a, values) for a in server["args"]]
 
 
-def run_iteration(session, side: Side, index: int, profile: bool = False) -> Dict[str, Any]:
-    """Runs iteration `index` of `side`; returns its record (status "ok" or "failed")."""
+def run_iteration(session, side: Side, index: int, profile: bool = False,
+                  attempt: int = 0) -> Dict[str, Any]:
+    """Runs iteration `index` of `side`; returns its record (status "ok" or "failed"). `attempt`
+    numbers the runs of an iteration that failed before (scenario key `retries`)."""
     scenario = side.scenario
     server_cfg = scenario["server"]
     load_cfg = scenario["load"]
     name = f"{index:02d}-{side.label}" + ("-profile" if profile else "")
+    if attempt:
+        name += f"-retry{attempt}"
     it_dir = os.path.join(session.run_dir, "iterations", name)
     os.makedirs(it_dir, exist_ok=True)
     record: Dict[str, Any] = {"index": index, "side": side.label, "status": "ok",

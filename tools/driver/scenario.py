@@ -63,7 +63,7 @@ def parse_cpuset(text: str) -> List[int]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The schema. Each key: (type, default, documentation). Types: "str", "int+", "duration",
+# The schema. Each key: (type, default, documentation). Types: "str", "int+", "int" (>= 0), "duration",
 # "cpuset", "label", "args" (a list of strings; numbers are taken as their text), "labels",
 # "bool", ("enum", [...]), ("map", SUBSCHEMA), ("list_of", SUBSCHEMA), ("variants", SUBSCHEMA),
 # "str_map" (string -> string), "number" (>= 0). A default of REQUIRED means the key must be
@@ -158,6 +158,9 @@ SCHEMA = {
     "duration": ("duration", "10s", "measured load per iteration"),
     "iterations": ("int+", 6, "iterations per side (interleaved by round: A B, B A, ...); "
                    "compared round by round when 6 or more rounds have both sides"),
+    "retries": ("int", 0, "a failed iteration runs again, up to this many times, in its place "
+                "in the round; the failed attempts stay in the result and the report (not part "
+                "of the pinned configuration)"),
     "build": (("map", _BUILD_SCHEMA), {}, "how every side is built and published"),
     "first_request": (("map", _FIRST_REQUEST_SCHEMA), {}, "the request timed right after ready"),
     "syscalls": ("bool", False, "count the server's system calls in the measured window (perf)"),
@@ -304,9 +307,10 @@ class _Loader:
             if not isinstance(value, bool):
                 self.fail(key, line, f"must be true or false, not {value!r}")
             return value
-        if kind == "int+":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                self.fail(key, line, f"must be a whole number >= 1, not {value!r}")
+        if kind in ("int+", "int"):
+            least = 1 if kind == "int+" else 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                self.fail(key, line, f"must be a whole number >= {least}, not {value!r}")
             return value
         if kind == "number":
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
@@ -524,7 +528,7 @@ def _kind_name(kind) -> str:
         if kind[0] == "enum":
             return " \\| ".join(kind[1])
         return {"map": "mapping", "list_of": "list of mappings", "variants": "mapping"}[kind[0]]
-    return {"str": "string", "int+": "integer >= 1", "duration": "duration", "cpuset": "CPU list",
+    return {"str": "string", "int+": "integer >= 1", "int": "integer >= 0", "duration": "duration", "cpuset": "CPU list",
             "label": "Bazel label", "args": "list of strings", "labels": "list of labels",
             "bool": "bool", "str_map": "mapping", "partial_server": "mapping",
             "number": "number >= 0"}[kind]

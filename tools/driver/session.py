@@ -175,6 +175,17 @@ class Session:
                 side = by_label[label]
                 profiled = index > data["iterations"]
                 record = runner.run_iteration(self, side, index, profile=profiled)
+                failed_attempts = []
+                while record["status"] != "ok" and len(failed_attempts) < data["retries"]:
+                    reason = (record.get("error") or "unknown error").splitlines()[0]
+                    self.progress.log(f"iteration {index} of {side.name} failed ({reason}); "
+                                      f"running it again")
+                    failed_attempts.append({k: record.get(k) for k in
+                                            ("error", "exit_status", "dir", "started_unix")})
+                    record = runner.run_iteration(self, side, index, profile=profiled,
+                                                  attempt=len(failed_attempts))
+                if failed_attempts:
+                    record["failed_attempts"] = failed_attempts
                 record["run_id"] = run_id
                 record["sequence"] = sequence
                 records[label].append(record)
@@ -310,10 +321,13 @@ def write_json(path: str, data: Any) -> None:
 
 
 def apply_overrides(scenario: Scenario, iterations: Optional[int], duration: Optional[str],
-                    warmup: Optional[str]) -> None:
-    """Command-line overrides become part of the pinned configuration (and the fingerprint)."""
+                    warmup: Optional[str], retries: Optional[int] = None) -> None:
+    """Command-line overrides become part of the pinned configuration (and the fingerprint),
+    retries excepted."""
     if iterations is not None:
         scenario.data["iterations"] = iterations
+    if retries is not None:
+        scenario.data["retries"] = retries
     if duration is not None:
         scenario.data["duration"] = format_duration(parse_duration(duration))
     if warmup is not None:
