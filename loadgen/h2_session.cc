@@ -10,11 +10,58 @@ using http2::ErrorCode;
 using http2::Frame;
 using http2::FrameType;
 
+namespace {
+
+// How every fault of the server's leaves the session: INVALID_ARGUMENT, which the client counts as
+// a bad response before it ends the connection, saying what was wrong and the RFC 9113 error code
+// it carries. Built only on the way out, so the checks themselves stay plain branches.
+Status ServerFault(ErrorCode code, std::string_view what) {
+  std::string message = "HTTP/2: ";
+  message.append(what).append(" (").append(http2::ErrorCodeName(code)).append(")");
+  return InvalidArgumentError(message);
+}
+
+std::string OnStream(std::string_view what, uint32_t id) {
+  return std::string(what) + " on stream " + std::to_string(id);
+}
+
+bool HasUppercase(std::string_view name) {
+  for (char c : name) {
+    if (c >= 'A' && c <= 'Z') return true;
+  }
+  return false;
+}
+
+// 1*DIGIT, as a number; false for anything else (an empty value, a list such as "5, 5") or more
+// than 64 bits.
+bool ParseContentLength(std::string_view s, uint64_t* out) {
+  if (s.empty()) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    const uint64_t d = static_cast<uint64_t>(c - '0');
+    if (v > (UINT64_MAX - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  *out = v;
+  return true;
+}
+
+bool IsHead(const std::vector<std::pair<std::string, std::string>>& fields) {
+  for (const auto& [name, value] : fields) {
+    if (name == ":method") return value == "HEAD";
+  }
+  return false;
+}
+
+}  // namespace
+
 H2Session::H2Session(const Options& options,
                      std::vector<std::pair<std::string, std::string>> fields, std::string body)
     : options_(options),
       fields_(std::move(fields)),
       body_(std::move(body)),
+      head_request_(IsHead(fields_)),
       // Start() grants the whole window at once (WINDOW_UPDATE after SETTINGS).
       connection_window_(std::max(options.window, http2::kDefaultInitialWindowSize)) {
   for (const auto& [name, value] : fields_) field_views_.push_back({name, value});
@@ -54,7 +101,15 @@ uint32_t H2Session::SendRequest(std::string* out) {
     body = body.subspan(n);
   }
   ++open_streams_;
-  streams_.push_back({id, 0, 0, 0});
+  const auto sent = static_cast<uint32_t>(body_.size());
+  send_window_.Consume(sent);
+  streams_.push_back({.id = id,
+                      .status = 0,
+                      .interim = 0,
+                      .body_known = false,
+                      .unacked = 0,
+                      .body_left = 0,
+                      .window = http2::SendWindow(peer_initial_window_ - sent)});
   return id;
 }
 
@@ -77,7 +132,8 @@ Status H2Session::OnInput(const BufferSequence& in, size_t offset, size_t* consu
     const uint32_t length = http2::ReadFrameHeader(header).length;
     if (length > max_frame_size_) {
       *consumed = offset - start;
-      return InvalidArgumentError("HTTP/2: frame larger than our SETTINGS_MAX_FRAME_SIZE");
+      return ServerFault(ErrorCode::kFrameSizeError,
+                         "frame larger than our SETTINGS_MAX_FRAME_SIZE");
     }
     if (in.size() - offset < http2::kFrameHeaderSize + length) break;
     std::span<const uint8_t> bytes =
@@ -88,15 +144,30 @@ Status H2Session::OnInput(const BufferSequence& in, size_t offset, size_t* consu
     if (d.result == DecodeResult::kError) {
       if (d.error.is_connection_error()) {
         *consumed = offset - start;
-        return InvalidArgumentError("HTTP/2: " + d.error.debug());
+        return ServerFault(d.error.code(), d.error.debug());
       }
-      // A malformed frame on one stream: that stream fails, if it is one of ours still open (a
-      // stream that ended, or never was, completes nothing: it was counted once, or never).
-      http2::AppendRstStream(d.error.stream_id(), d.error.code(), out);
-      uint16_t status = 0;
-      if (Close(d.error.stream_id(), &status)) {
-        listener->OnStreamReset(d.error.stream_id(), d.error.code());
+      // A malformed frame on one stream. Where the stream stands decides: a frame that should not
+      // name it at all, or a stream of ours still open (its response cannot be trusted), ends the
+      // connection; on a stream that already ended (counted once) the RST_STREAM suffices. A
+      // header block must not be cut into by it either.
+      const uint32_t stream_id = d.error.stream_id();
+      OpenStream* open = nullptr;
+      Status fault;
+      if (block_stream_ != 0) {
+        fault = ServerFault(ErrorCode::kProtocolError, "CONTINUATION expected");
+      } else if (frame_.type() == FrameType::kPriority) {
+        open = Find(stream_id);  // PRIORITY may name a stream in any state
+      } else {
+        fault = CheckStream(frame_.header.type, stream_id, &open);
       }
+      if (fault.ok() && open != nullptr) {
+        fault = ServerFault(d.error.code(), OnStream(d.error.debug(), stream_id));
+      }
+      if (!fault.ok()) {
+        *consumed = offset - start;
+        return fault;
+      }
+      http2::AppendRstStream(stream_id, d.error.code(), out);
       continue;
     }
     if (Status s = OnFrame(frame_, out, listener); !s.ok()) {
@@ -111,8 +182,9 @@ Status H2Session::OnInput(const BufferSequence& in, size_t offset, size_t* consu
 Status H2Session::OnFrame(const Frame& frame, std::string* out, Listener* listener) {
   const uint32_t id = frame.header.stream_id;
   if (block_stream_ != 0 && frame.type() != FrameType::kContinuation) {
-    return InvalidArgumentError("HTTP/2: CONTINUATION expected");
+    return ServerFault(ErrorCode::kProtocolError, "CONTINUATION expected");
   }
+  OpenStream* open = nullptr;
   switch (frame.type()) {
     case FrameType::kSettings:
       if (frame.has_flag(http2::flags::kAck)) return OkStatus();
@@ -129,6 +201,21 @@ Status H2Session::OnFrame(const Frame& frame, std::string* out, Listener* listen
             block_stable_ = false;
             block_.clear();
             break;
+          case http2::SettingId::kInitialWindowSize: {
+            // Every open stream's send window moves by the change (RFC 9113 §6.9.2); past
+            // 2^31-1 is the connection's FLOW_CONTROL_ERROR. The decoder bounded the value.
+            const int64_t delta = static_cast<int64_t>(s.value) - peer_initial_window_;
+            for (OpenStream& o : streams_) {
+              if (!o.window.Shift(delta)) {
+                return ServerFault(ErrorCode::kFlowControlError,
+                                   OnStream("SETTINGS_INITIAL_WINDOW_SIZE takes the send window "
+                                            "past 2^31-1",
+                                            o.id));
+              }
+            }
+            peer_initial_window_ = s.value;
+            break;
+          }
           default:
             break;
         }
@@ -150,20 +237,41 @@ Status H2Session::OnFrame(const Frame& frame, std::string* out, Listener* listen
       }
       return OkStatus();
     case FrameType::kRstStream: {
+      // On a stream that already ended (the server may reset one after its response), nothing.
+      if (Status s = CheckStream(frame.header.type, id, &open); !s.ok()) return s;
       uint16_t status;
-      if (Close(id, &status)) listener->OnStreamReset(id, frame.error_code);
+      if (open != nullptr && Close(id, &status)) listener->OnStreamReset(id, frame.error_code);
       return OkStatus();
     }
+    case FrameType::kWindowUpdate:
+      // Our bodies go out whole with the request, so the windows only need to stay within 2^31-1
+      // (RFC 9113 §6.9.1). A zero increment never gets here: the decoder refuses it.
+      if (id == 0) {
+        if (!send_window_.Grow(frame.window_increment)) {
+          return ServerFault(ErrorCode::kFlowControlError,
+                             "WINDOW_UPDATE takes the connection's send window past 2^31-1");
+        }
+        return OkStatus();
+      }
+      if (Status s = CheckStream(frame.header.type, id, &open); !s.ok()) return s;
+      if (open != nullptr && !open->window.Grow(frame.window_increment)) {
+        return ServerFault(ErrorCode::kFlowControlError,
+                           OnStream("WINDOW_UPDATE takes the send window past 2^31-1", id));
+      }
+      return OkStatus();
     case FrameType::kHeaders:
+      // Checked before the block is decoded: a fault here ends the connection, so the HPACK
+      // state that skipping the block would break is not used again.
+      if (Status s = CheckStream(frame.header.type, id, &open); !s.ok()) return s;
       block_stream_ = id;
       block_end_stream_ = frame.has_flag(http2::flags::kEndStream);
       block_status_ = 0;
-      block_status_bad_ = false;
+      block_status_bad_ = block_length_seen_ = block_length_bad_ = block_name_bad_ = false;
       block_frame_bytes_ = block_list_bytes_ = 0;
       [[fallthrough]];
     case FrameType::kContinuation: {
       if (block_stream_ == 0 || id != block_stream_) {
-        return InvalidArgumentError("HTTP/2: CONTINUATION without HEADERS");
+        return ServerFault(ErrorCode::kProtocolError, "CONTINUATION without HEADERS");
       }
       // Endless CONTINUATION frames (empty ones too) or a header list that decodes to far more
       // than it took on the wire end the connection, as an oversized HTTP/1.1 head does.
@@ -175,6 +283,21 @@ Status H2Session::OnFrame(const Frame& frame, std::string* out, Listener* listen
       Status s = decoder_.Decode(
           frame.payload, final, [this](std::string_view name, std::string_view value) {
             block_list_bytes_ += name.size() + value.size() + 32;
+            // A block the decoder replays from the last one it kept has the fields that block
+            // had, and those passed this check (a name that failed it ended the connection).
+            if (!block_name_bad_ && !decoder_.replayed() && HasUppercase(name)) {
+              block_name_bad_ = true;
+              block_name_text_.assign(name.substr(0, 32));
+            }
+            if (name == "content-length") {
+              uint64_t v = 0;
+              if (!ParseContentLength(value, &v) || (block_length_seen_ && v != block_length_)) {
+                block_length_bad_ = true;
+              }
+              block_length_ = v;
+              block_length_seen_ = true;
+              return;
+            }
             if (name != ":status") return;
             const bool digits =
                 value.size() == 3 && std::all_of(value.begin(), value.end(),
@@ -193,77 +316,133 @@ Status H2Session::OnFrame(const Frame& frame, std::string* out, Listener* listen
       }
       if (!final) return OkStatus();
       block_stream_ = 0;
-      auto it = std::find_if(streams_.begin(), streams_.end(),
-                             [id](const OpenStream& o) { return o.id == id; });
-      if (it == streams_.end()) return OkStatus();
       // A malformed response (RFC 9113 §8.1.1) ends the connection: the server is broken, and
       // counting it as answered would hide that.
       if (block_status_bad_) {
-        return InvalidArgumentError("HTTP/2: invalid :status \"" + block_status_text_ + "\"");
+        return ServerFault(ErrorCode::kProtocolError,
+                           "invalid :status \"" + block_status_text_ + "\"");
       }
-      if (it->status != 0) {
+      if (block_name_bad_) {
+        return ServerFault(ErrorCode::kProtocolError,
+                           "uppercase in header field name \"" + block_name_text_ + "\"");
+      }
+      // Found again rather than kept from the HEADERS: requests sent between this block's
+      // frames may have moved the streams.
+      open = Find(id);
+      if (open == nullptr) return OkStatus();  // CheckStream let only open streams in
+      if (open->status != 0) {
         // Trailers: no pseudo-fields, and they end the stream.
         if (block_status_ != 0 || !block_end_stream_) {
-          return InvalidArgumentError(
-              "HTTP/2: a header block after the response head that is not "
-              "trailers");
+          return ServerFault(ErrorCode::kProtocolError,
+                             "a header block after the response head that is not trailers");
         }
       } else if (block_status_ == 0) {
-        return InvalidArgumentError("HTTP/2: response head without :status");
+        return ServerFault(ErrorCode::kProtocolError, "response head without :status");
       } else if (block_status_ < 200) {
-        if (block_status_ == 101) return InvalidArgumentError("HTTP/2: unexpected 101");
-        if (block_end_stream_) return InvalidArgumentError("HTTP/2: a 1xx head ends the stream");
-        if (++it->interim > kMaxInterimHeads) {
-          return InvalidArgumentError("HTTP/2: too many 1xx responses");
+        if (block_status_ == 101) return ServerFault(ErrorCode::kProtocolError, "unexpected 101");
+        if (block_end_stream_) {
+          return ServerFault(ErrorCode::kProtocolError, "a 1xx head ends the stream");
+        }
+        if (++open->interim > kMaxInterimHeads) {
+          return ServerFault(ErrorCode::kProtocolError, "too many 1xx responses");
         }
       } else {
-        it->status = block_status_;
+        // The final head: how much content the DATA must add up to (RFC 9113 §8.1.1).
+        if (block_length_bad_) {
+          return ServerFault(ErrorCode::kProtocolError, "invalid content-length");
+        }
+        open->status = block_status_;
+        if (head_request_ || block_status_ == 204 || block_status_ == 304) {
+          open->body_known = true;  // no content, whatever content-length says
+          open->body_left = 0;
+        } else if (block_length_seen_) {
+          open->body_known = true;
+          open->body_left = block_length_;
+        }
       }
-      if (block_end_stream_) EndStream(id, listener);
+      if (block_end_stream_) return EndResponse(*open, listener);
       return OkStatus();
     }
     case FrameType::kData: {
       const uint32_t length = frame.header.length;
       if (!connection_window_.OnData(length)) {
-        return InvalidArgumentError("HTTP/2: DATA beyond our connection window");
+        return ServerFault(ErrorCode::kFlowControlError, "DATA beyond our connection window");
       }
       data_bytes_ += frame.payload.size();
       if (uint32_t inc = connection_window_.OnConsumed(length); inc > 0) {
         http2::AppendWindowUpdate(0, inc, out);
       }
-      auto u = std::find_if(streams_.begin(), streams_.end(),
-                            [id](const OpenStream& o) { return o.id == id; });
-      if (u != streams_.end() && u->status == 0) {
-        return InvalidArgumentError("HTTP/2: DATA before the response head");
+      // DATA passes CheckStream only on an open stream of ours.
+      if (Status s = CheckStream(frame.header.type, id, &open); !s.ok()) return s;
+      if (open->status == 0) {
+        return ServerFault(ErrorCode::kProtocolError, "DATA before the response head");
       }
-      if (u != streams_.end()) {
-        u->unacked += length;
-        if (u->unacked >= options_.window / 2 && !frame.has_flag(http2::flags::kEndStream)) {
-          http2::AppendWindowUpdate(id, u->unacked, out);
-          u->unacked = 0;
+      // Content (padding aside) beyond what the head declared, or any on a response that has
+      // none, is malformed.
+      if (open->body_known) {
+        if (frame.payload.size() > open->body_left) {
+          return ServerFault(ErrorCode::kProtocolError,
+                             OnStream("DATA beyond the response's content-length (none for "
+                                      "HEAD, 204, 304)",
+                                      id));
         }
+        open->body_left -= frame.payload.size();
       }
-      if (frame.has_flag(http2::flags::kEndStream)) EndStream(id, listener);
+      if (frame.has_flag(http2::flags::kEndStream)) return EndResponse(*open, listener);
+      open->unacked += length;
+      if (open->unacked >= options_.window / 2) {
+        http2::AppendWindowUpdate(id, open->unacked, out);
+        open->unacked = 0;
+      }
       return OkStatus();
     }
     case FrameType::kPushPromise:
-      return InvalidArgumentError("HTTP/2: PUSH_PROMISE although push is disabled");
+      return ServerFault(ErrorCode::kProtocolError, "PUSH_PROMISE although push is disabled");
     default:
-      return OkStatus();  // PRIORITY, WINDOW_UPDATE (our bodies are small), extensions
+      return OkStatus();  // PRIORITY (any stream may carry one), extensions
   }
 }
 
-void H2Session::EndStream(uint32_t id, Listener* listener) {
+Status H2Session::CheckStream(uint8_t type, uint32_t id, OpenStream** open) {
+  *open = nullptr;
+  // Our ids are odd and handed out in order; the server may open none (push is off).
+  if ((id & 1) == 0 || id >= next_stream_id_) {
+    return ServerFault(ErrorCode::kProtocolError,
+                       OnStream(http2::FrameTypeName(type), id) + ", which we never opened");
+  }
+  *open = Find(id);
+  if (*open == nullptr && (type == static_cast<uint8_t>(FrameType::kHeaders) ||
+                           type == static_cast<uint8_t>(FrameType::kData))) {
+    // The server ended it (END_STREAM, or its RST_STREAM): we reset none of ours and go on.
+    return ServerFault(ErrorCode::kStreamClosed,
+                       OnStream(http2::FrameTypeName(type), id) + " after the server ended it");
+  }
+  return OkStatus();
+}
+
+Status H2Session::EndResponse(const OpenStream& stream, Listener* listener) {
+  if (stream.body_known && stream.body_left != 0) {
+    return ServerFault(ErrorCode::kProtocolError,
+                       OnStream("END_STREAM before the response's content-length", stream.id));
+  }
+  const uint32_t id = stream.id;
   uint16_t status;
   if (Close(id, &status)) listener->OnResponse(id, status);
+  return OkStatus();
+}
+
+H2Session::OpenStream* H2Session::Find(uint32_t id) {
+  for (OpenStream& o : streams_) {
+    if (o.id == id) return &o;
+  }
+  return nullptr;
 }
 
 bool H2Session::Close(uint32_t id, uint16_t* status) {
-  auto it = std::find_if(streams_.begin(), streams_.end(),
-                         [id](const OpenStream& o) { return o.id == id; });
-  if (it == streams_.end()) return false;
-  *status = it->status;
-  *it = streams_.back();
+  OpenStream* o = Find(id);
+  if (o == nullptr) return false;
+  *status = o->status;
+  *o = streams_.back();
   streams_.pop_back();
   --open_streams_;
   return true;

@@ -14,10 +14,18 @@
 // defaults) and return consumed DATA in WINDOW_UPDATEs batched at half a window; request bodies
 // must fit the server's initial stream window (ValidateSpec limits them to 16 KiB).
 //
-// A malformed response (RFC 9113 §8.1.1: no :status, one that is not three digits in 100-599,
-// DATA before the head, a second head that is not trailers, a 1xx ending the stream) ends the
-// connection with INVALID_ARGUMENT, counted as a bad response, as HTTP/1.1's are; an oversized
-// header block, RESOURCE_EXHAUSTED.
+// A server that breaks the protocol ends the connection with INVALID_ARGUMENT, counted as a bad
+// response, as HTTP/1.1's are; the message names the RFC 9113 error code. That covers a malformed
+// response (§8.1.1: no :status, one that is not three digits in 100-599, DATA before the head, a
+// second head that is not trailers, a 1xx ending the stream, DATA that disagrees with
+// content-length, an uppercase field name), a frame on a stream we never opened (PROTOCOL_ERROR),
+// HEADERS or DATA on a stream the server already ended (STREAM_CLOSED), a WINDOW_UPDATE or
+// SETTINGS_INITIAL_WINDOW_SIZE that takes one of our send windows past 2^31-1
+// (FLOW_CONTROL_ERROR), and any stream error the decoder finds on a stream of ours still open (the
+// response on it cannot be trusted). An oversized header block is RESOURCE_EXHAUSTED.
+//
+// A response to HEAD, and a 204 or 304, carries no content whatever its content-length says:
+// DATA with any payload on one is malformed.
 //
 // Thread contract: thread-compatible (one connection's loop).
 #ifndef SLUICE_LOADGEN_H2_SESSION_H_
@@ -81,6 +89,13 @@ class H2Session {
   }
   // The id the next SendRequest uses.
   uint32_t next_stream_id() const { return next_stream_id_; }
+  // The server's SETTINGS_MAX_CONCURRENT_STREAMS is 0 and none of our streams is open: nothing
+  // can be sent, and no answer is pending that would bring the connection back to life. Only
+  // another SETTINGS from the server can raise the limit (RFC 9113 §5.1.2 asks servers to keep a
+  // zero short); the client bounds the wait (Http2Client).
+  bool stalled_by_peer_limit() const {
+    return peer_max_streams_ == 0 && open_streams_ == 0 && !goaway_;
+  }
   // Appends one request's frames; returns its stream id (0 if the ids ran out: reconnect).
   uint32_t SendRequest(std::string* out);
 
@@ -99,12 +114,34 @@ class H2Session {
   uint64_t data_bytes() const { return data_bytes_; }
 
  private:
+  struct OpenStream {
+    uint32_t id;
+    uint16_t status;   // 0 until the response head arrived
+    uint8_t interim;   // interim (1xx) heads before the final one
+    bool body_known;   // body_left bounds the content (content-length, or none for HEAD/204/304)
+    uint32_t unacked;  // DATA not yet returned in a WINDOW_UPDATE
+    uint64_t body_left;
+    // What we may still send on the stream; tracked only to refuse a window past 2^31-1.
+    http2::SendWindow window;
+  };
+
   [[nodiscard]] Status OnFrame(const http2::Frame& frame, std::string* out, Listener* listener);
-  void EndStream(uint32_t id, Listener* listener);
+  // Whether a frame of `type` may name stream `id` (not 0), RFC 9113 §5.1: sets *open to our
+  // stream of that id if it is open, else null. Returns the fault that ends the connection:
+  // anything on a stream we never opened (an even id, as push is off, or an odd id we have not
+  // used yet: idle), HEADERS or DATA on one the server already ended.
+  [[nodiscard]] Status CheckStream(uint8_t type, uint32_t id, OpenStream** open);
+  // The response on `stream` ended (END_STREAM): reported to `listener` unless its content fell
+  // short of its content-length, which is returned as the fault.
+  [[nodiscard]] Status EndResponse(const OpenStream& stream, Listener* listener);
+  // Our open stream `id`, or null.
+  OpenStream* Find(uint32_t id);
 
   const Options options_;
   const std::vector<std::pair<std::string, std::string>> fields_;
   const std::string body_;
+  // The request is a HEAD: its responses carry no content.
+  const bool head_request_;
   http2::HpackEncoder encoder_;
   http2::HpackDecoder decoder_;
   std::vector<http2::HeaderField> field_views_;
@@ -116,6 +153,10 @@ class H2Session {
   std::vector<uint8_t> frame_scratch_;
   http2::Frame frame_;
   http2::ReceiveWindow connection_window_;
+  // What we may still send on the connection, and the server's SETTINGS_INITIAL_WINDOW_SIZE
+  // (stream send windows start there).
+  http2::SendWindow send_window_;
+  int64_t peer_initial_window_ = http2::kDefaultInitialWindowSize;
   uint32_t next_stream_id_ = 1;
   uint32_t open_streams_ = 0;
   uint32_t peer_max_streams_ = 100;
@@ -128,16 +169,18 @@ class H2Session {
   // The block's :status was not three digits in 100-599, or came twice (its text, for the error).
   bool block_status_bad_ = false;
   std::string block_status_text_;
+  // The block's content-length (block_length_seen_), or that it was not one number, or two
+  // different ones (block_length_bad_).
+  uint64_t block_length_ = 0;
+  bool block_length_seen_ = false;
+  bool block_length_bad_ = false;
+  // A field name with an uppercase letter (RFC 9113 §8.2.1), and the name, for the error.
+  bool block_name_bad_ = false;
+  std::string block_name_text_;
   // The block's frame bytes, and its decoded header list's size as RFC 7541 counts it (name,
   // value and 32 per field): both bounded, as an HTTP/1.1 head is.
   size_t block_frame_bytes_ = 0;
   size_t block_list_bytes_ = 0;
-  struct OpenStream {
-    uint32_t id;
-    uint16_t status;   // 0 until the response head arrived
-    uint32_t unacked;  // DATA not yet returned in a WINDOW_UPDATE
-    uint8_t interim;   // interim (1xx) heads before the final one
-  };
   // Removes `id` from streams_; false if it is not open.
   bool Close(uint32_t id, uint16_t* status);
 

@@ -1,5 +1,6 @@
 #include "loadgen/http2_client.h"
 
+#include <chrono>
 #include <string>
 #include <utility>
 
@@ -80,12 +81,9 @@ bool Http2Client::FlushOutput() {
     owed_while_waiting_ = output_waiting() ? owed_while_waiting_ + out_.size() : 0;
     if (owed_while_waiting_ > kMaxOwedWhileWaiting) {
       out_.clear();
-      const int64_t now = NowNs();
-      w_->CountError(&ErrorCounts::bad_response,
-                     ResourceExhaustedError("HTTP/2: the server sends frames that need answers "
-                                            "(PING, SETTINGS) and does not read the answers"),
-                     now);
-      Drop(now);
+      Fail(ResourceExhaustedError("HTTP/2: the server sends frames that need answers "
+                                  "(PING, SETTINGS) and does not read the answers"),
+           NowNs());
       return false;
     }
     const Status s = Out().Write(out_);
@@ -108,10 +106,7 @@ bool Http2Client::OnInput(ReadResult& in, int64_t now) {
   w_->RecordRead(consumed, now);
   In().AdvanceTo(consumed, in.buffer.size()).IgnoreError();
   if (!s.ok()) {
-    w_->CountError(
-        s.code() == StatusCode::kUnavailable ? &ErrorCounts::read : &ErrorCounts::bad_response, s,
-        now);
-    Drop(now);
+    Fail(s, now);
     return false;
   }
   if (in.is_completed) {
@@ -134,8 +129,39 @@ bool Http2Client::OnInput(ReadResult& in, int64_t now) {
   }
   FillPipeline(now);
   if (generation != this->generation()) return false;
+  WatchStall();
   if (!out_.empty()) (void)FlushOutput();
   return generation == this->generation();
+}
+
+void Http2Client::Fail(const Status& why, int64_t now) {
+  w_->CountError(
+      why.code() == StatusCode::kUnavailable ? &ErrorCounts::read : &ErrorCounts::bad_response, why,
+      now);
+  Drop(now);
+}
+
+void Http2Client::WatchStall() {
+  // Only input changes the answer (a SETTINGS, a stream ending), so this runs after each read.
+  const bool stalled = session_->stalled_by_peer_limit();
+  if (stalled == (stall_timer_ != 0)) return;
+  if (!stalled) {
+    w_->loop()->CancelTimer(stall_timer_);
+    stall_timer_ = 0;
+    return;
+  }
+  const uint64_t generation = this->generation();
+  stall_timer_ =
+      w_->loop()->RunAfter(std::chrono::nanoseconds(w_->timeout_ns()), [this, generation] {
+        // A closed connection cancelled the timer; the generation guards a late call anyway.
+        if (generation != this->generation()) return;
+        stall_timer_ = 0;
+        if (w_->finished() || !session_->stalled_by_peer_limit()) return;
+        Fail(ResourceExhaustedError("HTTP/2: the server's SETTINGS_MAX_CONCURRENT_STREAMS stayed "
+                                    "0 for the request timeout with none of our streams open: "
+                                    "no request could be sent"),
+             NowNs());
+      });
 }
 
 void Http2Client::OnResponse(uint32_t id, uint16_t status) {
@@ -177,6 +203,10 @@ const Client::InFlight* Http2Client::Overdue(int64_t now) const {
 }
 
 void Http2Client::OnClosed() {
+  if (stall_timer_ != 0) {
+    w_->loop()->CancelTimer(stall_timer_);
+    stall_timer_ = 0;
+  }
   session_.reset();
   out_.clear();
   slots_.clear();

@@ -7,9 +7,18 @@
 //   c->Connect();
 //
 // A GOAWAY fails the streams above its last stream id, and the connection is replaced once the
-// ones below are answered; a RST_STREAM fails its stream alone.
+// ones below are answered; a RST_STREAM fails its stream alone. A server that breaks the protocol
+// (H2Session's faults) costs the connection, counted as a bad response.
 //
-// Thread contract: as Client (the worker's loop thread).
+// A server whose SETTINGS_MAX_CONCURRENT_STREAMS is 0 while none of our streams is open leaves the
+// connection with nothing to send and nothing to wait for. RFC 9113 §5.1.2 allows a zero for a
+// while (the server may raise it again with another SETTINGS), so we do not give up at once:
+// waiting as long as a request may stay unanswered (the run's timeout) is the same bound a
+// request in flight gets. If the limit is still 0 then, the connection ends as a bad response
+// naming the setting, and a new connection is tried (at most once per timeout, so a server that
+// keeps the limit at 0 shows up as one error per timeout per connection, never as a silent run).
+//
+// Thread contract: as Client (the worker's loop thread); the stall timer runs there too.
 #ifndef SLUICE_LOADGEN_HTTP2_CLIENT_H_
 #define SLUICE_LOADGEN_HTTP2_CLIENT_H_
 
@@ -20,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/event_loop.h"
 #include "core/pipe.h"
 #include "core/status.h"
 #include "http2/frame.h"
@@ -61,6 +71,12 @@ class Http2Client final : public Client, private H2Session::Listener {
   size_t SlotOf(uint32_t id) const { return (id >> 1) & (slots_.size() - 1); }
   // Fails every stream in flight above `above_id` (measured ones count as failed).
   void FailStreams(uint32_t above_id);
+  // Ends the connection for `why`: counted as a read error if UNAVAILABLE (the server's GOAWAY
+  // with an error), as a bad response otherwise (the server broke the protocol).
+  void Fail(const Status& why, int64_t now);
+  // Arms the stall timer when the session becomes stalled_by_peer_limit(), cancels it when the
+  // server lets streams open again.
+  void WatchStall();
   // Writes the frames we owe the server, then flushes (Client::Flush). False if the flush is
   // pending or the connection was dropped.
   bool FlushOutput();
@@ -76,6 +92,8 @@ class Http2Client final : public Client, private H2Session::Listener {
   size_t in_flight_ = 0;
   // The time of the input being decoded, for the listener's completions.
   int64_t input_now_ = 0;
+  // Armed while the server's stream limit of 0 keeps the connection idle (0: not armed).
+  EventLoop::TimerId stall_timer_ = 0;
 };
 
 }  // namespace sluice::loadgen
