@@ -795,7 +795,9 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
     if (block_.refused) {
       counters_->refused_streams.fetch_add(1, std::memory_order_relaxed);
       ReportRejected(ErrorCode::kRefusedStream);
-      return ResetForPeerError(id, ErrorCode::kRefusedStream);
+      // Not charged to the reset bucket: nothing was started for it, and a client may open
+      // streams past the limit before our SETTINGS reach it.
+      ResetStream(id, ErrorCode::kRefusedStream);
     }
     return std::nullopt;
   }
