@@ -1529,54 +1529,42 @@ class LimitsTest(ConformanceTestCase):
 class AbuseTest(ConformanceTestCase):
     pool_peak_bound = 256 * 1024
 
-    def test_rapid_reset_is_enhance_your_calm(self):
-        # Responses wait for our window of 0, so every reset cancels a live stream.
+    # Frames that end a live stream: the peer's own reset, or a stream error it provokes
+    # (CVE-2025-8671, "MadeYouReset": a WINDOW_UPDATE of 0 on an open stream makes the server
+    # reset it). Both spend one bucket.
+    CANCEL_FRAMES = {
+        "reset": lambda sid: raw_frame(RST_STREAM, 0, sid, u32(h2h.CANCEL)),
+        "provoked": lambda sid: raw_frame(WINDOW_UPDATE, 0, sid, u32(0)),
+    }
+
+    def open_and_end_streams(self, count, how):
+        """Opens `count` streams and ends each at once with a CANCEL_FRAMES[how]. Responses wait
+        for our window of 0, so each one ends a live stream."""
         peer = self.connect(settings={INITIAL_WINDOW_SIZE: 0})
         out = b""
-        for i in range(300):  # the default burst is 200
+        for i in range(count):
             sid = 1 + 2 * i
             out += raw_frame(HEADERS, END_STREAM | END_HEADERS, sid, peer.header_block(request()))
-            out += raw_frame(RST_STREAM, 0, sid, u32(h2h.CANCEL))
+            out += self.CANCEL_FRAMES[how](sid)
         peer.send(out)
+        return peer
+
+    def test_rapid_reset_is_enhance_your_calm(self):
+        peer = self.open_and_end_streams(300, "reset")  # the default burst is 200
         self.assert_connection_error(peer, h2h.ENHANCE_YOUR_CALM, "RST_STREAM: rapid reset flood")
 
-    def test_resets_within_the_burst_are_allowed(self):
-        peer = self.connect(settings={INITIAL_WINDOW_SIZE: 0})
-        out = b""
-        for i in range(50):
-            sid = 1 + 2 * i
-            out += raw_frame(HEADERS, END_STREAM | END_HEADERS, sid, peer.header_block(request()))
-            out += raw_frame(RST_STREAM, 0, sid, u32(h2h.CANCEL))
-        peer.send(out)
-        peer.barrier()
-        peer.send_frame(hf.SettingsFrame(0, settings={INITIAL_WINDOW_SIZE: 65535}))
-        self.assert_get_served(peer, 101)
-
     def test_provoked_resets_are_enhance_your_calm(self):
-        # CVE-2025-8671 ("MadeYouReset"): the peer never sends RST_STREAM, but makes the server
-        # reset each live stream with a stream error (WINDOW_UPDATE of 0 on an open stream).
-        # Those resets spend the same bucket.
-        peer = self.connect(settings={INITIAL_WINDOW_SIZE: 0})
-        out = b""
-        for i in range(300):  # the default burst is 200
-            sid = 1 + 2 * i
-            out += raw_frame(HEADERS, END_STREAM | END_HEADERS, sid, peer.header_block(request()))
-            out += raw_frame(WINDOW_UPDATE, 0, sid, u32(0))
-        peer.send(out)
+        peer = self.open_and_end_streams(300, "provoked")
         self.assert_connection_error(peer, h2h.ENHANCE_YOUR_CALM,
                                      "too many stream errors: reset flood")
 
-    def test_provoked_resets_within_the_burst_are_allowed(self):
-        peer = self.connect(settings={INITIAL_WINDOW_SIZE: 0})
-        out = b""
-        for i in range(50):
-            sid = 1 + 2 * i
-            out += raw_frame(HEADERS, END_STREAM | END_HEADERS, sid, peer.header_block(request()))
-            out += raw_frame(WINDOW_UPDATE, 0, sid, u32(0))
-        peer.send(out)
-        peer.barrier()
-        peer.send_frame(hf.SettingsFrame(0, settings={INITIAL_WINDOW_SIZE: 65535}))
-        self.assert_get_served(peer, 101)
+    def test_resets_within_the_burst_are_allowed(self):
+        for how in self.CANCEL_FRAMES:
+            with self.subTest(how=how):
+                peer = self.open_and_end_streams(50, how)
+                peer.barrier()
+                peer.send_frame(hf.SettingsFrame(0, settings={INITIAL_WINDOW_SIZE: 65535}))
+                self.assert_get_served(peer, 101)
 
     def test_continuation_flood_of_frames_is_enhance_your_calm(self):
         peer = self.connect()
