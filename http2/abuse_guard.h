@@ -46,10 +46,11 @@ class AbuseGuard {
   std::optional<Http2Error> OnStreamOpened();
   // The peer reset a stream whose response had not completed.
   std::optional<Http2Error> OnStreamReset(Clock::time_point now);
-  // The connection reset a stream because of what the peer sent (a stream error, a malformed
-  // request; not a stream refused for the concurrency limit). It spends a token of the same bucket:
-  // a peer that makes the server reset streams (the CVE-2025-8671 "MadeYouReset" shape) gets the
-  // work of a cancelled stream started as cheaply as one that resets them itself.
+  // The connection reset a live stream (its response not ended) because of what the peer sent:
+  // a stream error, a malformed request body or trailers (not a stream refused for the
+  // concurrency limit, nor a frame on a stream already closed). It spends a token of the same
+  // bucket: a peer that makes the server reset streams (the CVE-2025-8671 "MadeYouReset" shape)
+  // gets the work of a cancelled stream started as cheaply as one that resets them itself.
   std::optional<Http2Error> OnStreamErrorSent(Clock::time_point now);
   std::optional<Http2Error> OnSettings();
   std::optional<Http2Error> OnPing();

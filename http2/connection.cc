@@ -959,6 +959,8 @@ std::optional<Http2Error> Connection::OnData(const Frame& frame) {
       return Http2Error::Connection(ErrorCode::kProtocolError, "DATA: on an idle stream");
     }
     if (RecentlyReset(id)) return std::nullopt;  // in flight when we reset it
+    // A stream opened after our GOAWAY's last id was ignored, and so is its body (RFC 9113 §6.8).
+    if (goaway_sent_ && id > goaway_last_stream_id_) return std::nullopt;
     return Http2Error::Stream(id, ErrorCode::kStreamClosed, "DATA: on a closed stream");
   }
   std::shared_ptr<Stream> s = it->second;
@@ -1067,7 +1069,14 @@ void Connection::ResetStream(uint32_t id, ErrorCode code) {
 }
 
 std::optional<Http2Error> Connection::ResetForPeerError(uint32_t id, ErrorCode code) {
+  // Charged only when the reset ends a stream whose request was under way and whose response had
+  // not ended: what a peer that resets streams itself gets, and every way of provoking a reset
+  // that costs work. A frame on a stream long closed (a body still in flight on one we refused,
+  // say) costs the reset frame and nothing more.
+  auto it = streams_.find(id);
+  const bool live = it != streams_.end() && !it->second->response_done_;
   ResetStream(id, code);
+  if (!live) return std::nullopt;
   return guard_.OnStreamErrorSent(AbuseGuard::Clock::now());
 }
 

@@ -150,7 +150,8 @@ class Connection final : public http::ProtocolConnection,
                    telemetry::ErrorType exchange_error = telemetry::ErrorType::kProtocolError);
   void ResetStream(uint32_t id, ErrorCode code);
   // ResetStream for a stream error the peer's frames caused, charged to the abuse guard's reset
-  // bucket: the connection error to send when the bucket is empty, or nullopt.
+  // bucket when it ends a live stream (one in the table whose response has not ended): the
+  // connection error to send when the bucket is empty, or nullopt.
   std::optional<Http2Error> ResetForPeerError(uint32_t id, ErrorCode code);
   // Telemetry of a stream reset before it was dispatched (http::ReportRejected).
   void ReportRejected(ErrorCode code);

@@ -1490,11 +1490,16 @@ class LimitsTest(ConformanceTestCase):
     def test_streams_over_max_concurrent_streams_are_refused(self):
         peer = self.connect(settings={INITIAL_WINDOW_SIZE: 0})  # responses wait: streams stay open
         limit = peer.server_settings[MAX_CONCURRENT_STREAMS]
-        # More refused streams than the reset bucket's burst (200): refusals are not charged to
-        # it (a client may open past the limit before our SETTINGS reach it).
+        # More refused streams than the reset bucket's burst (200), the refused ones uploads whose
+        # bodies are in flight: neither the refusals nor the resets of those bodies are charged
+        # to it (a client may open past the limit before our SETTINGS reach it).
         sids = [1 + 2 * i for i in range(limit + 250)]
-        peer.send(b"".join(raw_frame(HEADERS, END_STREAM | END_HEADERS, sid,
-                                     peer.header_block(request())) for sid in sids))
+        out = b"".join(raw_frame(HEADERS, END_STREAM | END_HEADERS, sid,
+                                 peer.header_block(request())) for sid in sids[:limit])
+        for sid in sids[limit:]:
+            out += raw_frame(HEADERS, END_HEADERS, sid, peer.header_block(request(method="POST")))
+        out += b"".join(raw_frame(DATA, END_STREAM, sid, b"x") for sid in sids[limit:])
+        peer.send(out)
         for sid in sids[limit:]:
             self.assert_stream_error(peer, sid, h2h.REFUSED_STREAM)
         peer.send_frame(hf.SettingsFrame(0, settings={INITIAL_WINDOW_SIZE: 65535}))
@@ -1874,8 +1879,13 @@ class GracefulShutdownTest(unittest.TestCase):
         goaway, _ = peer.until(lambda f: isinstance(f, hf.GoAwayFrame), "GOAWAY")
         self.assertEqual(error_name(goaway.error_code), "NO_ERROR", describe(goaway))
         self.assertEqual(goaway.last_stream_id, 1, describe(goaway))
-        # A stream opened after the GOAWAY is not processed (§6.8).
+        # A stream opened after the GOAWAY is not processed (§6.8), and neither is the body of
+        # one: no answer, no reset.
         peer.get(3)
+        peer.send(raw_frame(HEADERS, END_HEADERS, 5, peer.header_block(request("/echo", "POST"))) +
+                  raw_frame(DATA, END_STREAM, 5, b"x"))
+        self.assertEqual([describe(f) for f in peer.barrier()
+                          if isinstance(f, (hf.HeadersFrame, hf.RstStreamFrame))], [])
         peer.send_frame(hf.SettingsFrame(0, settings={INITIAL_WINDOW_SIZE: 65535}))
         r = peer.collect([1])[1]
         self.assertIsNone(r.reset)
