@@ -692,11 +692,8 @@ void Connection::OnTimer(Deadline deadline) {
         !response_ended_.load(std::memory_order_acquire)) {
       return;
     }
-    if (handler_on_worker_) {
-      // Its handler has not returned yet (the body is its until then): another period.
-      ArmTimer(options_.unfinished_request_timeout, Deadline::kUnfinishedRequest);
-      return;
-    }
+    // MaybeFinishExchange arms this deadline only once the handler has returned (not on a
+    // worker any more), and a new exchange replaces it: the body is the loop's here.
     // The answer left and the rest of the request did not come: no further request on this
     // connection. A handler still reading the body learns that it ends here.
     counters_->unfinished_request_closes.fetch_add(1, std::memory_order_relaxed);
