@@ -156,7 +156,11 @@ void Http2Client::WatchStall() {
         // A closed connection cancelled the timer; the generation guards a late call anyway.
         if (generation != this->generation()) return;
         stall_timer_ = 0;
-        if (w_->finished() || !session_->stalled_by_peer_limit()) return;
+        // Nothing left for this connection to send (the drain, or a -n run whose requests are
+        // all claimed): the server's limit keeps nothing from going out.
+        if (w_->finished() || !w_->WantsToSend(*this) || !session_->stalled_by_peer_limit()) {
+          return;
+        }
         Fail(ResourceExhaustedError("HTTP/2: the server's SETTINGS_MAX_CONCURRENT_STREAMS stayed "
                                     "0 for the request timeout with none of our streams open: "
                                     "no request could be sent"),
