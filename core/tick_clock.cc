@@ -41,25 +41,27 @@ uint64_t TickClock::SteadyNanos() {
 #if defined(__x86_64__)
 namespace {
 
-// One steady_clock reading and the TSC at the same instant: the reading is bracketed by two TSC
-// reads, and of a few tries the one with the narrowest bracket is kept, its midpoint taken. A
+// One reading of another clock and the TSC at the same instant: the reading is bracketed by two
+// TSC reads, and of a few tries the one with the narrowest bracket is kept, its midpoint taken. A
 // thread preempted between the two reads (a millisecond is common on a busy machine) would
 // otherwise skew the calibration by that much; a bracket of ~100 ns is off by at most half that.
 struct Pair {
-  uint64_t tsc;
-  uint64_t ns;
+  uint64_t tsc = 0;
+  int64_t ns = 0;
+  bool ok = false;  // some try had its second TSC read at or after its first
 };
 
-Pair ReadPair(uint64_t (*steady)()) {
-  Pair best{0, 0};
+template <typename Clock>
+Pair ReadPair(Clock clock) {
+  Pair best;
   uint64_t best_width = UINT64_MAX;
   for (int i = 0; i < 8; ++i) {
     const uint64_t a = __rdtsc();
-    const uint64_t ns = steady();
+    const int64_t ns = clock();
     const uint64_t b = __rdtsc();
     if (b >= a && b - a < best_width) {
       best_width = b - a;
-      best = Pair{a + (b - a) / 2, ns};
+      best = Pair{a + (b - a) / 2, ns, true};
     }
   }
   return best;
@@ -75,16 +77,19 @@ TickClock::Calibration TickClock::Calibrate() {
 #if defined(__x86_64__)
   if (InvariantTsc()) {
     // The ratio over a 200 µs spin, its two ends read as bracketed pairs.
-    const Pair p0 = ReadPair(&SteadyNanos);
-    uint64_t ns = p0.ns;
-    while (ns - p0.ns < 200'000) ns = SteadyNanos();
-    const Pair p1 = ReadPair(&SteadyNanos);
-    if (p1.tsc > p0.tsc && p1.ns > p0.ns) {
+    const auto steady = [] { return static_cast<int64_t>(SteadyNanos()); };
+    const Pair p0 = ReadPair(steady);
+    int64_t ns = p0.ns;
+    while (ns - p0.ns < 200'000) ns = steady();
+    const Pair p1 = ReadPair(steady);
+    // The wall-clock anchor the same way, so ToUnixNanos is not off by a preemption either.
+    const Pair anchor = ReadPair(&UnixNanos);
+    if (p0.ok && p1.ok && anchor.ok && p1.tsc > p0.tsc && p1.ns > p0.ns) {
       c.tsc = true;
       c.ns_per_tick = static_cast<double>(p1.ns - p0.ns) / static_cast<double>(p1.tsc - p0.tsc);
       c.ns_per_tick_q32 = static_cast<uint64_t>(std::ldexp(c.ns_per_tick, 32) + 0.5);
-      c.unix_ns0 = UnixNanos();
-      c.ticks0 = __rdtsc();
+      c.unix_ns0 = anchor.ns;
+      c.ticks0 = anchor.tsc;
     }
   }
 #endif
