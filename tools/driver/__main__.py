@@ -118,6 +118,11 @@ def _finish(comparison, out_dir, progress, args) -> int:
     progress.log(f"report: {html}")
     failed = [it for r in comparison["sides"] for it in r["iterations"]
               if it.get("status") != "ok"]
+    retried = [f"{r['side']['name']} #{it['index']}" for r in comparison["sides"]
+               for it in r["iterations"] if it.get("failed_attempts")]
+    if retried:
+        progress.log(f"run again after a failure (retries): {', '.join(retried)}; the report "
+                     f"keeps each failed attempt's reason")
     threshold = getattr(args, "fail_on_regression", None)
     if threshold is not None:
         lines = session.regressions(comparison, threshold)

@@ -115,6 +115,8 @@ def _side_blocks(result: Dict[str, Any]) -> List[tuple]:
     rows = []
     for it in result["iterations"]:
         label = f"{side['name']} #{it['index']}" + (" (profiled)" if it.get("profiled") else "")
+        if it.get("failed_attempts"):
+            label += f" (attempt {len(it['failed_attempts']) + 1})"
         rows.append(seed_row(label, it))
     blocks.append(("table", seed_header(), rows))
     counted = [it for it in result["iterations"] if it.get("server_counters")]

@@ -196,7 +196,7 @@ class DriverTest(unittest.TestCase):
         self.assertIn("FAILED", err)
         with open(os.path.join(out_dir, "report.md"), encoding="utf-8") as f:
             report = f.read()
-        self.assertIn("| crashing #1 | failed", report)
+        self.assertIn("| crashing #1 (attempt 2) | failed", report)
         self.assertIn("aborting at request 3000", report)
         self.assertIn("Iteration 1 failed at attempt 1 and was run again", report)
 
@@ -225,12 +225,16 @@ class DriverTest(unittest.TestCase):
         code, _, err = self.run_bench("compare", "--variant", "one", "--variant", "two",
                                       scenario, "--out", out_dir)
         self.assertEqual(code, 0, err)
+        self.assertIn("run again after a failure (retries): one #1, two #1", err)
         for label in ("A", "B"):
             it = self.load(out_dir, f"result-{label}.json")["iterations"][0]
             self.assertEqual(it["status"], "ok", it.get("error"))
             self.assertGreater(it["rps"], 0)
             self.assertEqual(len(it["failed_attempts"]), 1)
             self.assertIn("aborting at request 2000", it["failed_attempts"][0]["error"])
+            # The iteration's own file holds the same record.
+            with open(os.path.join(out_dir, it["dir"], "iteration.json"), encoding="utf-8") as f:
+                self.assertEqual(json.load(f), it)
         comparison = self.load(out_dir, "comparison.json")
         runs = sorted((it for r in comparison["sides"] for it in r["iterations"]),
                       key=lambda it: it["sequence"])

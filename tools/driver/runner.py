@@ -385,10 +385,12 @@ def server_command(side: Side, values: Dict[str, str]) -> List[str]:
     return _taskset(server.get("cpus")) + [exe] + [_render(a, values) for a in server["args"]]
 
 
-def run_iteration(session, side: Side, index: int, profile: bool = False,
-                  attempt: int = 0) -> Dict[str, Any]:
-    """Runs iteration `index` of `side`; returns its record (status "ok" or "failed"). `attempt`
-    numbers the runs of an iteration that failed before (scenario key `retries`)."""
+def run_iteration(session, side: Side, index: int, profile: bool = False, attempt: int = 0,
+                  context: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """Runs iteration `index` of `side`; returns its record (status "ok" or "failed"), also
+    written to the iteration's iteration.json. `attempt` numbers the runs of an iteration that
+    failed before (scenario key `retries`); `context` holds fields the record starts with (the
+    run's id and order, earlier failed attempts)."""
     scenario = side.scenario
     server_cfg = scenario["server"]
     load_cfg = scenario["load"]
@@ -401,6 +403,7 @@ def run_iteration(session, side: Side, index: int, profile: bool = False,
                               "profiled": profile, "dir": os.path.relpath(it_dir,
                                                                           session.run_dir),
                               "started_unix": time.time()}
+    record.update(context or {})
     server: Optional[Server] = None
     sampler: Optional[procstat.ProcessTreeSampler] = None
     load: Optional[Dict[str, Any]] = None

@@ -174,20 +174,19 @@ class Session:
             for sequence, (index, label) in enumerate(order):
                 side = by_label[label]
                 profiled = index > data["iterations"]
-                record = runner.run_iteration(self, side, index, profile=profiled)
-                failed_attempts = []
+                context: Dict[str, Any] = {"run_id": run_id, "sequence": sequence}
+                record = runner.run_iteration(self, side, index, profile=profiled,
+                                              context=context)
+                failed_attempts: List[Dict[str, Any]] = []
                 while record["status"] != "ok" and len(failed_attempts) < data["retries"]:
                     reason = (record.get("error") or "unknown error").splitlines()[0]
                     self.progress.log(f"iteration {index} of {side.name} failed ({reason}); "
                                       f"running it again")
                     failed_attempts.append({k: record.get(k) for k in
                                             ("error", "exit_status", "dir", "started_unix")})
+                    context["failed_attempts"] = list(failed_attempts)
                     record = runner.run_iteration(self, side, index, profile=profiled,
-                                                  attempt=len(failed_attempts))
-                if failed_attempts:
-                    record["failed_attempts"] = failed_attempts
-                record["run_id"] = run_id
-                record["sequence"] = sequence
+                                                  attempt=len(failed_attempts), context=context)
                 records[label].append(record)
                 row = report.seed_row(f"{side.name} #{index}" + (" (profiled)" if profiled
                                                                   else ""), record)
