@@ -326,9 +326,9 @@ Status H2Session::OnFrame(const Frame& frame, std::string* out, Listener* listen
         return ServerFault(ErrorCode::kProtocolError,
                            "uppercase in header field name \"" + block_name_text_ + "\"");
       }
-      // Found again rather than kept from the HEADERS: requests sent between this block's
-      // frames may have moved the streams.
-      open = Find(id);
+      // A block in one HEADERS frame has the stream CheckStream found; one that ends in a
+      // CONTINUATION finds it again (requests sent between its frames may have moved the streams).
+      if (open == nullptr) open = Find(id);
       if (open == nullptr) return OkStatus();  // CheckStream let only open streams in
       if (open->status != 0) {
         // Trailers: no pseudo-fields, and they end the stream.
@@ -420,14 +420,15 @@ Status H2Session::CheckStream(uint8_t type, uint32_t id, OpenStream** open) {
   return OkStatus();
 }
 
-Status H2Session::EndResponse(const OpenStream& stream, Listener* listener) {
+Status H2Session::EndResponse(OpenStream& stream, Listener* listener) {
   if (stream.body_known && stream.body_left != 0) {
     return ServerFault(ErrorCode::kProtocolError,
                        OnStream("END_STREAM before the response's content-length", stream.id));
   }
   const uint32_t id = stream.id;
-  uint16_t status;
-  if (Close(id, &status)) listener->OnResponse(id, status);
+  const uint16_t status = stream.status;
+  Remove(&stream);
+  listener->OnResponse(id, status);
   return OkStatus();
 }
 
@@ -442,10 +443,14 @@ bool H2Session::Close(uint32_t id, uint16_t* status) {
   OpenStream* o = Find(id);
   if (o == nullptr) return false;
   *status = o->status;
-  *o = streams_.back();
+  Remove(o);
+  return true;
+}
+
+void H2Session::Remove(OpenStream* stream) {
+  *stream = streams_.back();
   streams_.pop_back();
   --open_streams_;
-  return true;
 }
 
 }  // namespace sluice::loadgen

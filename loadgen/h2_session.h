@@ -133,7 +133,7 @@ class H2Session {
   [[nodiscard]] Status CheckStream(uint8_t type, uint32_t id, OpenStream** open);
   // The response on `stream` ended (END_STREAM): reported to `listener` unless its content fell
   // short of its content-length, which is returned as the fault.
-  [[nodiscard]] Status EndResponse(const OpenStream& stream, Listener* listener);
+  [[nodiscard]] Status EndResponse(OpenStream& stream, Listener* listener);
   // Our open stream `id`, or null.
   OpenStream* Find(uint32_t id);
 
@@ -183,6 +183,8 @@ class H2Session {
   size_t block_list_bytes_ = 0;
   // Removes `id` from streams_; false if it is not open.
   bool Close(uint32_t id, uint16_t* status);
+  // Removes one of streams_ (the last one takes its place).
+  void Remove(OpenStream* stream);
 
   // Open streams (small: at most max_streams entries; searched linearly).
   std::vector<OpenStream> streams_;
