@@ -239,8 +239,10 @@ Status H2Session::OnFrame(const Frame& frame, std::string* out, Listener* listen
     case FrameType::kRstStream: {
       // On a stream that already ended (the server may reset one after its response), nothing.
       if (Status s = CheckStream(frame.header.type, id, &open); !s.ok()) return s;
-      uint16_t status;
-      if (open != nullptr && Close(id, &status)) listener->OnStreamReset(id, frame.error_code);
+      if (open != nullptr) {
+        Remove(open);
+        listener->OnStreamReset(id, frame.error_code);
+      }
       return OkStatus();
     }
     case FrameType::kWindowUpdate:
@@ -437,14 +439,6 @@ H2Session::OpenStream* H2Session::Find(uint32_t id) {
     if (o.id == id) return &o;
   }
   return nullptr;
-}
-
-bool H2Session::Close(uint32_t id, uint16_t* status) {
-  OpenStream* o = Find(id);
-  if (o == nullptr) return false;
-  *status = o->status;
-  Remove(o);
-  return true;
 }
 
 void H2Session::Remove(OpenStream* stream) {

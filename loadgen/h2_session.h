@@ -181,8 +181,6 @@ class H2Session {
   // value and 32 per field): both bounded, as an HTTP/1.1 head is.
   size_t block_frame_bytes_ = 0;
   size_t block_list_bytes_ = 0;
-  // Removes `id` from streams_; false if it is not open.
-  bool Close(uint32_t id, uint16_t* status);
   // Removes one of streams_ (the last one takes its place).
   void Remove(OpenStream* stream);
 
