@@ -471,6 +471,15 @@ size_t Connection::ProcessFrames(const BufferSequence& buffer, bool* need_more) 
       if (!error->is_connection_error() && header.type == static_cast<uint8_t>(FrameType::kData)) {
         ConsumeConnectionWindow(header.length);
       }
+      // On an idle stream only HEADERS and PRIORITY may come, and a RST_STREAM may not be sent
+      // (RFC 9113 §5.1, §6.4): a malformed frame of another type there ends the connection, as
+      // a well-formed one would (a zero WINDOW_UPDATE increment, say).
+      if (!error->is_connection_error() &&
+          header.type != static_cast<uint8_t>(FrameType::kPriority) && IsIdle(error->stream_id())) {
+        error =
+            Http2Error::Connection(ErrorCode::kProtocolError,
+                                   std::string(FrameTypeName(header.type)) + ": on an idle stream");
+      }
     } else if (status.result == DecodeResult::kFrame) {
       error = HandleFrame(frame_);
     }
@@ -602,8 +611,10 @@ std::optional<Http2Error> Connection::OnRstStream(const Frame& frame) {
   counters_->peer_resets.fetch_add(1, std::memory_order_relaxed);
   s->exchange_error_.Set(telemetry::ErrorType::kPeerReset, static_cast<uint32_t>(frame.error_code));
   s->reset_ = true;
-  s->EndBody(CancelledError("the peer reset the stream"));
+  // Closed in the writer before the handler hears of it: an answer it writes from the body's end
+  // (an echo's 400) must not follow the reset on the wire (RFC 9113 §5.1, "closed").
   RemoveStream(s.get());
+  s->EndBody(CancelledError("the peer reset the stream"));
   if (!s->response_done_) {
     if (auto e = guard_.OnStreamReset(AbuseGuard::Clock::now())) return e;
   }
@@ -1064,8 +1075,8 @@ void Connection::ResetStream(uint32_t id, ErrorCode code) {
     s->exchange_error_.Set(telemetry::ErrorType::kProtocolError, static_cast<uint32_t>(code));
   }
   s->reset_ = true;
+  RemoveStream(s.get());  // first, as in OnRstStream: nothing may follow our RST_STREAM
   s->EndBody(CancelledError("the stream was reset"));
-  RemoveStream(s.get());
 }
 
 std::optional<Http2Error> Connection::ResetForPeerError(uint32_t id, ErrorCode code) {

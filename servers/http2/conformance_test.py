@@ -813,6 +813,28 @@ class StreamIdTest(ConformanceTestCase):
                           if isinstance(f, (hf.GoAwayFrame, hf.RstStreamFrame))], [])
         self.assert_get_served(peer, 3)
 
+    def test_nothing_follows_the_servers_reset_of_a_stream(self):
+        # §5.1 "closed": after its RST_STREAM the server sends nothing on the stream, though the
+        # handler answers the body's failure (an echo answers 400).
+        peer = self.connect()
+        peer.send_headers(1, request("/echo", "POST", [("content-length", "10")]),
+                          end_stream=False)
+        peer.send_frame(hf.DataFrame(1, data=b"12345", flags=["END_STREAM"]))
+        self.assert_stream_error(peer, 1, h2h.PROTOCOL_ERROR)
+        seen = peer.barrier()
+        self.assertEqual([describe(f) for f in seen if f.stream_id == 1], [])
+        self.assert_get_served(peer, 3)
+
+    def test_nothing_follows_the_clients_reset_of_a_stream(self):
+        peer = self.connect()
+        peer.send_headers(1, request("/echo", "POST"), end_stream=False)
+        peer.send_frame(hf.DataFrame(1, data=b"part of a body"))
+        peer.barrier()  # whatever the echo sent of it so far
+        peer.send_frame(hf.RstStreamFrame(1, error_code=h2h.CANCEL))
+        seen = peer.barrier()
+        self.assertEqual([describe(f) for f in seen if f.stream_id == 1], [])
+        self.assert_get_served(peer, 3)
+
     def test_priority_on_an_idle_stream_does_not_open_it(self):
         peer = self.connect()
         peer.send_frame(hf.PriorityFrame(7, depends_on=0, stream_weight=16))
@@ -1044,6 +1066,13 @@ class FlowControlTest(ConformanceTestCase):
         peer = self.connect()
         peer.send_raw_frame(WINDOW_UPDATE, 0, 0, u32(0))
         self.assert_connection_error(peer, h2h.PROTOCOL_ERROR, "WINDOW_UPDATE: zero increment")
+
+    def test_zero_increment_on_idle_stream_is_protocol_error(self):
+        # §5.1: on an idle stream a frame other than HEADERS or PRIORITY is a connection error,
+        # and §6.4 forbids the RST_STREAM a stream error would send.
+        peer = self.connect()
+        peer.send_raw_frame(WINDOW_UPDATE, 0, 1, u32(0))
+        self.assert_connection_error(peer, h2h.PROTOCOL_ERROR, "WINDOW_UPDATE: on an idle stream")
 
     def test_zero_increment_on_stream_is_stream_protocol_error(self):
         peer = self.connect()
