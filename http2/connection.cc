@@ -769,10 +769,25 @@ void Connection::OnField(std::string_view name, std::string_view value) {
       block_.bad_length = true;
     }
     stream.content_length_ = v;
-  } else if (name == "host" && !block_.check.has_authority()) {
-    req.SetAuthority(value);
+  } else if (name == "host") {
+    if (!block_.check.has_authority()) {
+      req.SetAuthority(value);
+    } else if (!SameHost(value, stream.request_.authority())) {
+      // RFC 9113 §8.3.1: a Host naming another origin than :authority makes the request
+      // malformed; the handler would otherwise see one and a proxy behind it the other.
+      block_.malformed = "host differs from :authority";
+      return;
+    }
   }
   req.AddHeader(name, value);
+}
+
+bool Connection::SameHost(std::string_view a, std::string_view b) {
+  // Host names compare without regard to ASCII case (RFC 3986 §3.2.2).
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; };
+           return lower(x) == lower(y);
+         });
 }
 
 std::shared_ptr<Connection::Stream> Connection::AcquireStream() {

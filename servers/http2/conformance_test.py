@@ -1405,6 +1405,16 @@ class HeaderValidationTest(ConformanceTestCase):
         self.assert_malformed([(":method", "CONNECT"), (":authority", "localhost:443"),
                                (":scheme", "https"), (":path", "/")])
 
+    def test_host_naming_another_origin_than_authority_resets_the_stream(self):
+        # §8.3.1: a server SHOULD treat it as malformed.
+        self.assert_malformed(request(extra=[("host", "evil.example")]))
+
+    def test_host_equal_to_authority_is_accepted(self):
+        peer = self.connect()
+        peer.send_headers(1, request("/headers", extra=[("host", "LocalHost")]))
+        r = peer.collect([1])[1]
+        self.assertEqual(r.status(), 200)
+
     def test_connect_without_authority_resets_the_stream(self):
         self.assert_malformed([(":method", "CONNECT")])
 
