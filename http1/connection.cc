@@ -185,6 +185,12 @@ bool Connection::ProcessPass(const ReadResult& read) {
     }
     if (state_ == State::kHead) CloseAfterFlush();  // idle, or a partial head dropped
     if (state_ == State::kClosing) CompleteInput();
+  } else if (read.is_completed && state_ == State::kHead && examined_all) {
+    // The peer ended inside a request head, which can now never complete: no answer is owed
+    // for it; what is answered before it still goes out (without waiting for the header
+    // timeout, as the connection used to).
+    peer_done_ = input_ended_ = true;
+    CloseAfterFlush();
   } else if (read.is_completed) {
     // The peer's end is in, with requests before it still to take (behind an exchange on a
     // worker, or held back by kPassOutputLimit): nothing new will come, but the connection stays

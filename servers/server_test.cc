@@ -1150,6 +1150,22 @@ TEST_P(ServerTest, PipelinedRequestsBeforeAHalfCloseAreAllAnswered) {
   }
 }
 
+// A head cut short by the peer's end can never complete: the connection closes once what came
+// before it is answered, not at the header timeout.
+TEST_P(ServerTest, AHeadCutShortByTheEndOfInputClosesTheConnectionAtOnce) {
+  options_.limits.header_timeout = milliseconds(60'000);
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Send(Get("/plaintext") + "GET /plaintext HTTP/1.1\r\nHo"));
+  client->ShutdownWrite();
+  StatusOr<HttpTestResponse> r = client->ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(client->WaitForClose(kPromptly), CloseOutcome::kEof);
+  EXPECT_EQ(server_->stats().header_timeouts, 0u);
+}
+
 TEST_P(ServerTest, EchoesOneHundredMegabytesToASlowReaderInBoundedMemory) {
   const size_t total = kSanitized ? (24u << 20) : (100u << 20);
   options_.limits.max_body_bytes = total;
