@@ -28,9 +28,6 @@ constexpr size_t kMaxIovecs = IOV_MAX;
 // Segments per io_uring send (the iovecs live in the connection while the send is in flight; a
 // longer output goes in several sends).
 constexpr size_t kUringIovecs = 64;
-// A send up to this size to a socket whose last send went out whole is expected to complete in
-// its submission (Uring::NewSqe): the socket's buffer has room for it.
-constexpr size_t kSmallSend = 64 * 1024;
 
 std::string ErrnoText(std::string_view what, int err) {
   std::string text(what);
@@ -250,8 +247,6 @@ struct SocketConnection::UringIo {
   bool sending = false;    // a send is in flight: the output read is outstanding
   int requests = 0;        // requests whose last completion has not arrived
   size_t send_wanted = 0;
-  // The last send took less than it was given: the socket is full, the next one may wait.
-  bool last_send_short = false;
   // The output ended while a send was in flight: the pipe's reader is completed once the
   // kernel is done with the pipe's memory.
   bool complete_output_after_send = false;
@@ -841,9 +836,7 @@ void SocketConnection::SendOutput() {
     io.msg = {};
     io.msg.msg_iov = io.iov;
     io.msg.msg_iovlen = count;
-    // A small send after one that went out whole normally completes in the submission.
-    io_uring_sqe* sqe = io.uring->NewSqe(
-        &io.send, /*completes_in_submit=*/!io.last_send_short && io.send_wanted <= kSmallSend);
+    io_uring_sqe* sqe = io.uring->NewSqe(&io.send);
     io_uring_prep_sendmsg(sqe, fd_, &io.msg, MSG_NOSIGNAL);
     io.sending = true;
     ++io.requests;
@@ -865,7 +858,6 @@ void SocketConnection::OnSent(int32_t result, uint32_t) {
       // that found none (seen once in 40 multi-megabyte TLS echoes under TSan): nothing was
       // sent; a new request waits for space again.
       PerThreadAdd(write_waits_);
-      io.last_send_short = true;
       output_.reader().AdvanceTo(0, 0).IgnoreError();
       SendOutput();
     } else if (result < 0) {
@@ -873,8 +865,7 @@ void SocketConnection::OnSent(int32_t result, uint32_t) {
       Terminate(UnavailableError(ErrnoText("sendmsg", -result)), /*reset=*/false);
     } else {
       const size_t sent = static_cast<size_t>(result);
-      io.last_send_short = sent < io.send_wanted;
-      if (io.last_send_short) PerThreadAdd(write_waits_);
+      if (sent < io.send_wanted) PerThreadAdd(write_waits_);
       output_.reader().AdvanceTo(sent, sent).IgnoreError();
       SendOutput();
     }

@@ -1,11 +1,8 @@
 #include "core/uring.h"
 
 #include <liburing.h>
-#include <signal.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <sys/utsname.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -37,17 +34,6 @@ bool KernelAtLeast(int major, int minor) {
 // released before any operation runs, so an operation that submits (and makes the kernel post
 // more) never races the loop's reading.
 constexpr unsigned kDispatchBatch = 256;
-
-// Linux 6.12's io_uring_getevents_arg, whose `min_wait_usec` older headers call `pad`, and the
-// feature bit that says the kernel reads it. Neither is in the pinned liburing 2.3.
-constexpr unsigned kFeatMinTimeout = 1u << 15;
-struct GetEventsArg {
-  uint64_t sigmask;
-  uint32_t sigmask_sz;
-  uint32_t min_wait_usec;
-  uint64_t ts;
-};
-static_assert(sizeof(GetEventsArg) == sizeof(io_uring_getevents_arg));
 
 }  // namespace
 
@@ -95,7 +81,6 @@ StatusOr<std::unique_ptr<Uring>> Uring::Create(const UringOptions& options) {
   }
   if (rc < 0) return UnavailableError(ErrnoText("io_uring_setup", -rc));
   r.ring_ready = true;
-  uring->min_timeout_ = (params.features & kFeatMinTimeout) != 0;
 
   // Multishot receive (5.19+/6.0) and multishot accept (5.19) are what the transport uses.
   io_uring_probe* probe = io_uring_get_probe_ring(&r.ring);
@@ -137,7 +122,7 @@ StatusOr<std::unique_ptr<Uring>> Uring::Create(const UringOptions& options) {
   return uring;
 }
 
-io_uring_sqe* Uring::NewSqe(UringOperation* op, bool completes_in_submit) {
+io_uring_sqe* Uring::NewSqe(UringOperation* op) {
   io_uring_sqe* sqe = io_uring_get_sqe(&ring_->ring);
   for (int attempt = 0; sqe == nullptr; ++attempt) {
     // Full: hand the batch to the kernel now (rare: a pass queued more than `entries`). The
@@ -148,7 +133,6 @@ io_uring_sqe* Uring::NewSqe(UringOperation* op, bool completes_in_submit) {
       std::abort();
     }
     int submitted = io_uring_submit(&ring_->ring);
-    completing_in_submit_ = 0;  // theirs are in the completion queue now
     Count(counters_.enters, 1);
     if (submitted > 0) Count(counters_.submitted, static_cast<uint64_t>(submitted));
     if (submitted < 0) io_uring_get_events(&ring_->ring);
@@ -157,7 +141,6 @@ io_uring_sqe* Uring::NewSqe(UringOperation* op, bool completes_in_submit) {
   std::memset(sqe, 0, sizeof(*sqe));
   io_uring_sqe_set_data(sqe, op);
   ++in_flight_;
-  if (completes_in_submit) ++completing_in_submit_;
   return sqe;
 }
 
@@ -172,20 +155,8 @@ bool Uring::HasUnsubmitted() const { return io_uring_sq_ready(&ring_->ring) != 0
 void Uring::SubmitAndWait(int timeout_ms) {
   io_uring* ring = &ring_->ring;
   const unsigned queued = io_uring_sq_ready(ring);
-  const unsigned completing = completing_in_submit_;
-  completing_in_submit_ = 0;
   int rc;
-  if (timeout_ms != 0 && completing != 0 && batches_waits() && io_uring_cq_ready(ring) == 0) {
-    rc = SubmitAndWaitBatch(std::min(completing, ring->cq.ring_entries - 1) + 1, timeout_ms);
-    if (rc == -EINVAL) {
-      // Refused (the feature bit said otherwise): wait the plain way from now on. What was
-      // queued is published already; the next enter submits it.
-      min_timeout_ = false;
-      rc = 0;
-    } else if (rc == -ETIME || rc == -EINTR) {
-      rc = static_cast<int>(queued);
-    }
-  } else if (timeout_ms == 0) {
+  if (timeout_ms == 0) {
     // Not waiting: enter only to submit, or to run completions the kernel is holding back until
     // this thread enters (IORING_SETUP_COOP_TASKRUN defers them; the flag tells).
     const bool held = (IO_URING_READ_ONCE(*ring->sq.kflags) &
@@ -205,27 +176,6 @@ void Uring::SubmitAndWait(int timeout_ms) {
   }
   Count(counters_.enters, 1);
   if (rc > 0 && queued != 0) Count(counters_.submitted, queued);
-}
-
-int Uring::SubmitAndWaitBatch(unsigned wait_nr, int timeout_ms) {
-  // What liburing's submit does before it enters: publish the queued entries by moving the
-  // kernel's tail (a release store: the entries are written before the tail that shows them).
-  io_uring_sq* sq = &ring_->ring.sq;
-  const unsigned tail = sq->sqe_tail;
-  if (sq->sqe_head != tail) {
-    sq->sqe_head = tail;
-    io_uring_smp_store_release(sq->ktail, tail);
-  }
-  const unsigned to_submit = tail - IO_URING_READ_ONCE(*sq->khead);
-  __kernel_timespec ts = {.tv_sec = timeout_ms / 1000,
-                          .tv_nsec = static_cast<long long>(timeout_ms % 1000) * 1000000};
-  GetEventsArg arg = {.sigmask = 0,
-                      .sigmask_sz = _NSIG / 8,
-                      .min_wait_usec = options_.batch_wait_us,
-                      .ts = timeout_ms < 0 ? 0 : reinterpret_cast<uint64_t>(&ts)};
-  const long rc = syscall(__NR_io_uring_enter, ring_->ring.ring_fd, to_submit, wait_nr,
-                          IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG, &arg, sizeof(arg));
-  return rc < 0 ? -errno : static_cast<int>(rc);
 }
 
 size_t Uring::DispatchCompletions() {

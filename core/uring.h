@@ -57,9 +57,6 @@ struct UringOptions {
   // and the buffer goes back at once.
   unsigned buffer_count = 256;
   size_t buffer_size = 16 * 1024;
-  // How long a wait holds completions that came in the submission while it waits for one more
-  // (SubmitAndWait; kernels with IORING_FEAT_MIN_TIMEOUT). 0: it does not.
-  unsigned batch_wait_us = 50;
 };
 
 struct UringStats {
@@ -80,27 +77,15 @@ class Uring {
   Uring& operator=(const Uring&) = delete;
 
   // A zeroed submission entry whose completion goes to `op` (null: ignored). Never null: when the
-  // submission queue is full it is submitted first. `completes_in_submit`: the request is expected
-  // to complete while it is submitted (a small send to a socket with room), so that the wait of
-  // SubmitAndWait is not ended by its completion alone (see there).
-  io_uring_sqe* NewSqe(UringOperation* op, bool completes_in_submit = false);
+  // submission queue is full it is submitted first.
+  io_uring_sqe* NewSqe(UringOperation* op);
   // Asks the kernel to cancel every request of `op` (each completes with -ECANCELED, or with
   // its result if it finished first). Submitted with the next batch.
   void Cancel(UringOperation* op);
 
   // Submits what is queued and waits up to `timeout_ms` for a completion (-1: no limit; 0: do
   // not wait). One io_uring_enter (a kernel with IORING_FEAT_EXT_ARG takes the timeout in it).
-  //
-  // The completions of requests that end in the submission itself (a response's send) would end
-  // the wait at once, and the loop would pass and enter again only to wait for the next request:
-  // two calls a request on a quiet connection. On kernels with IORING_FEAT_MIN_TIMEOUT (6.12),
-  // the wait asks for one completion more than the queued requests expected to complete in the
-  // submission (NewSqe), for UringOptions::batch_wait_us at most; after that, whatever has
-  // completed ends it. A request expected to complete and that does not (its socket was full)
-  // delays the others' completions by that much at most.
   void SubmitAndWait(int timeout_ms);
-  // Whether SubmitAndWait can wait for completions beyond those of the submission (above).
-  bool batches_waits() const { return min_timeout_ && options_.batch_wait_us > 0; }
   // Hands the available completions to their operations (operations may queue new requests), at
   // most as many as the completion queue holds, so that operations whose new requests complete
   // at once cannot keep one call (and the loop's pass) going: the rest wait for the next call.
@@ -147,15 +132,8 @@ class Uring {
   static void Count(std::atomic<uint64_t>& c, uint64_t n) {
     c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
   }
-  // Submits the queue and waits for `wait_nr` completions, for batch_wait_us at most once one
-  // has come (IORING_FEAT_MIN_TIMEOUT). Returns io_uring_enter's result (-errno on failure).
-  int SubmitAndWaitBatch(unsigned wait_nr, int timeout_ms);
-
   Counters counters_;
   uint64_t in_flight_ = 0;
-  // Queued requests expected to complete in their submission (NewSqe), since the last enter.
-  unsigned completing_in_submit_ = 0;
-  bool min_timeout_ = false;  // the kernel has IORING_FEAT_MIN_TIMEOUT
   bool draining_ = false;
 };
 
