@@ -191,6 +191,7 @@ bool Connection::ProcessPass(const ReadResult& read) {
     // timeout, as the connection used to).
     peer_done_ = input_ended_ = true;
     CloseAfterFlush();
+    if (state_ == State::kClosing) CompleteInput();  // as above: nothing more is read
   } else if (read.is_completed) {
     // The peer's end is in, with requests before it still to take (behind an exchange on a
     // worker, or held back by kPassOutputLimit): nothing new will come, but the connection stays

@@ -611,11 +611,12 @@ std::optional<Http2Error> Connection::OnRstStream(const Frame& frame) {
   counters_->peer_resets.fetch_add(1, std::memory_order_relaxed);
   s->exchange_error_.Set(telemetry::ErrorType::kPeerReset, static_cast<uint32_t>(frame.error_code));
   s->reset_ = true;
+  const bool live = !s->response_done_;
   // Closed in the writer before the handler hears of it: an answer it writes from the body's end
   // (an echo's 400) must not follow the reset on the wire (RFC 9113 §5.1, "closed").
   RemoveStream(s.get());
   s->EndBody(CancelledError("the peer reset the stream"));
-  if (!s->response_done_) {
+  if (live) {
     if (auto e = guard_.OnStreamReset(AbuseGuard::Clock::now())) return e;
   }
   return std::nullopt;
@@ -772,7 +773,7 @@ void Connection::OnField(std::string_view name, std::string_view value) {
   } else if (name == "host") {
     if (!block_.check.has_authority()) {
       req.SetAuthority(value);
-    } else if (!SameHost(value, stream.request_.authority())) {
+    } else if (!SameHost(value, stream.request_.authority(), stream.request_.scheme())) {
       // RFC 9113 §8.3.1: a Host naming another origin than :authority makes the request
       // malformed; the handler would otherwise see one and a proxy behind it the other.
       block_.malformed = "host differs from :authority";
@@ -782,8 +783,20 @@ void Connection::OnField(std::string_view name, std::string_view value) {
   req.AddHeader(name, value);
 }
 
-bool Connection::SameHost(std::string_view a, std::string_view b) {
-  // Host names compare without regard to ASCII case (RFC 3986 §3.2.2).
+bool Connection::SameHost(std::string_view a, std::string_view b, std::string_view scheme) {
+  // Normalized as RFC 3986 §6.2.3 has it: an empty port or the scheme's default one is no port;
+  // host names compare without regard to ASCII case (§3.2.2).
+  auto normalize = [scheme](std::string_view v) {
+    const size_t host_end = !v.empty() && v[0] == '[' ? v.find(']') : v.rfind(':');
+    if (host_end == std::string_view::npos) return v;
+    const size_t colon = v[0] == '[' ? host_end + 1 : host_end;
+    if (colon >= v.size() || v[colon] != ':') return v;
+    const std::string_view port = v.substr(colon + 1);
+    if (port.empty() || port == (scheme == "https" ? "443" : "80")) return v.substr(0, colon);
+    return v;
+  };
+  a = normalize(a);
+  b = normalize(b);
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
            auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; };
            return lower(x) == lower(y);
@@ -1079,18 +1092,22 @@ void Connection::HandleError(const Http2Error& error, telemetry::ErrorType excha
 
 void Connection::ResetStream(uint32_t id, ErrorCode code) {
   if (code != ErrorCode::kNoError) counters_->stream_errors.fetch_add(1, std::memory_order_relaxed);
+  auto it = streams_.find(id);
+  std::shared_ptr<Stream> s = it != streams_.end() ? it->second : nullptr;
+  // Closed in the writer before the RST_STREAM is written: a handler on a worker could otherwise
+  // put its HEADERS or DATA between the two (RFC 9113 §5.1). (Not removed from the table yet:
+  // that may complete the output, and the RST_STREAM would be dropped.)
+  if (s != nullptr) writer_.CloseStream(*s->out_);
   std::string out;
   AppendRstStream(id, code, &out);
   WriteControl(out);
   RememberReset(id);
-  auto it = streams_.find(id);
-  if (it == streams_.end()) return;
-  std::shared_ptr<Stream> s = it->second;
+  if (s == nullptr) return;
   if (code != ErrorCode::kNoError) {
     s->exchange_error_.Set(telemetry::ErrorType::kProtocolError, static_cast<uint32_t>(code));
   }
   s->reset_ = true;
-  RemoveStream(s.get());  // first, as in OnRstStream: nothing may follow our RST_STREAM
+  RemoveStream(s.get());  // before the handler hears of it, as in OnRstStream
   s->EndBody(CancelledError("the stream was reset"));
 }
 

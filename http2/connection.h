@@ -131,8 +131,9 @@ class Connection final : public http::ProtocolConnection,
   std::optional<Http2Error> OnSettings(const Frame& frame);
   std::optional<Http2Error> OnWindowUpdate(const Frame& frame);
   void OnField(std::string_view name, std::string_view value);
-  // Whether two host[:port] values name the same origin (ASCII case aside).
-  static bool SameHost(std::string_view a, std::string_view b);
+  // Whether two host[:port] values name the same origin under `scheme` (ASCII case, an empty
+  // port and the scheme's default port aside).
+  static bool SameHost(std::string_view a, std::string_view b, std::string_view scheme);
   // A stream for a new request's head: a spare one (its Request reset) or a new one. Not yet
   // open (no id, output or window: Stream::Open, once the head is valid).
   std::shared_ptr<Stream> AcquireStream();

@@ -1166,6 +1166,23 @@ TEST_P(ServerTest, AHeadCutShortByTheEndOfInputClosesTheConnectionAtOnce) {
   EXPECT_EQ(server_->stats().header_timeouts, 0u);
 }
 
+// The same when the answer before it fills a pass's output: the pass that finds the cut head
+// makes no progress, and the connection still closes without lingering for more input.
+TEST_P(ServerTest, AHeadCutShortBehindALargeAnswerClosesWithoutLingering) {
+  options_.limits.header_timeout = milliseconds(60'000);
+  StartServer();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->Send(Get("/stream?bytes=70000") + "GET /plaintext HTTP/1.1\r\nHo"));
+  client->ShutdownWrite();
+  StatusOr<HttpTestResponse> r = client->ReadResponse();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->body.size(), 70000u);
+  EXPECT_EQ(client->WaitForClose(kPromptly), CloseOutcome::kEof);
+  EXPECT_TRUE(WaitFor([&] { return server_->stats().open_connections == 0; }));
+  EXPECT_EQ(server_->stats().linger_timeouts, 0u);
+}
+
 TEST_P(ServerTest, EchoesOneHundredMegabytesToASlowReaderInBoundedMemory) {
   const size_t total = kSanitized ? (24u << 20) : (100u << 20);
   options_.limits.max_body_bytes = total;

@@ -1410,10 +1410,16 @@ class HeaderValidationTest(ConformanceTestCase):
         self.assert_malformed(request(extra=[("host", "evil.example")]))
 
     def test_host_equal_to_authority_is_accepted(self):
-        peer = self.connect()
-        peer.send_headers(1, request("/headers", extra=[("host", "LocalHost")]))
-        r = peer.collect([1])[1]
-        self.assertEqual(r.status(), 200)
+        # Equal once normalized: ASCII case, an empty port, the scheme's default port.
+        for host in ("LocalHost", "localhost:", "localhost:80"):
+            with self.subTest(host=host):
+                peer = self.connect()
+                peer.send_headers(1, request("/headers", extra=[("host", host)]))
+                r = peer.collect([1])[1]
+                self.assertEqual(r.status(), 200)
+
+    def test_host_with_another_port_than_authority_resets_the_stream(self):
+        self.assert_malformed(request(extra=[("host", "localhost:8080")]))
 
     def test_connect_without_authority_resets_the_stream(self):
         self.assert_malformed([(":method", "CONNECT")])
