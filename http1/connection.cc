@@ -177,21 +177,16 @@ bool Connection::ProcessPass(const ReadResult& read) {
     CloseNow();
     return false;
   }
-  if (read.is_completed && offset == buffer.size()) {
-    // The peer sent its last byte and everything was processed.
+  if (read.is_completed && (offset == buffer.size() || (state_ == State::kHead && examined_all))) {
+    // The peer sent its last byte and everything was processed, or it ended inside a request
+    // head, which can now never complete: no answer is owed for that one, and what is answered
+    // before it still goes out (without waiting for the header timeout).
     peer_done_ = input_ended_ = true;
     if (state_ == State::kExchange && !handler_on_worker_ && body_state_ != BodyState::kNone) {
       EndBody(UnavailableError("the peer closed before the end of the request body"));
     }
     if (state_ == State::kHead) CloseAfterFlush();  // idle, or a partial head dropped
     if (state_ == State::kClosing) CompleteInput();
-  } else if (read.is_completed && state_ == State::kHead && examined_all) {
-    // The peer ended inside a request head, which can now never complete: no answer is owed
-    // for it; what is answered before it still goes out (without waiting for the header
-    // timeout, as the connection used to).
-    peer_done_ = input_ended_ = true;
-    CloseAfterFlush();
-    if (state_ == State::kClosing) CompleteInput();  // as above: nothing more is read
   } else if (read.is_completed) {
     // The peer's end is in, with requests before it still to take (behind an exchange on a
     // worker, or held back by kPassOutputLimit): nothing new will come, but the connection stays

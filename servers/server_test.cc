@@ -269,6 +269,24 @@ class ServerTest : public ::testing::TestWithParam<int> {
     ASSERT_NE(server_->port(), 0);
   }
 
+  // Starts the server (with a header timeout the test never reaches), sends `first`, a request
+  // head cut short and the end of input, and reads the answer to `first` into *answer. Null
+  // (the test failed) if any step fails.
+  std::unique_ptr<HttpTestClient> AnswerBeforeACutHead(const std::string& first,
+                                                       HttpTestResponse* answer) {
+    options_.limits.header_timeout = std::chrono::milliseconds(60'000);
+    StartServer();
+    auto client = Connect();
+    if (client == nullptr) return nullptr;
+    EXPECT_TRUE(client->Send(first + "GET /plaintext HTTP/1.1\r\nHo"));
+    client->ShutdownWrite();
+    StatusOr<HttpTestResponse> r = client->ReadResponse();
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) return nullptr;
+    *answer = std::move(*r);
+    return client;
+  }
+
   std::unique_ptr<HttpTestClient> Connect(HttpTestClient::Options options = {}) {
     auto client = HttpTestClient::Connect(server_->port(), options);
     EXPECT_TRUE(client.ok()) << client.status().ToString();
@@ -1153,15 +1171,10 @@ TEST_P(ServerTest, PipelinedRequestsBeforeAHalfCloseAreAllAnswered) {
 // A head cut short by the peer's end can never complete: the connection closes once what came
 // before it is answered, not at the header timeout.
 TEST_P(ServerTest, AHeadCutShortByTheEndOfInputClosesTheConnectionAtOnce) {
-  options_.limits.header_timeout = milliseconds(60'000);
-  StartServer();
-  auto client = Connect();
+  HttpTestResponse r;
+  auto client = AnswerBeforeACutHead(Get("/plaintext"), &r);
   ASSERT_NE(client, nullptr);
-  ASSERT_TRUE(client->Send(Get("/plaintext") + "GET /plaintext HTTP/1.1\r\nHo"));
-  client->ShutdownWrite();
-  StatusOr<HttpTestResponse> r = client->ReadResponse();
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r.status, 200);
   EXPECT_EQ(client->WaitForClose(kPromptly), CloseOutcome::kEof);
   EXPECT_EQ(server_->stats().header_timeouts, 0u);
 }
@@ -1169,15 +1182,10 @@ TEST_P(ServerTest, AHeadCutShortByTheEndOfInputClosesTheConnectionAtOnce) {
 // The same when the answer before it fills a pass's output: the pass that finds the cut head
 // makes no progress, and the connection still closes without lingering for more input.
 TEST_P(ServerTest, AHeadCutShortBehindALargeAnswerClosesWithoutLingering) {
-  options_.limits.header_timeout = milliseconds(60'000);
-  StartServer();
-  auto client = Connect();
+  HttpTestResponse r;
+  auto client = AnswerBeforeACutHead(Get("/stream?bytes=70000"), &r);
   ASSERT_NE(client, nullptr);
-  ASSERT_TRUE(client->Send(Get("/stream?bytes=70000") + "GET /plaintext HTTP/1.1\r\nHo"));
-  client->ShutdownWrite();
-  StatusOr<HttpTestResponse> r = client->ReadResponse();
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->body.size(), 70000u);
+  EXPECT_EQ(r.body.size(), 70000u);
   EXPECT_EQ(client->WaitForClose(kPromptly), CloseOutcome::kEof);
   EXPECT_TRUE(WaitFor([&] { return server_->stats().open_connections == 0; }));
   EXPECT_EQ(server_->stats().linger_timeouts, 0u);
