@@ -389,6 +389,7 @@ bool Connection::ProcessPass(const ReadResult& read) {
     in_pass_ = true;
     writer_.set_in_pass(true);
     consumed = ProcessFrames(buffer, &need_more);
+    if (!held_streams_.empty()) StartHeldStreams();
     FoldCounters();
     HandleWriterEvents();
     in_pass_ = false;
@@ -893,10 +894,42 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
   } else if (s->content_length_.value_or(0) > options_.max_body_bytes) {
     counters_->body_too_large.fetch_add(1, std::memory_order_relaxed);
     AnswerDirectly(s, 413);
+  } else if (!held_streams_.empty() || OutputBacklogged()) {
+    // Its handler waits until the peer takes enough of what the others wrote. Its body, if any,
+    // is buffered meanwhile, within the stream's receive window.
+    counters_->held_streams.fetch_add(1, std::memory_order_relaxed);
+    held_streams_.push_back(id);
   } else {
     StartRequest(s);
   }
   return std::nullopt;
+}
+
+bool Connection::OutputBacklogged() {
+  const uint32_t limit = options_.max_backlogged_streams;
+  if (limit == 0) return false;
+  if (writer_.loop_staged_bytes() > options_.output.max_pending_per_stream) {
+    // kQueue: handlers of this pass staged their bodies; drained now, what the window does not
+    // take is counted. With the output paused, the drain waits, and so do new streams.
+    if (output_blocked_) return true;
+    writer_.DrainQueue();
+  }
+  return writer_.backlogged_streams() >= limit;
+}
+
+bool Connection::StartHeldStreams() {
+  bool started = false;
+  while (!held_streams_.empty() && !closing_ && !closed_ && !OutputBacklogged()) {
+    const uint32_t id = held_streams_.front();
+    held_streams_.pop_front();
+    auto it = streams_.find(id);
+    if (it == streams_.end()) continue;  // reset while it waited
+    // Not a copy: a stream removed by its handler stays alive in retired_streams_ until the pass
+    // ends.
+    StartRequest(it->second.get());
+    started = true;
+  }
+  return started;
 }
 
 void Connection::StartRequest(Stream* s) {
@@ -1109,6 +1142,9 @@ void Connection::ResetStream(uint32_t id, ErrorCode code) {
   s->reset_ = true;
   RemoveStream(s.get());  // before the handler hears of it, as in OnRstStream
   s->EndBody(CancelledError("the stream was reset"));
+  // Outside a pass (a timer, a handler's abort), the reset may have freed room for a held-back
+  // stream; a pass would see to it at its end.
+  if (!held_streams_.empty() && !in_pass_) WakeFromWriter();
 }
 
 std::optional<Http2Error> Connection::ResetForPeerError(uint32_t id, ErrorCode code) {
@@ -1238,6 +1274,7 @@ void Connection::WakeFromWriter() {
     self->in_pass_ = true;
     self->writer_.set_in_pass(true);
     self->HandleWriterEvents();
+    if (!self->held_streams_.empty() && self->StartHeldStreams()) self->HandleWriterEvents();
     self->in_pass_ = false;
     self->writer_.set_in_pass(false);
     self->FlushOutput();

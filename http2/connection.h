@@ -29,6 +29,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -141,6 +142,13 @@ class Connection final : public http::ProtocolConnection,
   void ReleaseUnopenedStream(std::shared_ptr<Stream> stream);
   // Dispatches a stream whose request head was valid.
   void StartRequest(Stream* stream);
+  // Whether new streams are held back: max_backlogged_streams streams' output waits for window
+  // (FrameWriter::backlogged_streams). Under kQueue, what the loop staged in this pass is
+  // drained first, so that it is counted (loop).
+  bool OutputBacklogged();
+  // Dispatches the held-back streams, oldest first, while the output is not backlogged; true if
+  // it dispatched any (loop, inside a pass).
+  bool StartHeldStreams();
   // The deferred-response timeout of a stream whose handler returned without ending its
   // response: checks the response's progress once per period (loop).
   void WatchDeferred(Stream* stream);
@@ -259,6 +267,10 @@ class Connection final : public http::ProtocolConnection,
   // into this list (RemoveStream, RetireOpenStreams), so one the loop is using stays alive until
   // the pass ends, held by no counted copy of its own.
   std::vector<std::shared_ptr<Stream>> retired_streams_;
+  // Open streams whose valid request waits to be dispatched because the output was backlogged
+  // when it arrived (OutputBacklogged), by id, oldest first. One reset or closed meanwhile is
+  // skipped when its turn comes.
+  std::deque<uint32_t> held_streams_;
   HeaderBlock block_;
   // The writer's events, reused (HandleWriterEvents).
   FrameWriter::Events writer_events_;

@@ -24,6 +24,12 @@ struct ConnectionOptions {
   FrameWriterOptions output;
   // Our SETTINGS (defaults after Kestrel's; docs/architecture.md §4).
   uint32_t max_concurrent_streams = 100;
+  // Streams whose response waits for the peer's window with more than
+  // output.max_pending_per_stream bytes unsent. While this many do, the handlers of newly opened
+  // streams wait (in order, counted in held_streams) until the peer takes enough: a handler on the
+  // loop thread writes its whole body at once, so a peer that opens streams and never reads would
+  // otherwise have every body buffered, up to max_concurrent_streams of them. 0: no bound.
+  uint32_t max_backlogged_streams = 4;
   uint32_t max_frame_size = 16 * 1024;
   uint32_t header_table_size = 4096;
   uint32_t stream_window = 768 * 1024;
@@ -80,6 +86,8 @@ struct ConnectionCounters {
   // Connections closed (GOAWAY NO_ERROR) after idle_timeout without streams.
   std::atomic<uint64_t> idle_timeouts{0};
   std::atomic<uint64_t> refused_streams{0};    // over max_concurrent_streams
+  // Streams whose handler waited because max_backlogged_streams streams' output waited for window.
+  std::atomic<uint64_t> held_streams{0};
   // Answered streams whose request the client had not ended after unfinished_request_timeout.
   std::atomic<uint64_t> early_answer_resets{0};
   std::atomic<uint64_t> body_too_large{0};

@@ -129,6 +129,9 @@ class Client {
     return answers;
   }
 
+  // On the loop: frames the caller built (frame.h's Append*), in one write.
+  void SendFrames(std::string_view frames) { Send(frames); }
+
   Connection& conn() { return *conn_; }
 
   // On the loop: as a socket's end would.
@@ -562,6 +565,63 @@ namespace {
 // write wakes the writer's events at once: the streams the close retired are recycled under the
 // close's feet, and the close must still hold what it goes on using (AddressSanitizer's finding
 // when it did not).
+// A peer that opens streams and does not read: a handler on the loop writes its whole body at
+// once, so without a bound every stream's body would wait in memory for the peer's window.
+TEST_F(ConnectionTest, WhileStreamsOutputWaitsForWindowNewStreamsWaitForThePeerToTakeIt) {
+  int runs = 0;
+  ASSERT_TRUE(dispatcher_
+                  .Add("GET", "/big",
+                       [&runs](http::Request&, http::Response& res) {
+                         ++runs;
+                         res.Write(std::string(200'000, 'x'));  // over the default windows
+                       })
+                  .ok());
+  const std::vector<HeaderField> big = {
+      {":method", "GET"}, {":path", "/big"}, {":scheme", "http"}, {":authority", "a"}};
+  for (OutputStrategy strategy :
+       {OutputStrategy::kTwoLocks, OutputStrategy::kSingleLock, OutputStrategy::kQueue}) {
+    SCOPED_TRACE(OutputStrategyName(strategy));
+    runs = 0;
+    ConnectionCounters counters;
+    ConnectionOptions options;
+    options.output.strategy = strategy;
+    options.max_backlogged_streams = 2;
+    SpareStreams spares;
+    std::unique_ptr<Client> client = Connect(&spares, &counters, options);
+    std::vector<uint32_t> ids;
+    OnLoop([&] { ids = client->Send(big, 6); });
+    EXPECT_EQ(runs, 2);  // two bodies wait for window; the other four handlers wait for them
+    EXPECT_EQ(counters.held_streams.load(), 4u);
+    // A held stream the peer resets is not dispatched when its turn comes.
+    OnLoop([&] {
+      (void)client->Read();
+      std::string reset;
+      AppendRstStream(ids[2], ErrorCode::kCancel, &reset);
+      client->SendFrames(reset);
+    });
+    EXPECT_EQ(runs, 2);
+    // The peer opens its windows: the waiting output goes, then the held streams run in turn.
+    std::vector<uint32_t> closed;
+    OnLoop([&] {
+      const Answers first = client->Read();
+      closed = first.closed;
+      std::string open;
+      const Setting window{static_cast<uint16_t>(SettingId::kInitialWindowSize), 0x7fffffff};
+      AppendSettings(std::span<const Setting>(&window, 1), &open);
+      AppendWindowUpdate(0, 0x7fffffff - 65'535, &open);
+      client->SendFrames(open);
+    });
+    OnLoop([&] {
+      const Answers rest = client->Read();
+      closed.insert(closed.end(), rest.closed.begin(), rest.closed.end());
+    });
+    EXPECT_EQ(runs, 5);
+    std::sort(closed.begin(), closed.end());
+    EXPECT_EQ(closed, (std::vector<uint32_t>{ids[0], ids[1], ids[3], ids[4], ids[5]}));
+    EndAll({client.get()});
+  }
+}
+
 TEST_F(ConnectionTest, AStreamWhoseHandlerEndsItAsTheConnectionGivesUpOnAStalledPeerIsHeldToTheEnd) {
   bool body_ended = false;
   ASSERT_TRUE(dispatcher_

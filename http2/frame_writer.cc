@@ -93,7 +93,7 @@ std::shared_ptr<StreamOutput> FrameWriter::OpenStream(
     s.id_ = id;
     s.pending_.clear();
     s.pending_off_ = 0;
-    s.end_pending_ = s.head_written_ = s.closed_ = s.waiting_ = false;
+    s.end_pending_ = s.head_written_ = s.closed_ = s.waiting_ = s.backlogged_ = false;
     s.staged_head_ = s.staged_end_ = s.scheduled_ = s.stage_closed_ = false;
     s.staged_fields_.clear();
     s.staged_data_.clear();
@@ -132,6 +132,7 @@ void FrameWriter::CloseStream(StreamOutput& stream, bool finished) {
     stream.pending_.clear();
     stream.pending_off_ = 0;
     stream.end_pending_ = false;
+    UpdateBacklogLocked(stream);
     WakeRoomLocked(stream);
     if (!waiters_.empty()) UpdateBlockedLocked();
     Unlist(stream);
@@ -296,6 +297,7 @@ bool FrameWriter::Stage(StreamOutput& stream, std::span<const HeaderField>* fiel
     stream.staged_data_.append(reinterpret_cast<const char*>(data.data()), data.size());
     stream.staged_end_ = stream.staged_end_ || end;
     stream.unsent_.fetch_add(data.size(), std::memory_order_relaxed);
+    if (on_loop) loop_staged_bytes_ += data.size();
     if (!stream.scheduled_) {
       stream.scheduled_ = true;
       OutputStats::Add(stats_->streams_scheduled_, 1);
@@ -330,6 +332,7 @@ void FrameWriter::DrainQueue() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     batch.swap(queue_);
     drain_pending_ = false;
   }
+  loop_staged_bytes_ = 0;
   if (batch.empty()) return;
   OutputStats::Add(stats_->queue_drains_, 1);
   MutexLock lock(&frame_mu_);
@@ -463,6 +466,7 @@ void FrameWriter::QueueDataLocked(StreamOutput& stream, std::span<const uint8_t>
     // Earlier bytes wait for window: these go behind them.
     stream.pending_.append(reinterpret_cast<const char*>(data.data()), data.size());
     stream.end_pending_ = stream.end_pending_ || end;
+    UpdateBacklogLocked(stream);
     return;
   }
   size_t off = 0;
@@ -485,6 +489,7 @@ void FrameWriter::QueueDataLocked(StreamOutput& stream, std::span<const uint8_t>
   stream.pending_off_ = 0;
   stream.end_pending_ = end;
   stream.waiting_ = true;
+  UpdateBacklogLocked(stream);
   waiters_.push_back(stream.shared_from_this());
   UpdateBlockedLocked();
 }
@@ -503,6 +508,7 @@ bool FrameWriter::WritePendingLocked(StreamOutput& stream) {
     stream.pending_.clear();
     stream.pending_off_ = 0;
   }
+  if (stream.backlogged_) UpdateBacklogLocked(stream);
   return true;
 }
 
@@ -601,6 +607,15 @@ void FrameWriter::FinishStreamLocked(StreamOutput& stream) {
   stream.end_pending_ = false;
   finished_.push_back(stream.id_);
   WakeRoomLocked(stream);
+}
+
+void FrameWriter::UpdateBacklogLocked(StreamOutput& stream) {
+  const bool backlogged = !stream.closed_ && stream.pending_.size() - stream.pending_off_ >
+                                                 options_.max_pending_per_stream;
+  if (backlogged == stream.backlogged_) return;
+  stream.backlogged_ = backlogged;
+  const uint32_t n = backlogged_streams_.load(std::memory_order_relaxed);
+  backlogged_streams_.store(backlogged ? n + 1 : n - 1, std::memory_order_relaxed);
 }
 
 void FrameWriter::UpdateBlockedLocked() {

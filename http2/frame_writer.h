@@ -102,6 +102,7 @@ class StreamOutput : public std::enable_shared_from_this<StreamOutput> {
   bool head_written_ = false;  // HEADERS are on the wire
   bool closed_ = false;        // END_STREAM written, or reset: nothing more
   bool waiting_ = false;       // on the writer's window-waiters list
+  bool backlogged_ = false;    // counted in the writer's backlogged_streams_
   CondVar room_;               // pending_ shrank, or the stream closed
   // Producers waiting on room_: it is signalled only when one does (a broadcast on a condition
   // variable nobody waits on still touches its cold cache line, once per stream).
@@ -227,6 +228,17 @@ class FrameWriter {
   // Adds what was written since the last flush to the server's OutputStats now (any thread):
   // for a caller that writes while a flush is in flight and so does not flush itself.
   void FoldStats();
+  // Open streams whose output waits for window with more than max_pending_per_stream bytes: a
+  // producer on a worker would be held at that point; one on the loop cannot be, so the
+  // connection holds back new streams instead while enough are (loop; written under the lock,
+  // read without it).
+  uint32_t backlogged_streams() const {
+    return backlogged_streams_.load(std::memory_order_relaxed);
+  }
+  // kQueue: bytes the loop thread staged since the last DrainQueue, not counted above until
+  // drained (loop).
+  size_t loop_staged_bytes() const { return loop_staged_bytes_; }
+
   // DATA frames this writer has written (any thread).
   uint64_t data_frames_sent() const { return data_frames_sent_.load(std::memory_order_relaxed); }
   // Live counters of this writer's ConcurrentPipeWriter.
@@ -292,6 +304,8 @@ class FrameWriter {
   // Wakes the producers waiting for room on the stream, if any.
   void WakeRoomLocked(StreamOutput& stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
   void UpdateBlockedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
+  // Recounts `stream` in backlogged_streams_ after its pending_ changed or it closed.
+  void UpdateBacklogLocked(StreamOutput& stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
   // Takes `stream` off the list of open streams (loop).
   void Unlist(StreamOutput& stream);
   // Flushes for a producer: false if the flush is pending (then `*waiter`
@@ -335,6 +349,9 @@ class FrameWriter {
   std::vector<uint32_t> finished_ ABSL_GUARDED_BY(frame_mu_);
   std::optional<std::chrono::steady_clock::time_point> blocked_since_ ABSL_GUARDED_BY(frame_mu_);
   bool wake_pending_ ABSL_GUARDED_BY(frame_mu_) = false;
+  // Written under frame_mu_ (or by a caller alone), read by the loop without it.
+  std::atomic<uint32_t> backlogged_streams_{0};
+  size_t loop_staged_bytes_ = 0;  // loop thread only
 
   // kQueue: the loop's scratch for DrainQueue (loop thread only).
   std::vector<std::shared_ptr<StreamOutput>> drain_batch_;

@@ -198,6 +198,39 @@ TEST_P(FrameWriterTest, ServesStreamsWaitingForTheConnectionWindowRoundRobin) {
   EXPECT_EQ(DataBytes(frames, 3), 16384u);
 }
 
+TEST_P(FrameWriterTest, CountsAStreamAsBackloggedWhileMoreThanItsShareWaitsForWindow) {
+  // The peer's windows are the defaults, 65,535 bytes; a stream's share is 64 KiB.
+  auto a = writer_->OpenStream(1);
+  ASSERT_TRUE(writer_->SendHead(*a, kOk, Bytes(std::string(200'000, 'a')), true));
+  // Under kQueue the loop's bytes are staged until the drain, and counted as staged till then.
+  EXPECT_EQ(writer_->loop_staged_bytes(), GetParam() == OutputStrategy::kQueue ? 200'000u : 0u);
+  LoopPass();
+  EXPECT_EQ(writer_->loop_staged_bytes(), 0u);
+  EXPECT_EQ(writer_->backlogged_streams(), 1u);  // 65,535 went, 134,465 wait
+  auto b = writer_->OpenStream(3);
+  ASSERT_TRUE(writer_->SendHead(*b, kOk, Bytes(std::string(70'000, 'b')), true));
+  auto c = writer_->OpenStream(5);
+  ASSERT_TRUE(
+      writer_->SendHead(*c, kOk, Bytes(std::string(1'000, 'c')), true));  // within its share
+  LoopPass();
+  EXPECT_EQ(writer_->backlogged_streams(), 2u);
+  writer_->CloseStream(*b);  // a reset drops what waited
+  EXPECT_EQ(writer_->backlogged_streams(), 1u);
+  // Enough window for `c` to finish and `a` to fall to its share, not to finish.
+  ASSERT_TRUE(writer_->GrowStreamWindow(*a, 200'000));
+  ASSERT_TRUE(writer_->GrowConnectionWindow(1'000 + 134'465 - 65'536));
+  LoopPass();
+  auto frames = ReadFrames();
+  EXPECT_EQ(DataBytes(frames, 1), 200'000u - 65'536u);
+  EXPECT_EQ(DataBytes(frames, 5), 1'000u);
+  EXPECT_EQ(writer_->backlogged_streams(), 0u);
+  ASSERT_TRUE(writer_->GrowConnectionWindow(1 << 20));
+  LoopPass();
+  frames = ReadFrames();
+  EXPECT_EQ(DataBytes(frames, 1), 65'536u);
+  EXPECT_EQ(writer_->backlogged_streams(), 0u);
+}
+
 TEST_P(FrameWriterTest, ALowerInitialWindowCanMakeAStreamWindowNegative) {
   ASSERT_TRUE(writer_->GrowConnectionWindow(1 << 20));
   auto stream = writer_->OpenStream(1);

@@ -646,6 +646,7 @@ ServerStats Server::stats() const {
   s.h2_connection_errors = get(h2_counters_.connection_errors);
   s.h2_peer_resets = get(h2_counters_.peer_resets);
   s.h2_refused_streams = get(h2_counters_.refused_streams);
+  s.h2_held_streams = get(h2_counters_.held_streams);
   s.h2_copied_heads = get(h2_counters_.copied_heads);
   return s;
 }
@@ -713,6 +714,9 @@ std::vector<telemetry::MetricFamily> Server::MetricFamilies() const {
   add("sluice_http2_peer_resets_total", "RST_STREAM received.", kCounter, one(s.h2_peer_resets));
   add("sluice_http2_refused_streams_total", "Streams over SETTINGS_MAX_CONCURRENT_STREAMS.",
       kCounter, one(s.h2_refused_streams));
+  add("sluice_http2_held_streams_total",
+      "Streams whose handler waited while other streams' output waited for the peer's window.",
+      kCounter, one(s.h2_held_streams));
   const http2::AbuseCounters& a = h2_counters_.abuse;
   auto get = [](const std::atomic<uint64_t>& v) {
     return static_cast<double>(v.load(std::memory_order_relaxed));

@@ -181,6 +181,9 @@ struct ServerStats {
   uint64_t h2_connection_errors = 0;
   uint64_t h2_peer_resets = 0;
   uint64_t h2_refused_streams = 0;
+  // HTTP/2 streams whose handler waited for the peer to take backlogged output
+  // (http2::ConnectionOptions::max_backlogged_streams).
+  uint64_t h2_held_streams = 0;
   // HTTP/2 request heads copied whole because their header block repeated the last one.
   uint64_t h2_copied_heads = 0;
 };

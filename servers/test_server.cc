@@ -252,11 +252,12 @@ int main(int argc, char** argv) {
                     " h2_stream_errors=" + std::to_string(s.h2_stream_errors) +
                     " h2_connection_errors=" + std::to_string(s.h2_connection_errors) +
                     " h2_peer_resets=" + std::to_string(s.h2_peer_resets) +
+                    " h2_held_streams=" + std::to_string(s.h2_held_streams) +
                     " handler_failures=" + std::to_string(s.handler_failures) +
                     " plaintext_requests=" + std::to_string(plaintext_requests.load()) +
                     " open_connections=" + std::to_string(s.open_connections) + " h2_output=" +
-                    std::string(sluice::http2::OutputStrategyName(
-                        server.options().http2.output.strategy)) +
+                    std::string(
+                        sluice::http2::OutputStrategyName(server.options().http2.output.strategy)) +
                     " h2_frame_lock_acquisitions=" + std::to_string(out.frame_lock.acquisitions) +
                     " h2_pipe_lock_acquisitions=" + std::to_string(out.pipe_lock.acquisitions) +
                     " h2_queue_drains=" + std::to_string(out.queue_drains) + pool + "\n");

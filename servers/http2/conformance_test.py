@@ -1843,6 +1843,37 @@ class DeferredHandOffTest(ConformanceTestCase):
         self.assertLessEqual(self.wait_for_other_connections_to_close(), 1)
 
 
+# A peer that opens streams of large answers and reads none: a handler on the loop writes its
+# whole body at once, so past a few streams whose output waits for window (4 by default), the
+# handlers of new streams wait until the peer reads. Every stream is still answered once it does.
+class BackloggedOutputTest(ConformanceTestCase):
+    STREAMS = 12
+    BODY = 200000  # over the peer's default windows
+
+    def test_streams_past_the_backlog_wait_for_the_peer_then_are_answered(self):
+        inline = "--handler-threads=0" in EXTRA_FLAGS or \
+            not any(f.startswith("--handler-threads=") for f in EXTRA_FLAGS)
+        held_before = self.server.stats()["h2_held_streams"]
+        peer = self.connect()
+        ids = [1 + 2 * i for i in range(self.STREAMS)]
+        for sid in ids:
+            peer.get(sid, "/bytes/%d" % self.BODY)
+        if inline:
+            # Handlers on workers wait for room themselves: nothing is held for them.
+            deadline = time.monotonic() + STEP
+            while True:
+                held = self.server.stats()["h2_held_streams"] - held_before
+                if held >= self.STREAMS - 4 or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.01)
+            self.assertEqual(held, self.STREAMS - 4)
+        responses = peer.collect(ids)
+        for sid in ids:
+            self.assertIsNone(responses[sid].reset, "stream %d reset" % sid)
+            self.assertEqual(responses[sid].status(), 200)
+            self.assertEqual(len(responses[sid].body), self.BODY)
+
+
 # The output strategy asked for is the one serving (--h2-output), as its counters show.
 class OutputStrategyTest(ConformanceTestCase):
 
