@@ -1140,7 +1140,7 @@ void Connection::ResetStream(uint32_t id, ErrorCode code) {
     s->exchange_error_.Set(telemetry::ErrorType::kProtocolError, static_cast<uint32_t>(code));
   }
   s->reset_ = true;
-  RemoveStream(s.get());  // before the handler hears of it, as in OnRstStream
+  RemoveStream(s.get(), /*closed_in_writer=*/true);  // before the handler hears of it
   s->EndBody(CancelledError("the stream was reset"));
   // Outside a pass (a timer, a handler's abort), the reset may have freed room for a held-back
   // stream; a pass would see to it at its end.
@@ -1199,7 +1199,7 @@ void Connection::MaybeCloseStream(Stream* s) {
   });
 }
 
-void Connection::RemoveStream(Stream* s) {
+void Connection::RemoveStream(Stream* s, bool closed_in_writer) {
   if (!s->in_map_) return;
   s->in_map_ = false;
   if (s->unfinished_timer_ != 0) {
@@ -1210,7 +1210,7 @@ void Connection::RemoveStream(Stream* s) {
     loop_->CancelTimer(s->deferred_timer_);
     s->deferred_timer_ = 0;
   }
-  writer_.CloseStream(*s->out_, /*finished=*/s->response_done_);
+  if (!closed_in_writer) writer_.CloseStream(*s->out_, /*finished=*/s->response_done_);
   auto it = streams_.find(s->id_);
   if (it == streams_.end()) return;  // in_map_ says it is there: never taken
   std::shared_ptr<Stream> keep = std::move(it->second);

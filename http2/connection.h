@@ -168,7 +168,9 @@ class Connection final : public http::ProtocolConnection,
   void ReportRejected(ErrorCode code);
   // Closes `stream` in the protocol sense if both sides are done.
   void MaybeCloseStream(Stream* stream);
-  void RemoveStream(Stream* stream);
+  // Takes `stream` out of the table (into retired_streams_), closing it in the writer unless the
+  // caller did (`closed_in_writer`).
+  void RemoveStream(Stream* stream, bool closed_in_writer = false);
   // Whether `stream` is this connection's open stream `id` (a task that kept a weak reference
   // asks: a spare stream may serve another connection by now, under the same id).
   bool Serves(const Stream& stream, uint32_t id) const;

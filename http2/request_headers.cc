@@ -93,12 +93,18 @@ const char* RequestHeaderCheck::Check(std::string_view name, std::string_view va
       case RequestPseudoHeader::kMethod:
         has_method_ = !value.empty();
         is_connect_ = value == "CONNECT";
+        is_options_ = value == "OPTIONS";
         break;
       case RequestPseudoHeader::kScheme:
         has_scheme_ = !value.empty();
+        http_scheme_ = value == "http" || value == "https";
         break;
       case RequestPseudoHeader::kPath:
         has_path_ = !value.empty();
+        path_form_ = !has_path_        ? PathForm::kNone
+                     : value[0] == '/' ? PathForm::kAbsolute
+                     : value == "*"    ? PathForm::kAsterisk
+                                       : PathForm::kOther;
         break;
       case RequestPseudoHeader::kAuthority:
         has_authority_ = !value.empty();
@@ -124,6 +130,11 @@ const char* RequestHeaderCheck::Finish() const {
     return nullptr;
   }
   if (!has_scheme_ || !has_path_) return "missing :scheme or :path";
+  // RFC 9113 §8.3.1: for http and https, an absolute path (and query), or `*` for OPTIONS alone.
+  if (http_scheme_ && path_form_ != PathForm::kAbsolute &&
+      !(path_form_ == PathForm::kAsterisk && is_options_)) {
+    return ":path neither an absolute path nor * for OPTIONS";
+  }
   return nullptr;
 }
 

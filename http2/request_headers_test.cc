@@ -102,6 +102,18 @@ TEST(RequestHeaderCheck, ARequestNeedsMethodSchemeAndPath) {
   EXPECT_EQ(Verdict({{":method", "GET"}, {":scheme", "http"}, {":path", "/"}}), "");
 }
 
+TEST(RequestHeaderCheck, AnHttpPathIsAbsoluteOrAnAsteriskForOptions) {
+  constexpr std::string_view kBadPath = ":path neither an absolute path nor * for OPTIONS";
+  EXPECT_EQ(Verdict({{":method", "GET"}, {":scheme", "https"}, {":path", "plaintext"}}), kBadPath);
+  EXPECT_EQ(Verdict({{":method", "GET"}, {":scheme", "http"}, {":path", "?a=1"}}), kBadPath);
+  EXPECT_EQ(Verdict({{":method", "GET"}, {":scheme", "http"}, {":path", "*"}}), kBadPath);
+  // The method may come after the path.
+  EXPECT_EQ(Verdict({{":path", "*"}, {":scheme", "http"}, {":method", "OPTIONS"}}), "");
+  EXPECT_EQ(Verdict({{":method", "GET"}, {":scheme", "http"}, {":path", "//a/?q"}}), "");
+  // Another scheme's paths are its own.
+  EXPECT_EQ(Verdict({{":method", "GET"}, {":scheme", "urn"}, {":path", "isbn:0451"}}), "");
+}
+
 TEST(RequestHeaderCheck, ConnectHasAnAuthorityAndNeitherSchemeNorPath) {
   EXPECT_EQ(Verdict({{":method", "CONNECT"}, {":authority", "example.com:443"}}), "");
   EXPECT_EQ(Verdict({{":method", "CONNECT"}}),

@@ -1320,6 +1320,22 @@ class HeaderValidationTest(ConformanceTestCase):
         self.assert_malformed([(":method", "GET"), (":scheme", "http"), (":path", ""),
                                (":authority", "localhost")])
 
+    def test_path_that_is_not_absolute_resets_the_stream(self):
+        self.assert_malformed([(":method", "GET"), (":scheme", "http"), (":path", "plaintext"),
+                               (":authority", "localhost")])
+
+    def test_asterisk_path_on_a_method_other_than_options_resets_the_stream(self):
+        self.assert_malformed([(":method", "GET"), (":scheme", "http"), (":path", "*"),
+                               (":authority", "localhost")])
+
+    def test_asterisk_path_on_options_is_answered(self):
+        peer = self.connect()
+        peer.send_headers(1, [(":method", "OPTIONS"), (":scheme", "http"), (":path", "*"),
+                              (":authority", "localhost")])
+        r = peer.collect([1])[1]
+        self.assertIsNone(r.reset, "OPTIONS * reset with %s" % error_name(r.reset or 0))
+        self.assertIsNotNone(r.status())
+
     def test_carriage_return_in_header_value_resets_the_stream(self):
         self.assert_malformed(request(extra=[("x-a", "a\rb")]))
 
