@@ -19,6 +19,15 @@ namespace {
 // exchange sees both and notifies.
 constexpr uint64_t kClosedBit = uint64_t{1} << 63;
 
+// Whether a :scheme value names https: schemes compare without regard to case (RFC 3986 §3.1).
+bool IsHttps(std::string_view scheme) {
+  constexpr std::string_view kHttps = "https";
+  return scheme.size() == kHttps.size() &&
+         std::equal(scheme.begin(), scheme.end(), kHttps.begin(), [](char c, char lower) {
+           return (c >= 'A' && c <= 'Z' ? c + 32 : c) == lower;
+         });
+}
+
 // The spares of a connection that shares none with its loop (as many as a pass of a busy client
 // retires).
 constexpr size_t kOwnSpareStreams = 16;
@@ -78,7 +87,7 @@ class Connection::Stream final : public http::ResponseSink,
     id_ = 0;
     content_length_.reset();
     body_received_ = 0;
-    head_request_ = recv_ended_ = response_done_ = reset_ = in_map_ = false;
+    head_request_ = recv_ended_ = response_done_ = reset_ = in_map_ = held_ = false;
     body_claimed_ = body_end_delivered_ = false;
     on_worker_ = false;
     body_status_ = OkStatus();
@@ -244,6 +253,7 @@ class Connection::Stream final : public http::ResponseSink,
   bool response_done_ = false;  // END_STREAM sent
   bool reset_ = false;
   bool in_map_ = false;
+  bool held_ = false;  // valid, waiting in held_streams_ to be dispatched
   bool body_claimed_ = false;
   bool body_end_delivered_ = false;
   // The handler ran on a worker, or the exchange ended on another thread:
@@ -749,7 +759,7 @@ void Connection::OnField(std::string_view name, std::string_view value) {
       req.SetMethod(value);
       return;
     case RequestPseudoHeader::kScheme:
-      req.SetScheme(value == "https" ? "https" : "http");
+      req.SetScheme(IsHttps(value) ? "https" : "http");  // every other scheme is served as http
       return;
     case RequestPseudoHeader::kPath: {
       const http::PathAndQuery split = http::SplitPathAndQuery(value);
@@ -898,6 +908,7 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
     // Its handler waits until the peer takes enough of what the others wrote. Its body, if any,
     // is buffered meanwhile, within the stream's receive window.
     counters_->held_streams.fetch_add(1, std::memory_order_relaxed);
+    s->held_ = true;
     held_streams_.push_back(id);
   } else {
     StartRequest(s);
@@ -914,7 +925,11 @@ bool Connection::OutputBacklogged() {
     if (output_blocked_) return true;
     writer_.DrainQueue();
   }
-  return writer_.backlogged_streams() >= limit;
+  if (writer_.backlogged_streams() < limit ||
+      writer_.backlog_bytes() <= options_.max_backlog_bytes) {
+    return false;
+  }
+  return dispatcher_->workers() == nullptr;  // a worker waits for room itself
 }
 
 bool Connection::StartHeldStreams() {
@@ -926,6 +941,7 @@ bool Connection::StartHeldStreams() {
     if (it == streams_.end()) continue;  // reset while it waited
     // Not a copy: a stream removed by its handler stays alive in retired_streams_ until the pass
     // ends.
+    it->second->held_ = false;
     StartRequest(it->second.get());
     started = true;
   }
@@ -1159,6 +1175,15 @@ std::optional<Http2Error> Connection::ResetForPeerError(uint32_t id, ErrorCode c
   return guard_.OnStreamErrorSent(AbuseGuard::Clock::now());
 }
 
+void Connection::ReportHeldStreamDropped(Stream* s) {
+  s->held_ = false;
+  const http::ResponseSink::Error e = s->exchange_error_.Get();
+  const bool known = e.type() != telemetry::ErrorType::kNone;
+  http::ReportRejected(*dispatcher_, s->request_.method(), s->request_.scheme(), "2",
+                       transport_->peer_address(), 0,
+                       known ? e.type() : telemetry::ErrorType::kAborted, known ? e.code() : 0);
+}
+
 void Connection::ReportRejected(ErrorCode code) {
   http::ReportRejected(*dispatcher_, "", transport_->secure() ? "https" : "http", "2",
                        transport_->peer_address(), 0, telemetry::ErrorType::kProtocolError,
@@ -1202,6 +1227,7 @@ void Connection::MaybeCloseStream(Stream* s) {
 void Connection::RemoveStream(Stream* s, bool closed_in_writer) {
   if (!s->in_map_) return;
   s->in_map_ = false;
+  if (s->held_) ReportHeldStreamDropped(s);
   if (s->unfinished_timer_ != 0) {
     loop_->CancelTimer(s->unfinished_timer_);
     s->unfinished_timer_ = 0;
@@ -1235,6 +1261,7 @@ std::vector<std::shared_ptr<Connection::Stream>> Connection::RetireOpenStreams(
   open.reserve(streams_.size());
   for (auto& [id, s] : streams_) {
     s->in_map_ = false;
+    if (s->held_) ReportHeldStreamDropped(s.get());
     open.push_back(s);
     retired_streams_.push_back(std::move(s));
   }

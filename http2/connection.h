@@ -166,6 +166,9 @@ class Connection final : public http::ProtocolConnection,
   std::optional<Http2Error> ResetForPeerError(uint32_t id, ErrorCode code);
   // Telemetry of a stream reset before it was dispatched (http::ReportRejected).
   void ReportRejected(ErrorCode code);
+  // Telemetry of a held-back stream that leaves without reaching its handler (reset, or its
+  // connection closed): rejected with the error recorded for it, else as aborted.
+  void ReportHeldStreamDropped(Stream* stream);
   // Closes `stream` in the protocol sense if both sides are done.
   void MaybeCloseStream(Stream* stream);
   // Takes `stream` out of the table (into retired_streams_), closing it in the writer unless the

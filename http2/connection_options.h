@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 
 #include "http2/abuse_limits.h"
@@ -24,12 +25,16 @@ struct ConnectionOptions {
   FrameWriterOptions output;
   // Our SETTINGS (defaults after Kestrel's; docs/architecture.md §4).
   uint32_t max_concurrent_streams = 100;
-  // Streams whose response waits for the peer's window with more than
-  // output.max_pending_per_stream bytes unsent. While this many do, the handlers of newly opened
-  // streams wait (in order, counted in held_streams) until the peer takes enough: a handler on the
-  // loop thread writes its whole body at once, so a peer that opens streams and never reads would
-  // otherwise have every body buffered, up to max_concurrent_streams of them. 0: no bound.
+  // Responses that wait for the peer's window: while at least max_backlogged_streams streams
+  // each hold more than output.max_pending_per_stream bytes unsent and all of them together more
+  // than max_backlog_bytes, the handlers of newly opened streams wait, in order (counted in
+  // held_streams), until the peer takes enough. A handler on the loop thread writes its whole
+  // body at once, so a peer that opens streams and never reads would otherwise have every body
+  // buffered, up to max_concurrent_streams of them. Both bounds must be passed: one long download
+  // to a slow reader, or a little of everything, holds nobody back. Handlers on workers wait for
+  // room themselves, and are never held. max_backlogged_streams 0: no bound.
   uint32_t max_backlogged_streams = 4;
+  size_t max_backlog_bytes = 4 * 1024 * 1024;
   uint32_t max_frame_size = 16 * 1024;
   uint32_t header_table_size = 4096;
   uint32_t stream_window = 768 * 1024;

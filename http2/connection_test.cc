@@ -6,6 +6,8 @@
 // writer's lock: inline answers take none while no exchange of the connection is carried off the
 // loop, and every answer takes it while one is. Connections run over in-memory transports on one
 // loop, run on the test's thread.
+#include "http2/connection.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -22,9 +24,9 @@
 #include "core/memory_pool.h"
 #include "core/memory_transport.h"
 #include "http/router_dispatcher.h"
-#include "http2/connection.h"
 #include "http2/frame.h"
 #include "http2/hpack.h"
+#include "telemetry/hooks.h"
 
 namespace sluice::http2 {
 namespace {
@@ -560,11 +562,6 @@ TEST_F(ConnectionTest, AFailedHeadDuringAGracefulShutdownKeepsTheFirstGoawaysLas
 namespace sluice::http2 {
 namespace {
 
-// The connection gives up on a peer that keeps its window shut (a timer, outside any pass) while
-// a handler still waits for the request's body. The body's end reaches the handler, whose last
-// write wakes the writer's events at once: the streams the close retired are recycled under the
-// close's feet, and the close must still hold what it goes on using (AddressSanitizer's finding
-// when it did not).
 // A peer that opens streams and does not read: a handler on the loop writes its whole body at
 // once, so without a bound every stream's body would wait in memory for the peer's window.
 TEST_F(ConnectionTest, WhileStreamsOutputWaitsForWindowNewStreamsWaitForThePeerToTakeIt) {
@@ -586,11 +583,13 @@ TEST_F(ConnectionTest, WhileStreamsOutputWaitsForWindowNewStreamsWaitForThePeerT
     ConnectionOptions options;
     options.output.strategy = strategy;
     options.max_backlogged_streams = 2;
+    options.max_backlog_bytes = 300'000;
     SpareStreams spares;
     std::unique_ptr<Client> client = Connect(&spares, &counters, options);
     std::vector<uint32_t> ids;
     OnLoop([&] { ids = client->Send(big, 6); });
-    EXPECT_EQ(runs, 2);  // two bodies wait for window; the other four handlers wait for them
+    // Two bodies wait for window, 334,465 bytes; the other four handlers wait for them.
+    EXPECT_EQ(runs, 2);
     EXPECT_EQ(counters.held_streams.load(), 4u);
     // A held stream the peer resets is not dispatched when its turn comes.
     OnLoop([&] {
@@ -622,6 +621,97 @@ TEST_F(ConnectionTest, WhileStreamsOutputWaitsForWindowNewStreamsWaitForThePeerT
   }
 }
 
+// A dispatcher whose exchanges report to hooks, and a listener that keeps what it heard.
+class HookedDispatcher : public http::RouterDispatcher {
+ public:
+  telemetry::Hooks* hooks() override { return &hooks_; }
+
+ private:
+  telemetry::Hooks hooks_;
+};
+
+class StopRecorder : public telemetry::Listener {
+ public:
+  void OnRequestStop(const telemetry::ExchangeRecord& r) override {
+    stops.push_back(std::string(r.method) + " " + std::to_string(r.status) + " " +
+                    std::string(telemetry::ErrorTypeName(r.error, r.error_code, true)));
+  }
+  std::vector<std::string> stops;  // the loop's (the test's thread)
+};
+
+// A held-back stream that never reaches its handler still shows in telemetry: reset by the peer,
+// or dropped with its connection.
+TEST_F(ConnectionTest, AHeldStreamThatNeverRunsIsReportedWithWhatEndedIt) {
+  HookedDispatcher dispatcher;
+  ASSERT_TRUE(
+      dispatcher
+          .Add("GET", "/big",
+               [](http::Request&, http::Response& res) { res.Write(std::string(200'000, 'x')); })
+          .ok());
+  auto recorder = std::make_shared<StopRecorder>();
+  dispatcher.hooks()->Subscribe(recorder);
+  ConnectionOptions options;
+  options.max_backlogged_streams = 2;
+  options.max_backlog_bytes = 300'000;
+  ConnectionCounters counters;
+  SpareStreams spares;
+  auto client =
+      std::make_unique<Client>(loop_.get(), &pool_, &dispatcher, &counters, &spares, options);
+  OnLoop([&] { client->Start(); });
+  std::vector<uint32_t> ids;
+  OnLoop([&] {
+    ids = client->Send(
+        {{":method", "GET"}, {":path", "/big"}, {":scheme", "http"}, {":authority", "a"}}, 4);
+  });
+  ASSERT_EQ(counters.held_streams.load(), 2u);
+  const size_t ran = recorder->stops.size();  // the two that ran (their stops are theirs)
+  OnLoop([&] {
+    (void)client->Read();
+    std::string reset;
+    AppendRstStream(ids[2], ErrorCode::kCancel, &reset);
+    client->SendFrames(reset);
+  });
+  ASSERT_EQ(recorder->stops.size(), ran + 1);
+  EXPECT_EQ(recorder->stops.back(), "GET 0 peer_reset");
+  EndAll({client.get()});  // the last one goes with its connection
+  ASSERT_EQ(recorder->stops.size(), ran + 2);
+  EXPECT_EQ(recorder->stops.back(), "GET 0 aborted");
+}
+
+// Both bounds must be passed: one long download to a slow reader (one stream over its share) and
+// a few answers over their share but under the bytes (8 of 200,000 bytes) hold nothing back.
+TEST_F(ConnectionTest, OneLongDownloadOrAFewLargeAnswersHoldNoStreamBack) {
+  for (size_t body : {size_t{5'000'000}, size_t{200'000}}) {
+    SCOPED_TRACE(body);
+    ASSERT_TRUE(
+        dispatcher_
+            .Add("GET", "/large/" + std::to_string(body),
+                 [body](http::Request&, http::Response& res) { res.Write(std::string(body, 'x')); })
+            .ok());
+    const int large = body > 1'000'000 ? 1 : 8;
+    ConnectionCounters counters;
+    SpareStreams spares;
+    std::unique_ptr<Client> client = Connect(&spares, &counters);  // the default bounds
+    OnLoop([&] {
+      client->Send({{":method", "GET"},
+                    {":path", "/large/" + std::to_string(body)},
+                    {":scheme", "http"},
+                    {":authority", "a"}},
+                   large);
+    });
+    OnLoop([&] { (void)client->Read(); });   // what the window let out: the output is not paused
+    OnLoop([&] { (void)client->Get(20); });  // 13 bytes each, behind the others for the window
+    EXPECT_EQ(counters.held_streams.load(), 0u);
+    EXPECT_EQ(counters.requests.load(), static_cast<uint64_t>(large + 20));
+    EndAll({client.get()});
+  }
+}
+
+// The connection gives up on a peer that keeps its window shut (a timer, outside any pass) while
+// a handler still waits for the request's body. The body's end reaches the handler, whose last
+// write wakes the writer's events at once: the streams the close retired are recycled under the
+// close's feet, and the close must still hold what it goes on using (AddressSanitizer's finding
+// when it did not).
 TEST_F(ConnectionTest, AStreamWhoseHandlerEndsItAsTheConnectionGivesUpOnAStalledPeerIsHeldToTheEnd) {
   bool body_ended = false;
   ASSERT_TRUE(dispatcher_

@@ -94,6 +94,7 @@ std::shared_ptr<StreamOutput> FrameWriter::OpenStream(
     s.pending_.clear();
     s.pending_off_ = 0;
     s.end_pending_ = s.head_written_ = s.closed_ = s.waiting_ = s.backlogged_ = false;
+    s.counted_bytes_ = 0;
     s.staged_head_ = s.staged_end_ = s.scheduled_ = s.stage_closed_ = false;
     s.staged_fields_.clear();
     s.staged_data_.clear();
@@ -508,7 +509,7 @@ bool FrameWriter::WritePendingLocked(StreamOutput& stream) {
     stream.pending_.clear();
     stream.pending_off_ = 0;
   }
-  if (stream.backlogged_) UpdateBacklogLocked(stream);
+  UpdateBacklogLocked(stream);
   return true;
 }
 
@@ -610,8 +611,14 @@ void FrameWriter::FinishStreamLocked(StreamOutput& stream) {
 }
 
 void FrameWriter::UpdateBacklogLocked(StreamOutput& stream) {
-  const bool backlogged = !stream.closed_ && stream.pending_.size() - stream.pending_off_ >
-                                                 options_.max_pending_per_stream;
+  const size_t unsent = stream.closed_ ? 0 : stream.pending_.size() - stream.pending_off_;
+  if (unsent == stream.counted_bytes_) return;
+  // Plain loads and stores: every writer of the two holds frame_mu_ (or is alone).
+  backlog_bytes_.store(
+      backlog_bytes_.load(std::memory_order_relaxed) - stream.counted_bytes_ + unsent,
+      std::memory_order_relaxed);
+  stream.counted_bytes_ = unsent;
+  const bool backlogged = unsent > options_.max_pending_per_stream;
   if (backlogged == stream.backlogged_) return;
   stream.backlogged_ = backlogged;
   const uint32_t n = backlogged_streams_.load(std::memory_order_relaxed);

@@ -103,6 +103,7 @@ class StreamOutput : public std::enable_shared_from_this<StreamOutput> {
   bool closed_ = false;        // END_STREAM written, or reset: nothing more
   bool waiting_ = false;       // on the writer's window-waiters list
   bool backlogged_ = false;    // counted in the writer's backlogged_streams_
+  size_t counted_bytes_ = 0;   // its part of the writer's backlog_bytes_
   CondVar room_;               // pending_ shrank, or the stream closed
   // Producers waiting on room_: it is signalled only when one does (a broadcast on a condition
   // variable nobody waits on still touches its cold cache line, once per stream).
@@ -235,6 +236,8 @@ class FrameWriter {
   uint32_t backlogged_streams() const {
     return backlogged_streams_.load(std::memory_order_relaxed);
   }
+  // The bytes all open streams hold waiting for window (loop, as backlogged_streams).
+  size_t backlog_bytes() const { return backlog_bytes_.load(std::memory_order_relaxed); }
   // kQueue: bytes the loop thread staged since the last DrainQueue, not counted above until
   // drained (loop).
   size_t loop_staged_bytes() const { return loop_staged_bytes_; }
@@ -304,7 +307,8 @@ class FrameWriter {
   // Wakes the producers waiting for room on the stream, if any.
   void WakeRoomLocked(StreamOutput& stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
   void UpdateBlockedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
-  // Recounts `stream` in backlogged_streams_ after its pending_ changed or it closed.
+  // Recounts `stream` in backlogged_streams_ and backlog_bytes_ after its pending_ changed or it
+  // closed.
   void UpdateBacklogLocked(StreamOutput& stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
   // Takes `stream` off the list of open streams (loop).
   void Unlist(StreamOutput& stream);
@@ -351,6 +355,7 @@ class FrameWriter {
   bool wake_pending_ ABSL_GUARDED_BY(frame_mu_) = false;
   // Written under frame_mu_ (or by a caller alone), read by the loop without it.
   std::atomic<uint32_t> backlogged_streams_{0};
+  std::atomic<size_t> backlog_bytes_{0};
   size_t loop_staged_bytes_ = 0;  // loop thread only
 
   // kQueue: the loop's scratch for DrainQueue (loop thread only).

@@ -207,6 +207,7 @@ TEST_P(FrameWriterTest, CountsAStreamAsBackloggedWhileMoreThanItsShareWaitsForWi
   LoopPass();
   EXPECT_EQ(writer_->loop_staged_bytes(), 0u);
   EXPECT_EQ(writer_->backlogged_streams(), 1u);  // 65,535 went, 134,465 wait
+  EXPECT_EQ(writer_->backlog_bytes(), 134'465u);
   auto b = writer_->OpenStream(3);
   ASSERT_TRUE(writer_->SendHead(*b, kOk, Bytes(std::string(70'000, 'b')), true));
   auto c = writer_->OpenStream(5);
@@ -214,8 +215,10 @@ TEST_P(FrameWriterTest, CountsAStreamAsBackloggedWhileMoreThanItsShareWaitsForWi
       writer_->SendHead(*c, kOk, Bytes(std::string(1'000, 'c')), true));  // within its share
   LoopPass();
   EXPECT_EQ(writer_->backlogged_streams(), 2u);
+  EXPECT_EQ(writer_->backlog_bytes(), 134'465u + 70'000u + 1'000u);  // `c` counts in the bytes
   writer_->CloseStream(*b);  // a reset drops what waited
   EXPECT_EQ(writer_->backlogged_streams(), 1u);
+  EXPECT_EQ(writer_->backlog_bytes(), 134'465u + 1'000u);
   // Enough window for `c` to finish and `a` to fall to its share, not to finish.
   ASSERT_TRUE(writer_->GrowStreamWindow(*a, 200'000));
   ASSERT_TRUE(writer_->GrowConnectionWindow(1'000 + 134'465 - 65'536));
@@ -224,11 +227,13 @@ TEST_P(FrameWriterTest, CountsAStreamAsBackloggedWhileMoreThanItsShareWaitsForWi
   EXPECT_EQ(DataBytes(frames, 1), 200'000u - 65'536u);
   EXPECT_EQ(DataBytes(frames, 5), 1'000u);
   EXPECT_EQ(writer_->backlogged_streams(), 0u);
+  EXPECT_EQ(writer_->backlog_bytes(), 65'536u);
   ASSERT_TRUE(writer_->GrowConnectionWindow(1 << 20));
   LoopPass();
   frames = ReadFrames();
   EXPECT_EQ(DataBytes(frames, 1), 65'536u);
   EXPECT_EQ(writer_->backlogged_streams(), 0u);
+  EXPECT_EQ(writer_->backlog_bytes(), 0u);
 }
 
 TEST_P(FrameWriterTest, ALowerInitialWindowCanMakeAStreamWindowNegative) {

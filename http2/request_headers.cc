@@ -97,7 +97,6 @@ const char* RequestHeaderCheck::Check(std::string_view name, std::string_view va
         break;
       case RequestPseudoHeader::kScheme:
         has_scheme_ = !value.empty();
-        http_scheme_ = value == "http" || value == "https";
         break;
       case RequestPseudoHeader::kPath:
         has_path_ = !value.empty();
@@ -131,8 +130,9 @@ const char* RequestHeaderCheck::Finish() const {
   }
   if (!has_scheme_ || !has_path_) return "missing :scheme or :path";
   // RFC 9113 §8.3.1: for http and https, an absolute path (and query), or `*` for OPTIONS alone.
-  if (http_scheme_ && path_form_ != PathForm::kAbsolute &&
-      !(path_form_ == PathForm::kAsterisk && is_options_)) {
+  // The server serves every request as one or the other (Request::scheme), so the rule is asked
+  // of every scheme: another scheme's path would reach the router as an http one.
+  if (path_form_ != PathForm::kAbsolute && !(path_form_ == PathForm::kAsterisk && is_options_)) {
     return ":path neither an absolute path nor * for OPTIONS";
   }
   return nullptr;

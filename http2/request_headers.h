@@ -65,7 +65,6 @@ class RequestHeaderCheck {
   bool has_path_ = false;
   bool has_authority_ = false;
   bool is_options_ = false;
-  bool http_scheme_ = false;  // :scheme is http or https
   enum class PathForm : uint8_t { kNone, kAbsolute, kAsterisk, kOther };
   PathForm path_form_ = PathForm::kNone;
 };

@@ -110,8 +110,9 @@ TEST(RequestHeaderCheck, AnHttpPathIsAbsoluteOrAnAsteriskForOptions) {
   // The method may come after the path.
   EXPECT_EQ(Verdict({{":path", "*"}, {":scheme", "http"}, {":method", "OPTIONS"}}), "");
   EXPECT_EQ(Verdict({{":method", "GET"}, {":scheme", "http"}, {":path", "//a/?q"}}), "");
-  // Another scheme's paths are its own.
-  EXPECT_EQ(Verdict({{":method", "GET"}, {":scheme", "urn"}, {":path", "isbn:0451"}}), "");
+  // Whatever the scheme says: the request is served as http or https.
+  EXPECT_EQ(Verdict({{":method", "GET"}, {":scheme", "HTTP"}, {":path", "plaintext"}}), kBadPath);
+  EXPECT_EQ(Verdict({{":method", "GET"}, {":scheme", "urn"}, {":path", "isbn:0451"}}), kBadPath);
 }
 
 TEST(RequestHeaderCheck, ConnectHasAnAuthorityAndNeitherSchemeNorPath) {
