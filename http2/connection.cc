@@ -949,6 +949,7 @@ bool Connection::StartHeldStreams() {
 }
 
 void Connection::StartRequest(Stream* s) {
+  last_started_stream_id_ = std::max(last_started_stream_id_, s->id_);
   http::Request& req = s->request_;
   http::Response& res = s->response_;
   res.Reset(s);
@@ -1021,6 +1022,7 @@ void Connection::WatchDeferred(Stream* s) {
 }
 
 void Connection::AnswerDirectly(Stream* s, uint16_t status) {
+  last_started_stream_id_ = std::max(last_started_stream_id_, s->id_);
   http::Response& res = s->response_;
   res.Reset(s);
   s->BeginExchange(/*counted=*/true);
@@ -1132,8 +1134,12 @@ void Connection::HandleError(const Http2Error& error, telemetry::ErrorType excha
   std::string out;
   // After a graceful GOAWAY, streams the peer opened later were ignored: a second GOAWAY may not
   // raise the last stream id the first one named (RFC 9113 §6.8).
-  AppendGoaway(std::min(last_peer_stream_id_, goaway_last_stream_id_), error.code(), error.debug(),
-               &out);
+  uint32_t last = std::min(last_peer_stream_id_, goaway_last_stream_id_);
+  // Held-back streams never reached a handler, and every stream opened after the first of them
+  // was held too or answered at once: naming the last one answered tells the peer it may send
+  // the held ones again elsewhere (§6.8: streams above the last id were not processed).
+  if (!held_streams_.empty()) last = std::min(last, last_started_stream_id_);
+  AppendGoaway(last, error.code(), error.debug(), &out);
   writer_.WriteControl(out);
   goaway_sent_ = true;
   CloseAfterFlush();
@@ -1436,6 +1442,14 @@ void Connection::CancelIdleTimer() {
 
 void Connection::BeginShutdown() {
   if (closing_ || closed_) return;
+  // Held-back streams are not kept waiting for a peer that reads slowly while the server stops:
+  // REFUSED_STREAM says they were not processed, so the peer may send them again elsewhere
+  // (RFC 9113 §8.7).
+  std::deque<uint32_t> held;
+  held.swap(held_streams_);  // emptied first: no reset below dispatches one of them
+  for (uint32_t id : held) {
+    if (streams_.contains(id)) ResetStream(id, ErrorCode::kRefusedStream);
+  }
   if (!goaway_sent_) {
     std::string out;
     AppendGoaway(last_peer_stream_id_, ErrorCode::kNoError, "", &out);

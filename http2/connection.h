@@ -283,6 +283,8 @@ class Connection final : public http::ProtocolConnection,
   Frame frame_;
   ReceiveWindow connection_window_;
   uint32_t last_peer_stream_id_ = 0;
+  // The highest stream whose request was dispatched or answered by the connection itself.
+  uint32_t last_started_stream_id_ = 0;
   std::array<uint32_t, 64> reset_ring_{};
   size_t reset_ring_next_ = 0;
 

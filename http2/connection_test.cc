@@ -678,6 +678,72 @@ TEST_F(ConnectionTest, AHeldStreamThatNeverRunsIsReportedWithWhatEndedIt) {
   EXPECT_EQ(recorder->stops.back(), "GET 0 aborted");
 }
 
+// A connection error's GOAWAY names the last stream that reached a handler, not the held-back
+// ones after it: the peer may send those again on a new connection (RFC 9113 §6.8).
+TEST_F(ConnectionTest, AConnectionErrorLeavesTheHeldStreamsOutOfItsGoaway) {
+  ASSERT_TRUE(
+      dispatcher_
+          .Add("GET", "/big",
+               [](http::Request&, http::Response& res) { res.Write(std::string(200'000, 'x')); })
+          .ok());
+  ConnectionOptions options;
+  options.max_backlogged_streams = 2;
+  options.max_backlog_bytes = 300'000;
+  ConnectionCounters counters;
+  SpareStreams spares;
+  std::unique_ptr<Client> client = Connect(&spares, &counters, options);
+  std::vector<uint32_t> ids;
+  OnLoop([&] {
+    ids = client->Send(
+        {{":method", "GET"}, {":path", "/big"}, {":scheme", "http"}, {":authority", "a"}}, 5);
+  });
+  ASSERT_EQ(counters.held_streams.load(), 3u);
+  Answers answers;
+  OnLoop([&] {
+    (void)client->Read();
+    std::string bad;
+    AppendWindowUpdate(0, 0, &bad);  // a zero increment on the connection: PROTOCOL_ERROR
+    client->SendFrames(bad);
+  });
+  OnLoop([&] { answers = client->Read(); });
+  EXPECT_TRUE(answers.goaway);
+  EXPECT_EQ(answers.goaway_code, static_cast<uint32_t>(ErrorCode::kProtocolError));
+  EXPECT_EQ(answers.goaway_last_id, ids[1]);
+  EndAll({client.get()});
+}
+
+// A graceful shutdown does not keep held-back streams waiting for a slow reader: each gets
+// REFUSED_STREAM (not processed: the peer may send it again elsewhere), before the GOAWAY.
+TEST_F(ConnectionTest, AShutdownRefusesTheHeldStreams) {
+  ASSERT_TRUE(
+      dispatcher_
+          .Add("GET", "/big",
+               [](http::Request&, http::Response& res) { res.Write(std::string(200'000, 'x')); })
+          .ok());
+  ConnectionOptions options;
+  options.max_backlogged_streams = 2;
+  options.max_backlog_bytes = 300'000;
+  ConnectionCounters counters;
+  SpareStreams spares;
+  std::unique_ptr<Client> client = Connect(&spares, &counters, options);
+  std::vector<uint32_t> ids;
+  OnLoop([&] {
+    ids = client->Send(
+        {{":method", "GET"}, {":path", "/big"}, {":scheme", "http"}, {":authority", "a"}}, 5);
+  });
+  ASSERT_EQ(counters.held_streams.load(), 3u);
+  Answers answers;
+  OnLoop([&] {
+    (void)client->Read();
+    client->conn().BeginShutdown();
+    answers = client->Read();
+  });
+  EXPECT_EQ(answers.resets, (std::vector<uint32_t>{ids[2], ids[3], ids[4]}));
+  EXPECT_TRUE(answers.goaway);
+  EXPECT_EQ(answers.goaway_code, static_cast<uint32_t>(ErrorCode::kNoError));
+  EndAll({client.get()});
+}
+
 // Both bounds must be passed: one long download to a slow reader (one stream over its share) and
 // a few answers over their share but under the bytes (8 of 200,000 bytes) hold nothing back.
 TEST_F(ConnectionTest, OneLongDownloadOrAFewLargeAnswersHoldNoStreamBack) {
