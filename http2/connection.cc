@@ -919,10 +919,10 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
 bool Connection::OutputBacklogged() {
   const uint32_t limit = options_.max_backlogged_streams;
   if (limit == 0) return false;
-  if (writer_.loop_staged_bytes() > options_.output.max_pending_per_stream) {
+  if (writer_.loop_staged_bytes() > options_.output.max_pending_per_stream && !output_blocked_) {
     // kQueue: handlers of this pass staged their bodies; drained now, what the window does not
-    // take is counted. With the output paused, the drain waits, and so do new streams.
-    if (output_blocked_) return true;
+    // take is counted. (With the output paused the drain waits for the pipe, and what is staged
+    // is counted once it is drained.)
     writer_.DrainQueue();
   }
   if (writer_.backlogged_streams() < limit ||
@@ -949,7 +949,6 @@ bool Connection::StartHeldStreams() {
 }
 
 void Connection::StartRequest(Stream* s) {
-  last_started_stream_id_ = std::max(last_started_stream_id_, s->id_);
   http::Request& req = s->request_;
   http::Response& res = s->response_;
   res.Reset(s);
@@ -1022,7 +1021,6 @@ void Connection::WatchDeferred(Stream* s) {
 }
 
 void Connection::AnswerDirectly(Stream* s, uint16_t status) {
-  last_started_stream_id_ = std::max(last_started_stream_id_, s->id_);
   http::Response& res = s->response_;
   res.Reset(s);
   s->BeginExchange(/*counted=*/true);
@@ -1134,12 +1132,7 @@ void Connection::HandleError(const Http2Error& error, telemetry::ErrorType excha
   std::string out;
   // After a graceful GOAWAY, streams the peer opened later were ignored: a second GOAWAY may not
   // raise the last stream id the first one named (RFC 9113 §6.8).
-  uint32_t last = std::min(last_peer_stream_id_, goaway_last_stream_id_);
-  // Held-back streams never reached a handler, and every stream opened after the first of them
-  // was held too or answered at once: naming the last one answered tells the peer it may send
-  // the held ones again elsewhere (§6.8: streams above the last id were not processed).
-  if (!held_streams_.empty()) last = std::min(last, last_started_stream_id_);
-  AppendGoaway(last, error.code(), error.debug(), &out);
+  AppendGoaway(GoawayLastStreamId(), error.code(), error.debug(), &out);
   writer_.WriteControl(out);
   goaway_sent_ = true;
   CloseAfterFlush();
@@ -1442,26 +1435,49 @@ void Connection::CancelIdleTimer() {
 
 void Connection::BeginShutdown() {
   if (closing_ || closed_) return;
-  // Held-back streams are not kept waiting for a peer that reads slowly while the server stops:
-  // REFUSED_STREAM says they were not processed, so the peer may send them again elsewhere
-  // (RFC 9113 §8.7).
-  std::deque<uint32_t> held;
-  held.swap(held_streams_);  // emptied first: no reset below dispatches one of them
-  for (uint32_t id : held) {
-    if (streams_.contains(id)) ResetStream(id, ErrorCode::kRefusedStream);
-  }
   if (!goaway_sent_) {
     std::string out;
-    AppendGoaway(last_peer_stream_id_, ErrorCode::kNoError, "", &out);
+    const uint32_t last = GoawayLastStreamId();
+    AppendGoaway(last, ErrorCode::kNoError, "", &out);
     writer_.WriteControl(out);
     goaway_sent_ = true;
-    goaway_last_stream_id_ = last_peer_stream_id_;
+    goaway_last_stream_id_ = last;
+  }
+  if (!held_streams_.empty()) {
+    // Held-back streams are not kept waiting for a peer that reads slowly while the server
+    // stops: REFUSED_STREAM says they were not processed, so the peer may send them again
+    // elsewhere (RFC 9113 §8.7). As one pass: one flush, below. Emptied first, so that no reset
+    // dispatches one of them.
+    std::deque<uint32_t> held;
+    held.swap(held_streams_);
+    in_pass_ = true;
+    writer_.set_in_pass(true);
+    for (uint32_t id : held) {
+      if (streams_.contains(id)) ResetStream(id, ErrorCode::kRefusedStream);
+    }
+    in_pass_ = false;
+    writer_.set_in_pass(false);
   }
   if (streams_.empty()) {
     CloseAfterFlush();
   } else {
     FlushOutput();
   }
+  RecycleRetiredStreams();
+}
+
+uint32_t Connection::GoawayLastStreamId() const {
+  // After a graceful GOAWAY, streams the peer opened later were ignored: a second GOAWAY may not
+  // raise the last stream id the first one named (RFC 9113 §6.8).
+  const uint32_t last = std::min(last_peer_stream_id_, goaway_last_stream_id_);
+  // A held-back stream never reached a handler, and the streams opened after it were held too,
+  // refused, or answered by the connection itself (413, 431, with no effect to repeat): the last
+  // id goes below the first held one still open, so the peer knows it may send it again
+  // elsewhere (streams above the last id were not processed).
+  for (uint32_t id : held_streams_) {
+    if (streams_.contains(id)) return std::min(last, id >= 2 ? id - 2 : 0);
+  }
+  return last;
 }
 
 void Connection::CloseAfterFlush() {

@@ -142,10 +142,13 @@ class Connection final : public http::ProtocolConnection,
   void ReleaseUnopenedStream(std::shared_ptr<Stream> stream);
   // Dispatches a stream whose request head was valid.
   void StartRequest(Stream* stream);
-  // Whether new streams are held back: max_backlogged_streams streams' output waits for window
-  // (FrameWriter::backlogged_streams). Under kQueue, what the loop staged in this pass is
-  // drained first, so that it is counted (loop).
+  // Whether new streams are held back: handlers run inline, and the responses waiting for window
+  // pass both bounds (ConnectionOptions::max_backlogged_streams, max_backlog_bytes). Under kQueue,
+  // what the loop staged in this pass is drained first, so that it is counted (loop).
   bool OutputBacklogged();
+  // The last stream id a GOAWAY names: the last the peer opened, never above an earlier GOAWAY's,
+  // and below the first held-back stream (RFC 9113 §6.8).
+  uint32_t GoawayLastStreamId() const;
   // Dispatches the held-back streams, oldest first, while the output is not backlogged; true if
   // it dispatched any (loop, inside a pass).
   bool StartHeldStreams();
@@ -283,8 +286,6 @@ class Connection final : public http::ProtocolConnection,
   Frame frame_;
   ReceiveWindow connection_window_;
   uint32_t last_peer_stream_id_ = 0;
-  // The highest stream whose request was dispatched or answered by the connection itself.
-  uint32_t last_started_stream_id_ = 0;
   std::array<uint32_t, 64> reset_ring_{};
   size_t reset_ring_next_ = 0;
 

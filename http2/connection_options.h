@@ -26,13 +26,15 @@ struct ConnectionOptions {
   // Our SETTINGS (defaults after Kestrel's; docs/architecture.md §4).
   uint32_t max_concurrent_streams = 100;
   // Responses that wait for the peer's window: while at least max_backlogged_streams streams
-  // each hold more than output.max_pending_per_stream bytes unsent and all of them together more
-  // than max_backlog_bytes, the handlers of newly opened streams wait, in order (counted in
-  // held_streams), until the peer takes enough. A handler on the loop thread writes its whole
-  // body at once, so a peer that opens streams and never reads would otherwise have every body
-  // buffered, up to max_concurrent_streams of them. Both bounds must be passed: one long download
-  // to a slow reader, or a little of everything, holds nobody back. Handlers on workers wait for
-  // room themselves, and are never held. max_backlogged_streams 0: no bound.
+  // each hold more than output.max_pending_per_stream bytes unsent, and the unsent bytes of all
+  // open streams together pass max_backlog_bytes, the handlers of newly opened streams wait, in
+  // order (counted in held_streams), until the peer takes enough. A handler on the loop thread
+  // writes its whole body at once, so a peer that opens streams and never reads would otherwise
+  // have every body buffered, up to max_concurrent_streams of them. Both bounds must be passed:
+  // one long download to a slow reader, or a few large answers, hold nobody back. Handlers on
+  // workers wait for room themselves, and are never held. A held stream that never runs is left
+  // out of a GOAWAY's last stream id, and refused (REFUSED_STREAM) at a graceful shutdown.
+  // max_backlogged_streams 0: no bound; max_backlog_bytes 0: the count alone decides.
   uint32_t max_backlogged_streams = 4;
   size_t max_backlog_bytes = 4 * 1024 * 1024;
   uint32_t max_frame_size = 16 * 1024;
@@ -91,7 +93,8 @@ struct ConnectionCounters {
   // Connections closed (GOAWAY NO_ERROR) after idle_timeout without streams.
   std::atomic<uint64_t> idle_timeouts{0};
   std::atomic<uint64_t> refused_streams{0};    // over max_concurrent_streams
-  // Streams whose handler waited because max_backlogged_streams streams' output waited for window.
+  // Streams whose handler waited for the peer to take the responses waiting for window
+  // (max_backlogged_streams, max_backlog_bytes).
   std::atomic<uint64_t> held_streams{0};
   // Answered streams whose request the client had not ended after unfinished_request_timeout.
   std::atomic<uint64_t> early_answer_resets{0};

@@ -664,7 +664,8 @@ TEST_F(ConnectionTest, AHeldStreamThatNeverRunsIsReportedWithWhatEndedIt) {
         {{":method", "GET"}, {":path", "/big"}, {":scheme", "http"}, {":authority", "a"}}, 4);
   });
   ASSERT_EQ(counters.held_streams.load(), 2u);
-  const size_t ran = recorder->stops.size();  // the two that ran (their stops are theirs)
+  const size_t ran = recorder->stops.size();
+  ASSERT_EQ(ran, 2u);  // the two that ran ended their responses
   OnLoop([&] {
     (void)client->Read();
     std::string reset;
@@ -689,6 +690,7 @@ TEST_F(ConnectionTest, AConnectionErrorLeavesTheHeldStreamsOutOfItsGoaway) {
   ConnectionOptions options;
   options.max_backlogged_streams = 2;
   options.max_backlog_bytes = 300'000;
+  options.max_body_bytes = 1'000;
   ConnectionCounters counters;
   SpareStreams spares;
   std::unique_ptr<Client> client = Connect(&spares, &counters, options);
@@ -699,6 +701,17 @@ TEST_F(ConnectionTest, AConnectionErrorLeavesTheHeldStreamsOutOfItsGoaway) {
   });
   ASSERT_EQ(counters.held_streams.load(), 3u);
   Answers answers;
+  OnLoop([&] {
+    (void)client->Read();
+    // Answered by the connection (413) after the held ones: it does not lift the last id.
+    (void)client->Send({{":method", "POST"},
+                        {":path", "/echo"},
+                        {":scheme", "http"},
+                        {":authority", "a"},
+                        {"content-length", "5000"}},
+                       1, /*end_stream=*/false);
+  });
+  ASSERT_EQ(counters.body_too_large.load(), 1u);
   OnLoop([&] {
     (void)client->Read();
     std::string bad;
@@ -713,7 +726,8 @@ TEST_F(ConnectionTest, AConnectionErrorLeavesTheHeldStreamsOutOfItsGoaway) {
 }
 
 // A graceful shutdown does not keep held-back streams waiting for a slow reader: each gets
-// REFUSED_STREAM (not processed: the peer may send it again elsewhere), before the GOAWAY.
+// REFUSED_STREAM (not processed: the peer may send it again elsewhere), and the GOAWAY names the
+// last stream that ran.
 TEST_F(ConnectionTest, AShutdownRefusesTheHeldStreams) {
   ASSERT_TRUE(
       dispatcher_
@@ -741,6 +755,7 @@ TEST_F(ConnectionTest, AShutdownRefusesTheHeldStreams) {
   EXPECT_EQ(answers.resets, (std::vector<uint32_t>{ids[2], ids[3], ids[4]}));
   EXPECT_TRUE(answers.goaway);
   EXPECT_EQ(answers.goaway_code, static_cast<uint32_t>(ErrorCode::kNoError));
+  EXPECT_EQ(answers.goaway_last_id, ids[1]);
   EndAll({client.get()});
 }
 
