@@ -67,6 +67,22 @@ class TickClock {
   static void StampPass() { pass_ticks_ = Now(); }
   static void ClearPass() { pass_ticks_ = 0; }
 
+  // While it lives, PassTicks() is `ticks`, an earlier piece's stamp: for work this piece starts
+  // on behalf of one that arrived then (a request held back), so that its measure counts the
+  // wait. A zero `ticks` (no stamp then) leaves the stamp alone. Not for nesting across threads.
+  class EarlierPass {
+   public:
+    explicit EarlierPass(uint64_t ticks) : saved_(pass_ticks_) {
+      if (ticks != 0) pass_ticks_ = ticks;
+    }
+    ~EarlierPass() { pass_ticks_ = saved_; }
+    EarlierPass(const EarlierPass&) = delete;
+    EarlierPass& operator=(const EarlierPass&) = delete;
+
+   private:
+    const uint64_t saved_;
+  };
+
  private:
   struct Calibration {
     bool tsc = false;

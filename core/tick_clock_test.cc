@@ -71,5 +71,22 @@ TEST(TickClock, WallClockReadingsFollowTheTicks) {
   EXPECT_GE(TickClock::ToUnixNanos(t0 + 1'000'000), TickClock::ToUnixNanos(t0));
 }
 
+TEST(TickClock, AnEarlierPassStandsInForTheStampWhileItLives) {
+  TickClock::StampPass();
+  const uint64_t now = TickClock::PassTicks();
+  ASSERT_NE(now, 0u);
+  {
+    TickClock::EarlierPass earlier(now - 1000);
+    EXPECT_EQ(TickClock::PassTicks(), now - 1000);
+    EXPECT_EQ(TickClock::PassTicksOrNow(), now - 1000);
+  }
+  EXPECT_EQ(TickClock::PassTicks(), now);
+  {
+    TickClock::EarlierPass none(0);  // no stamp then: the current one stays
+    EXPECT_EQ(TickClock::PassTicks(), now);
+  }
+  TickClock::ClearPass();
+}
+
 }  // namespace
 }  // namespace sluice

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "core/tick_clock.h"
 #include "http/date_cache.h"
 #include "http/linger.h"
 #include "http/request_editor.h"
@@ -254,6 +255,7 @@ class Connection::Stream final : public http::ResponseSink,
   bool reset_ = false;
   bool in_map_ = false;
   bool held_ = false;  // valid, waiting in held_streams_ to be dispatched
+  uint64_t held_since_ = 0;  // the pass stamp (TickClock) when it was held, 0 if none
   bool body_claimed_ = false;
   bool body_end_delivered_ = false;
   // The handler ran on a worker, or the exchange ended on another thread:
@@ -909,6 +911,7 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
     // is buffered meanwhile, within the stream's receive window.
     counters_->held_streams.fetch_add(1, std::memory_order_relaxed);
     s->held_ = true;
+    s->held_since_ = TickClock::PassTicks();
     held_streams_.push_back(id);
   } else {
     StartRequest(s);
@@ -942,6 +945,8 @@ bool Connection::StartHeldStreams() {
     // Not a copy: a stream removed by its handler stays alive in retired_streams_ until the pass
     // ends.
     it->second->held_ = false;
+    // Its exchange starts when it arrived: the wait is part of what the client saw.
+    TickClock::EarlierPass arrived(it->second->held_since_);
     StartRequest(it->second.get());
     started = true;
   }

@@ -32,7 +32,8 @@ struct ConnectionOptions {
   // writes its whole body at once, so a peer that opens streams and never reads would otherwise
   // have every body buffered, up to max_concurrent_streams of them. Both bounds must be passed:
   // one long download to a slow reader, or a few large answers, hold nobody back. Handlers on
-  // workers wait for room themselves, and are never held. A held stream that never runs is left
+  // workers wait for room themselves, and are never held. A held stream's exchange starts, for
+  // telemetry, when it arrived (with a loop that stamps its passes). One that never runs is left
   // out of a GOAWAY's last stream id, and refused (REFUSED_STREAM) at a graceful shutdown.
   // max_backlogged_streams 0: no bound; max_backlog_bytes 0: the count alone decides.
   uint32_t max_backlogged_streams = 4;

@@ -156,6 +156,37 @@ class Client {
   uint32_t next_id_ = 1;
 };
 
+// GET /big on `dispatcher`: 200,000 bytes, over the peer's default windows; `runs`, if given,
+// counts its handler's runs.
+void AddBigAnswer(http::RouterDispatcher& dispatcher, int* runs = nullptr) {
+  ASSERT_TRUE(dispatcher
+                  .Add("GET", "/big",
+                       [runs](http::Request&, http::Response& res) {
+                         if (runs != nullptr) ++*runs;
+                         res.Write(std::string(200'000, 'x'));
+                       })
+                  .ok());
+}
+std::vector<HeaderField> BigGet() {
+  return {{":method", "GET"}, {":path", "/big"}, {":scheme", "http"}, {":authority", "a"}};
+}
+// Options that hold new streams back once two /big answers wait for window (134,465 + 200,000
+// bytes: over 300,000).
+ConnectionOptions HoldingAfterTwoBigAnswers() {
+  ConnectionOptions options;
+  options.max_backlogged_streams = 2;
+  options.max_backlog_bytes = 300'000;
+  return options;
+}
+// A peer's SETTINGS and WINDOW_UPDATE that open every window as far as it goes.
+std::string OpenAllWindows() {
+  std::string frames;
+  const Setting window{static_cast<uint16_t>(SettingId::kInitialWindowSize), 0x7fffffff};
+  AppendSettings(std::span<const Setting>(&window, 1), &frames);
+  AppendWindowUpdate(0, 0x7fffffff - 65'535, &frames);
+  return frames;
+}
+
 class ConnectionTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -226,6 +257,18 @@ class ConnectionTest : public ::testing::Test {
 
   // The frame writers' lock acquisitions, as of their last flush.
   uint64_t WriterLocks() { return counters_.output.Snapshot().frame_lock.acquisitions; }
+
+  // A new client with `options` (HoldingAfterTwoBigAnswers and more) that sends five GETs of /big
+  // in one write, their ids in *ids: two run, three are held.
+  std::unique_ptr<Client> FiveBigGets(const ConnectionOptions& options,
+                                      ConnectionCounters* counters, SpareStreams* spares,
+                                      std::vector<uint32_t>* ids) {
+    AddBigAnswer(dispatcher_);
+    std::unique_ptr<Client> client = Connect(spares, counters, options);
+    OnLoop([&] { *ids = client->Send(BigGet(), 5); });
+    EXPECT_EQ(counters->held_streams.load(), 3u);
+    return client;
+  }
 
   std::vector<std::string> seen_;  // by /echo
   std::promise<http::Response*> late_;  // by /late
@@ -566,28 +609,18 @@ namespace {
 // once, so without a bound every stream's body would wait in memory for the peer's window.
 TEST_F(ConnectionTest, WhileStreamsOutputWaitsForWindowNewStreamsWaitForThePeerToTakeIt) {
   int runs = 0;
-  ASSERT_TRUE(dispatcher_
-                  .Add("GET", "/big",
-                       [&runs](http::Request&, http::Response& res) {
-                         ++runs;
-                         res.Write(std::string(200'000, 'x'));  // over the default windows
-                       })
-                  .ok());
-  const std::vector<HeaderField> big = {
-      {":method", "GET"}, {":path", "/big"}, {":scheme", "http"}, {":authority", "a"}};
+  AddBigAnswer(dispatcher_, &runs);
   for (OutputStrategy strategy :
        {OutputStrategy::kTwoLocks, OutputStrategy::kSingleLock, OutputStrategy::kQueue}) {
     SCOPED_TRACE(OutputStrategyName(strategy));
     runs = 0;
     ConnectionCounters counters;
-    ConnectionOptions options;
+    ConnectionOptions options = HoldingAfterTwoBigAnswers();
     options.output.strategy = strategy;
-    options.max_backlogged_streams = 2;
-    options.max_backlog_bytes = 300'000;
     SpareStreams spares;
     std::unique_ptr<Client> client = Connect(&spares, &counters, options);
     std::vector<uint32_t> ids;
-    OnLoop([&] { ids = client->Send(big, 6); });
+    OnLoop([&] { ids = client->Send(BigGet(), 6); });
     // Two bodies wait for window, 334,465 bytes; the other four handlers wait for them.
     EXPECT_EQ(runs, 2);
     EXPECT_EQ(counters.held_streams.load(), 4u);
@@ -604,11 +637,7 @@ TEST_F(ConnectionTest, WhileStreamsOutputWaitsForWindowNewStreamsWaitForThePeerT
     OnLoop([&] {
       const Answers first = client->Read();
       closed = first.closed;
-      std::string open;
-      const Setting window{static_cast<uint16_t>(SettingId::kInitialWindowSize), 0x7fffffff};
-      AppendSettings(std::span<const Setting>(&window, 1), &open);
-      AppendWindowUpdate(0, 0x7fffffff - 65'535, &open);
-      client->SendFrames(open);
+      client->SendFrames(OpenAllWindows());
     });
     OnLoop([&] {
       const Answers rest = client->Read();
@@ -635,34 +664,36 @@ class StopRecorder : public telemetry::Listener {
   void OnRequestStop(const telemetry::ExchangeRecord& r) override {
     stops.push_back(std::string(r.method) + " " + std::to_string(r.status) + " " +
                     std::string(telemetry::ErrorTypeName(r.error, r.error_code, true)));
+    durations_ns.push_back(r.duration_ns);
   }
   std::vector<std::string> stops;  // the loop's (the test's thread)
+  std::vector<uint64_t> durations_ns;
+};
+
+// A client (not yet started) over a dispatcher with /big whose stops `recorder` keeps, holding
+// new streams back after two big answers.
+struct HookedClient {
+  HookedClient(EventLoop* loop, MemoryPool* pool) {
+    AddBigAnswer(dispatcher);
+    dispatcher.hooks()->Subscribe(recorder);
+    client = std::make_unique<Client>(loop, pool, &dispatcher, &counters, &spares,
+                                      HoldingAfterTwoBigAnswers());
+  }
+  HookedDispatcher dispatcher;
+  std::shared_ptr<StopRecorder> recorder = std::make_shared<StopRecorder>();
+  ConnectionCounters counters;
+  SpareStreams spares;
+  std::unique_ptr<Client> client;
 };
 
 // A held-back stream that never reaches its handler still shows in telemetry: reset by the peer,
 // or dropped with its connection.
 TEST_F(ConnectionTest, AHeldStreamThatNeverRunsIsReportedWithWhatEndedIt) {
-  HookedDispatcher dispatcher;
-  ASSERT_TRUE(
-      dispatcher
-          .Add("GET", "/big",
-               [](http::Request&, http::Response& res) { res.Write(std::string(200'000, 'x')); })
-          .ok());
-  auto recorder = std::make_shared<StopRecorder>();
-  dispatcher.hooks()->Subscribe(recorder);
-  ConnectionOptions options;
-  options.max_backlogged_streams = 2;
-  options.max_backlog_bytes = 300'000;
-  ConnectionCounters counters;
-  SpareStreams spares;
-  auto client =
-      std::make_unique<Client>(loop_.get(), &pool_, &dispatcher, &counters, &spares, options);
+  HookedClient hooked(loop_.get(), &pool_);
+  auto& [dispatcher, recorder, counters, spares, client] = hooked;
   OnLoop([&] { client->Start(); });
   std::vector<uint32_t> ids;
-  OnLoop([&] {
-    ids = client->Send(
-        {{":method", "GET"}, {":path", "/big"}, {":scheme", "http"}, {":authority", "a"}}, 4);
-  });
+  OnLoop([&] { ids = client->Send(BigGet(), 4); });
   ASSERT_EQ(counters.held_streams.load(), 2u);
   const size_t ran = recorder->stops.size();
   ASSERT_EQ(ran, 2u);  // the two that ran ended their responses
@@ -679,27 +710,43 @@ TEST_F(ConnectionTest, AHeldStreamThatNeverRunsIsReportedWithWhatEndedIt) {
   EXPECT_EQ(recorder->stops.back(), "GET 0 aborted");
 }
 
+// A held-back stream's exchange starts when the stream arrived, not when it ran: the wait is
+// part of what the client saw (with a loop that stamps its passes, as a server's with telemetry).
+TEST_F(ConnectionTest, AHeldStreamsDurationCountsItsWait) {
+  EventLoopOptions loop_options;
+  loop_options.stamp_pass_ticks = true;
+  auto loop = EventLoop::Create(loop_options);
+  ASSERT_TRUE(loop.ok());
+  loop_ = std::move(*loop);
+  HookedClient hooked(loop_.get(), &pool_);
+  auto& [dispatcher, recorder, counters, spares, client] = hooked;
+  OnLoop([&] { client->Start(); });
+  OnLoop([&] { (void)client->Send(BigGet(), 3); });
+  ASSERT_EQ(counters.held_streams.load(), 1u);
+  ASSERT_EQ(recorder->durations_ns.size(), 2u);
+  // A wait the held stream's duration must cover (the two that ran took far less).
+  constexpr auto kWait = std::chrono::milliseconds(30);
+  std::this_thread::sleep_for(kWait);
+  OnLoop([&] {
+    (void)client->Read();
+    client->SendFrames(OpenAllWindows());
+  });
+  OnLoop([&] { (void)client->Read(); });  // the output taken: nothing waits on the peer
+  ASSERT_EQ(recorder->durations_ns.size(), 3u);
+  EXPECT_GE(recorder->durations_ns[2],
+            static_cast<uint64_t>(std::chrono::nanoseconds(kWait).count()));
+  EndAll({client.get()});
+}
+
 // A connection error's GOAWAY names the last stream that reached a handler, not the held-back
 // ones after it: the peer may send those again on a new connection (RFC 9113 §6.8).
 TEST_F(ConnectionTest, AConnectionErrorLeavesTheHeldStreamsOutOfItsGoaway) {
-  ASSERT_TRUE(
-      dispatcher_
-          .Add("GET", "/big",
-               [](http::Request&, http::Response& res) { res.Write(std::string(200'000, 'x')); })
-          .ok());
-  ConnectionOptions options;
-  options.max_backlogged_streams = 2;
-  options.max_backlog_bytes = 300'000;
+  ConnectionOptions options = HoldingAfterTwoBigAnswers();
   options.max_body_bytes = 1'000;
   ConnectionCounters counters;
   SpareStreams spares;
-  std::unique_ptr<Client> client = Connect(&spares, &counters, options);
   std::vector<uint32_t> ids;
-  OnLoop([&] {
-    ids = client->Send(
-        {{":method", "GET"}, {":path", "/big"}, {":scheme", "http"}, {":authority", "a"}}, 5);
-  });
-  ASSERT_EQ(counters.held_streams.load(), 3u);
+  std::unique_ptr<Client> client = FiveBigGets(options, &counters, &spares, &ids);
   Answers answers;
   OnLoop([&] {
     (void)client->Read();
@@ -729,23 +776,11 @@ TEST_F(ConnectionTest, AConnectionErrorLeavesTheHeldStreamsOutOfItsGoaway) {
 // REFUSED_STREAM (not processed: the peer may send it again elsewhere), and the GOAWAY names the
 // last stream that ran.
 TEST_F(ConnectionTest, AShutdownRefusesTheHeldStreams) {
-  ASSERT_TRUE(
-      dispatcher_
-          .Add("GET", "/big",
-               [](http::Request&, http::Response& res) { res.Write(std::string(200'000, 'x')); })
-          .ok());
-  ConnectionOptions options;
-  options.max_backlogged_streams = 2;
-  options.max_backlog_bytes = 300'000;
   ConnectionCounters counters;
   SpareStreams spares;
-  std::unique_ptr<Client> client = Connect(&spares, &counters, options);
   std::vector<uint32_t> ids;
-  OnLoop([&] {
-    ids = client->Send(
-        {{":method", "GET"}, {":path", "/big"}, {":scheme", "http"}, {":authority", "a"}}, 5);
-  });
-  ASSERT_EQ(counters.held_streams.load(), 3u);
+  std::unique_ptr<Client> client =
+      FiveBigGets(HoldingAfterTwoBigAnswers(), &counters, &spares, &ids);
   Answers answers;
   OnLoop([&] {
     (void)client->Read();

@@ -110,10 +110,11 @@ struct ExchangeRecord {
   uint16_t status = 0;                // the status sent (0: none yet)
   // When the exchange began, in TickClock ticks (core/tick_clock.h): when its loop began the
   // work that dispatched it (the connection's readable event, or the posted task that resumed
-  // it), if the loop stamps its passes (a server's do when it has telemetry), else a reading at
-  // the start. Requests a connection delivers together share the stamp, so the duration also
-  // counts the time one waited behind those before it; and a measured exchange costs about one
-  // clock read, at its stop.
+  // it; for an HTTP/2 stream held back, the work that delivered it), if the loop stamps its
+  // passes (a server's do when it has telemetry), else a reading at the start. Requests a
+  // connection delivers together share the stamp, so the duration also counts the time one
+  // waited behind those before it; and a measured exchange costs about one clock read, at its
+  // stop.
   uint64_t start_ticks = 0;
   uint64_t duration_ns = 0;          // at stop
   uint64_t request_body_bytes = 0;   // at stop: read by the handler, or declared
