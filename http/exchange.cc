@@ -2,20 +2,9 @@
 
 #include <algorithm>
 
+#include "core/ascii.h"
+
 namespace sluice::http {
-namespace {
-
-bool EqualsLowercase(std::string_view s, std::string_view lower) {
-  if (s.size() != lower.size()) return false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    char c = s[i];
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-    if (c != lower[i]) return false;
-  }
-  return true;
-}
-
-}  // namespace
 
 Request::Slice Request::Store(std::string_view v) {
   Slice s{static_cast<uint32_t>(storage_.size()), static_cast<uint32_t>(v.size())};

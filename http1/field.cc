@@ -69,16 +69,6 @@ bool IsToken(std::string_view s) {
   return true;
 }
 
-bool EqualsIgnoreCase(std::string_view s, std::string_view lower) {
-  if (s.size() != lower.size()) return false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    char c = s[i];
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + ('a' - 'A'));
-    if (c != lower[i]) return false;
-  }
-  return true;
-}
-
 std::string_view TrimOws(std::string_view s) {
   while (!s.empty() && IsOws(s.front())) s.remove_prefix(1);
   while (!s.empty() && IsOws(s.back())) s.remove_suffix(1);

@@ -5,7 +5,7 @@
 //   sluice::http1::Header h;
 //   std::string_view error = sluice::http1::ParseFieldLine("Host: example.com", &h);
 //   // error.empty(), h.name == "Host", h.value == "example.com"
-//   sluice::http1::EqualsIgnoreCase(h.name, "host");  // true
+//   sluice::EqualsLowercase(h.name, "host");  // true (names compare as core/ascii.h does)
 //
 // Thread-safety: stateless functions and a value type; thread-safe.
 #ifndef SLUICE_HTTP1_FIELD_H_
@@ -67,10 +67,6 @@ size_t FindInvalidTargetChar(std::string_view s);
 
 // True if `s` is a non-empty token.
 bool IsToken(std::string_view s);
-
-// ASCII case-insensitive equality. `lower` must be lowercase letters, digits and '-' only (a
-// literal such as "content-length"); `s` may be anything.
-bool EqualsIgnoreCase(std::string_view s, std::string_view lower);
 
 // Strips leading and trailing SP/HTAB (OWS, RFC 9110 §5.6.3).
 std::string_view TrimOws(std::string_view s);

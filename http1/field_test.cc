@@ -75,15 +75,6 @@ TEST(Field, FindsInvalidBytesAtEveryPosition) {
             4u);
 }
 
-TEST(Field, ComparesIgnoringAsciiCase) {
-  EXPECT_TRUE(EqualsIgnoreCase("Content-Length", "content-length"));
-  EXPECT_TRUE(EqualsIgnoreCase("HOST", "host"));
-  EXPECT_FALSE(EqualsIgnoreCase("hosts", "host"));
-  EXPECT_FALSE(EqualsIgnoreCase("h0st", "host"));
-  // Only letters fold: '\r' (0x0d) is not '-' (0x2d) and '^' is not '~'.
-  EXPECT_FALSE(EqualsIgnoreCase("content\rlength", "content-length"));
-}
-
 TEST(Field, SplitsLists) {
   std::string_view list = " gzip , ,chunked\t,";
   EXPECT_EQ(NextListElement(&list), "gzip");

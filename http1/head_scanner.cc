@@ -32,7 +32,7 @@ size_t ContiguousInput::CopyTo(size_t offset, std::span<uint8_t> out) const {
 
 std::string_view FindField(const std::vector<Header>& fields, std::string_view name) {
   for (const Header& h : fields) {
-    if (EqualsIgnoreCase(h.name, name)) return h.value;
+    if (EqualsLowercase(h.name, name)) return h.value;
   }
   return {};
 }
@@ -40,8 +40,8 @@ std::string_view FindField(const std::vector<Header>& fields, std::string_view n
 void FramingFields::TakeConnection(std::string_view value) {
   while (!value.empty()) {
     const std::string_view option = NextListElement(&value);
-    if (EqualsIgnoreCase(option, "close")) connection_close_ = true;
-    if (EqualsIgnoreCase(option, "keep-alive")) connection_keep_alive_ = true;
+    if (EqualsLowercase(option, "close")) connection_close_ = true;
+    if (EqualsLowercase(option, "keep-alive")) connection_keep_alive_ = true;
   }
 }
 
@@ -61,7 +61,7 @@ std::string_view FramingFields::TakeTransferEncoding(std::string_view value) {
     const std::string_view coding = NextListElement(&value);
     if (coding.empty()) continue;  // empty list elements do not count (RFC 9110 §5.6.1)
     any = true;
-    if (EqualsIgnoreCase(coding, "chunked")) {
+    if (EqualsLowercase(coding, "chunked")) {
       if (chunked_seen_) return "chunked applied more than once";
       chunked_seen_ = chunked_last_ = true;
       continue;

@@ -40,6 +40,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/ascii.h"
 #include "http1/field.h"
 
 namespace sluice::http1 {
@@ -118,15 +119,15 @@ class FramingFields {
     // Told apart by length first: most fields are none of these.
     switch (field.name.size()) {
       case 10:
-        if (EqualsIgnoreCase(field.name, "connection")) TakeConnection(field.value);
+        if (EqualsLowercase(field.name, "connection")) TakeConnection(field.value);
         break;
       case 14:
-        if (EqualsIgnoreCase(field.name, "content-length")) {
+        if (EqualsLowercase(field.name, "content-length")) {
           return TakeContentLength(field.value);
         }
         break;
       case 17:
-        if (EqualsIgnoreCase(field.name, "transfer-encoding")) {
+        if (EqualsLowercase(field.name, "transfer-encoding")) {
           return TakeTransferEncoding(field.value);
         }
         break;
@@ -203,7 +204,7 @@ std::string_view ParseFieldLines(const ScannedHead& head, FramingFields* framing
 }
 
 // The value of the first of `fields` named `name` (ASCII case-insensitive; `name` lowercase as for
-// EqualsIgnoreCase), or an empty view if there is none: the Find of both heads.
+// EqualsLowercase), or an empty view if there is none: the Find of both heads.
 std::string_view FindField(const std::vector<Header>& fields, std::string_view name);
 
 class HeadScanner {

@@ -2,6 +2,7 @@
 
 #include <string_view>
 
+#include "core/ascii.h"
 #include "http/target.h"
 
 namespace sluice::http1 {
@@ -256,7 +257,7 @@ ParseOutcome RequestParser::ParseHead(const ScannedHead& scanned, RequestHead* h
         // The fields only a request has, told apart by length first.
         switch (h.name.size()) {
           case 4:
-            if (EqualsIgnoreCase(h.name, "host")) {
+            if (EqualsLowercase(h.name, "host")) {
               if (++host_lines > 1) return "multiple Host fields";
               if (!IsValidAuthority(h.value, /*for_connect=*/false)) return "invalid Host";
               host = h.value;
@@ -264,8 +265,8 @@ ParseOutcome RequestParser::ParseHead(const ScannedHead& scanned, RequestHead* h
             break;
           case 6:
             // HTTP/1.0 has no Expect: ignored there (RFC 9110 §10.1.1).
-            if (l.version_minor == 1 && EqualsIgnoreCase(h.name, "expect")) {
-              if (EqualsIgnoreCase(h.value, "100-continue")) {
+            if (l.version_minor == 1 && EqualsLowercase(h.name, "expect")) {
+              if (EqualsLowercase(h.value, "100-continue")) {
                 head->expect_continue = true;
               } else {
                 bad_expect = true;

@@ -86,7 +86,7 @@ struct RequestHead {
   std::string_view query;
   // 0 for HTTP/1.0, 1 for HTTP/1.1.
   uint8_t version_minor = 1;
-  // Every field line in order, names as sent (compare with EqualsIgnoreCase or Find), values
+  // Every field line in order, names as sent (compare with EqualsLowercase or Find), values
   // with surrounding whitespace removed. Cleared, not shrunk, by each Parse().
   std::vector<Header> headers;
   BodyFraming framing = BodyFraming::kNone;
@@ -103,7 +103,7 @@ struct RequestHead {
   std::string_view host;
 
   // The value of the first field named `name` (ASCII case-insensitive; `name` lowercase as for
-  // EqualsIgnoreCase), or an empty view if there is none.
+  // EqualsLowercase), or an empty view if there is none.
   std::string_view Find(std::string_view name) const;
 
   // Resets every member; `headers` keeps its capacity.

@@ -92,7 +92,7 @@ struct ResponseHead {
   bool keep_alive = false;
 
   // The value of the first field named `name` (ASCII case-insensitive; `name` lowercase as for
-  // EqualsIgnoreCase), or an empty view if there is none.
+  // EqualsLowercase), or an empty view if there is none.
   std::string_view Find(std::string_view name) const;
 
   // Resets every member; `headers` keeps its capacity.

@@ -3,6 +3,8 @@
 #include <charconv>
 #include <cstring>
 
+#include "core/ascii.h"
+
 namespace sluice::http1 {
 
 namespace {
@@ -29,8 +31,7 @@ Status CheckFields(std::span<const Header> fields) {
   for (const Header& h : fields) {
     if (!IsToken(h.name)) return InvalidArgumentError("field name is not a token");
     if (!IsValidText(h.value)) return InvalidArgumentError("invalid character in field value");
-    if (EqualsIgnoreCase(h.name, "content-length") ||
-        EqualsIgnoreCase(h.name, "transfer-encoding")) {
+    if (EqualsLowercase(h.name, "content-length") || EqualsLowercase(h.name, "transfer-encoding")) {
       return InvalidArgumentError("framing fields are written by the response writer");
     }
   }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "core/ascii.h"
 #include "core/tick_clock.h"
 #include "http/date_cache.h"
 #include "http/linger.h"
@@ -21,13 +22,7 @@ namespace {
 constexpr uint64_t kClosedBit = uint64_t{1} << 63;
 
 // Whether a :scheme value names https: schemes compare without regard to case (RFC 3986 §3.1).
-bool IsHttps(std::string_view scheme) {
-  constexpr std::string_view kHttps = "https";
-  return scheme.size() == kHttps.size() &&
-         std::equal(scheme.begin(), scheme.end(), kHttps.begin(), [](char c, char lower) {
-           return (c >= 'A' && c <= 'Z' ? c + 32 : c) == lower;
-         });
-}
+bool IsHttps(std::string_view scheme) { return EqualsLowercase(scheme, "https"); }
 
 // The spares of a connection that shares none with its loop (as many as a pass of a busy client
 // retires).
@@ -39,13 +34,6 @@ constexpr size_t kMaxHeadImageBytes = 8 * 1024;
 
 std::span<const uint8_t> AsBytes(std::string_view s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
-}
-
-bool HasUppercase(std::string_view name) {
-  for (char c : name) {
-    if (c >= 'A' && c <= 'Z') return true;
-  }
-  return false;
 }
 
 std::string_view ReasonFor(uint16_t status) {
@@ -130,9 +118,9 @@ class Connection::Stream final : public http::ResponseSink,
     fields[n++] = {":status", std::string_view(status_text, 3)};
     for (const auto& [name, value] : headers) {
       std::string_view lower = name;
-      if (HasUppercase(name)) {
+      if (HasAsciiUppercase(name)) {
         const size_t at = lowered.size();
-        for (char c : name) lowered.push_back(c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c);
+        AppendAsciiLower(name, &lowered);
         lower = std::string_view(lowered.data() + at, name.size());
       }
       if (IsConnectionSpecificField(lower)) continue;
@@ -810,10 +798,7 @@ bool Connection::SameHost(std::string_view a, std::string_view b, std::string_vi
   };
   a = normalize(a);
   b = normalize(b);
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; };
-           return lower(x) == lower(y);
-         });
+  return EqualsIgnoreCase(a, b);
 }
 
 std::shared_ptr<Connection::Stream> Connection::AcquireStream() {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <charconv>
 
+#include "core/ascii.h"
+
 namespace sluice::loadgen {
 
 using http2::DecodeResult;
@@ -23,13 +25,6 @@ Status ServerFault(ErrorCode code, std::string_view what) {
 
 std::string OnStream(std::string_view what, uint32_t id) {
   return std::string(what) + " on stream " + std::to_string(id);
-}
-
-bool HasUppercase(std::string_view name) {
-  for (char c : name) {
-    if (c >= 'A' && c <= 'Z') return true;
-  }
-  return false;
 }
 
 // 1*DIGIT, as a number; false for anything else (an empty value, a list such as "5, 5") or more
@@ -287,7 +282,7 @@ Status H2Session::OnFrame(const Frame& frame, std::string* out, Listener* listen
             block_list_bytes_ += name.size() + value.size() + 32;
             // A block the decoder replays from the last one it kept has the fields that block
             // had, and those passed this check (a name that failed it ended the connection).
-            if (!block_name_bad_ && !decoder_.replayed() && HasUppercase(name)) {
+            if (!block_name_bad_ && !decoder_.replayed() && HasAsciiUppercase(name)) {
               block_name_bad_ = true;
               block_name_text_.assign(name.substr(0, 32));
             }

@@ -1,9 +1,9 @@
 #include "loadgen/spec.h"
 
-#include <cctype>
 #include <cmath>
 #include <string_view>
 
+#include "core/ascii.h"
 #include "core/socket_transport.h"
 #include "http1/field.h"
 
@@ -20,7 +20,7 @@ constexpr size_t kMaxH2Body = 16 * 1024;
 
 bool HasHeader(const LoadSpec& spec, std::string_view lowercase_name) {
   for (const auto& [name, value] : spec.headers) {
-    if (http1::EqualsIgnoreCase(name, lowercase_name)) return true;
+    if (EqualsLowercase(name, lowercase_name)) return true;
   }
   return false;
 }
@@ -78,7 +78,7 @@ Status ValidateSpec(const LoadSpec& spec) {
     if (http1::FindInvalidFieldValueChar(value) != value.size()) {
       return InvalidArgumentError("invalid characters in the value of header " + name);
     }
-    if (http1::EqualsIgnoreCase(name, "transfer-encoding")) {
+    if (EqualsLowercase(name, "transfer-encoding")) {
       return InvalidArgumentError("Transfer-Encoding is not supported: the body is sent whole");
     }
   }
@@ -104,8 +104,8 @@ std::vector<std::pair<std::string, std::string>> Http2RequestFields(const LoadSp
   std::vector<std::pair<std::string, std::string>> regular;
   bool has_length = false;
   for (const auto& [name, value] : spec.headers) {
-    std::string lower = name;
-    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    std::string lower;
+    AppendAsciiLower(name, &lower);
     if (lower == "host") {
       authority = value;
       continue;

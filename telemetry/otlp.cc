@@ -9,13 +9,13 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
+#include "core/ascii.h"
 #include "http/target.h"
 #include "telemetry/trace_context.h"
 
@@ -482,17 +482,11 @@ std::string_view HeaderValue(std::string_view head, std::string_view name) {
     const size_t end = head.find("\r\n", start);
     const std::string_view line = head.substr(start, end - start);
     const size_t colon = line.find(':');
-    if (colon == name.size()) {
-      bool same = true;
-      for (size_t i = 0; i < colon && same; ++i) {
-        same = static_cast<char>(std::tolower(static_cast<unsigned char>(line[i]))) == name[i];
-      }
-      if (same) {
-        std::string_view v = line.substr(colon + 1);
-        while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-        while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
-        return v;
-      }
+    if (colon != std::string_view::npos && EqualsLowercase(line.substr(0, colon), name)) {
+      std::string_view v = line.substr(colon + 1);
+      while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+      while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+      return v;
     }
     at = end;
   }

@@ -6,6 +6,7 @@
 #include <random>
 #include <string>
 
+#include "core/ascii.h"
 #include "http/exchange.h"
 #include "telemetry/trace_context.h"
 
@@ -74,13 +75,7 @@ std::string_view Combined(const http::Request& req, std::string_view name, size_
   *count = 0;
   for (size_t i = 0; i < req.header_count(); ++i) {
     auto [n, v] = req.header(i);
-    if (n.size() != name.size()) continue;
-    bool same = true;
-    for (size_t k = 0; k < n.size() && same; ++k) {
-      const char c = n[k] >= 'A' && n[k] <= 'Z' ? static_cast<char>(n[k] + 32) : n[k];
-      same = c == name[k];
-    }
-    if (!same) continue;
+    if (!EqualsLowercase(n, name)) continue;
     if (*count == 0) {
       first = v;
     } else {
