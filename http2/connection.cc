@@ -905,19 +905,10 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
 }
 
 bool Connection::OutputBacklogged() {
-  const uint32_t limit = options_.max_backlogged_streams;
-  if (limit == 0) return false;
-  if (writer_.loop_staged_bytes() > options_.output.max_pending_per_stream && !output_blocked_) {
-    // kQueue: handlers of this pass staged their bodies; drained now, what the window does not
-    // take is counted. (With the output paused the drain waits for the pipe, and what is staged
-    // is counted once it is drained.)
-    writer_.DrainQueue();
-  }
-  if (writer_.backlogged_streams() < limit ||
-      writer_.backlog_bytes() <= options_.max_backlog_bytes) {
-    return false;
-  }
-  return dispatcher_->workers() == nullptr;  // a worker waits for room itself
+  // A handler on a worker waits for room itself.
+  if (options_.max_backlogged_streams == 0 || dispatcher_->workers() != nullptr) return false;
+  return writer_.Backlogged(options_.max_backlogged_streams, options_.max_backlog_bytes,
+                            /*may_drain=*/!output_blocked_);
 }
 
 bool Connection::StartHeldStreams() {

@@ -143,8 +143,8 @@ class Connection final : public http::ProtocolConnection,
   // Dispatches a stream whose request head was valid.
   void StartRequest(Stream* stream);
   // Whether new streams are held back: handlers run inline, and the responses waiting for window
-  // pass both bounds (ConnectionOptions::max_backlogged_streams, max_backlog_bytes). Under kQueue,
-  // what the loop staged in this pass is drained first, so that it is counted (loop).
+  // pass both bounds (ConnectionOptions::max_backlogged_streams, max_backlog_bytes), as
+  // FrameWriter::Backlogged counts them (loop).
   bool OutputBacklogged();
   // The last stream id a GOAWAY names: the last the peer opened, never above an earlier GOAWAY's,
   // and below the first held-back stream (RFC 9113 §6.8).

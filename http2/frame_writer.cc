@@ -326,6 +326,11 @@ bool FrameWriter::Stage(StreamOutput& stream, std::span<const HeaderField>* fiel
   return true;
 }
 
+bool FrameWriter::Backlogged(uint32_t max_streams, size_t max_bytes, bool may_drain) {
+  if (may_drain && loop_staged_bytes_ > options_.max_pending_per_stream) DrainQueue();
+  return backlogged_streams() >= max_streams && backlog_bytes() > max_bytes;
+}
+
 void FrameWriter::DrainQueue() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   std::vector<std::shared_ptr<StreamOutput>>& batch = drain_batch_;
   {

@@ -241,6 +241,12 @@ class FrameWriter {
   // kQueue: bytes the loop thread staged since the last DrainQueue, not counted above until
   // drained (loop).
   size_t loop_staged_bytes() const { return loop_staged_bytes_; }
+  // Whether at least `max_streams` streams are backlogged and their bytes pass `max_bytes`: the
+  // connection's test for holding back new streams (loop). Under kQueue, when the loop staged
+  // more than a stream's share since the last drain and `may_drain` (the output is not paused),
+  // the queue is drained first, so that what the window does not take is counted; with the
+  // output paused, staged bytes are counted once the drain that follows the pause runs.
+  bool Backlogged(uint32_t max_streams, size_t max_bytes, bool may_drain);
 
   // DATA frames this writer has written (any thread).
   uint64_t data_frames_sent() const { return data_frames_sent_.load(std::memory_order_relaxed); }

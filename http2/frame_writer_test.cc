@@ -204,6 +204,13 @@ TEST_P(FrameWriterTest, CountsAStreamAsBackloggedWhileMoreThanItsShareWaitsForWi
   ASSERT_TRUE(writer_->SendHead(*a, kOk, Bytes(std::string(200'000, 'a')), true));
   // Under kQueue the loop's bytes are staged until the drain, and counted as staged till then.
   EXPECT_EQ(writer_->loop_staged_bytes(), GetParam() == OutputStrategy::kQueue ? 200'000u : 0u);
+  // The connection's test: kQueue counts them once drained, which the test does when allowed.
+  EXPECT_EQ(writer_->Backlogged(1, 100'000, /*may_drain=*/false),
+            GetParam() != OutputStrategy::kQueue);
+  EXPECT_TRUE(writer_->Backlogged(1, 100'000, /*may_drain=*/true));
+  EXPECT_EQ(writer_->loop_staged_bytes(), 0u);
+  EXPECT_FALSE(writer_->Backlogged(2, 100'000, true));  // one stream, not two
+  EXPECT_FALSE(writer_->Backlogged(1, 134'465, true));  // the bytes must pass the bound
   LoopPass();
   EXPECT_EQ(writer_->loop_staged_bytes(), 0u);
   EXPECT_EQ(writer_->backlogged_streams(), 1u);  // 65,535 went, 134,465 wait
