@@ -444,12 +444,6 @@ TEST_F(ConnectionTest, TrimFreesTheSpareStreamsRecentDemandDidNotNeed) {
   EndAll({&a});
 }
 
-}  // namespace
-}  // namespace sluice::http2
-
-namespace sluice::http2 {
-namespace {
-
 TEST_F(ConnectionTest, InlineAnswersTakeNoWriterLockWhileNoExchangeIsCarriedOffTheLoop) {
   SpareStreams spares;
   std::unique_ptr<Client> client = Connect(&spares);
@@ -598,12 +592,6 @@ TEST_F(ConnectionTest, AFailedHeadDuringAGracefulShutdownKeepsTheFirstGoawaysLas
   });
   EndAll({client.get()});
 }
-
-}  // namespace
-}  // namespace sluice::http2
-
-namespace sluice::http2 {
-namespace {
 
 // A peer that opens streams and does not read: a handler on the loop writes its whole body at
 // once, so without a bound every stream's body would wait in memory for the peer's window.
