@@ -460,9 +460,10 @@ grpc::Status LoadAgentService::WatchRun(grpc::ServerContext* context,
     message.set_warming_up(snapshot.progress.warming_up);
     message.set_completed(snapshot.progress.requests_completed);
     message.set_errors(snapshot.progress.errors);
+    // Live: the engine's snapshot (it lags by up to 250 ms); at the end, the whole run's.
+    if (snapshot.p99_ns.has_value()) message.set_p99_ns(*snapshot.p99_ns);
     if (snapshot.ended()) {
       message.set_rps(snapshot.overall_rps);
-      if (snapshot.p99_ns.has_value()) message.set_p99_ns(*snapshot.p99_ns);
       message.set_error(snapshot.error);
     } else if (have_last && snapshot.progress.elapsed > last.elapsed) {
       const double seconds =

@@ -254,10 +254,16 @@ TEST_F(AgentTest, StopRunMidRunReturnsThePartialResult) {
   watch.set_run_id(run_id);
   auto reader = stub_->WatchRun(context.get(), watch);
   v1::RunProgress progress;
+  // Live messages carry the p99 so far once the engine's loops published a snapshot (~250 ms).
   while (reader->Read(&progress)) {
-    if (progress.state() == v1::RUN_STATE_RUNNING && progress.completed() > 0) break;
+    if (progress.state() == v1::RUN_STATE_RUNNING && progress.completed() > 0 &&
+        progress.has_p99_ns()) {
+      break;
+    }
   }
+  ASSERT_EQ(progress.state(), v1::RUN_STATE_RUNNING);
   ASSERT_GT(progress.completed(), 0u);
+  EXPECT_GT(progress.p99_ns(), 0u);
   const steady_clock::time_point stop_at = steady_clock::now();
   ASSERT_TRUE(Stop(run_id).ok());
   while (reader->Read(&progress)) {

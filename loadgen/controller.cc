@@ -96,6 +96,7 @@ Progress ToProgress(const v1::RunProgress& message) {
   p.warming_up = message.warming_up();
   p.requests_completed = message.completed();
   p.errors = message.errors();
+  p.p99_ns = message.p99_ns();
   return p;
 }
 
@@ -196,6 +197,11 @@ class Session {
             combined.warming_up = combined.warming_up || latest.warming_up();
             live_rate += latest.rps();
           }
+          // Percentiles do not add up: the largest agent's p99 bounds that of all requests
+          // (each agent has at most 1 % of its requests above it). The exact one comes with the
+          // merged histograms at the end.
+          combined.p99_ns = std::max(combined.p99_ns, latest.p99_ns());
+          combined.p99_is_bound = streams_.size() > 1;
         }
         // Still under mu_, which guards lost_count_.
         if (all_done) {

@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <numeric>
@@ -230,9 +231,16 @@ TEST_F(ControllerTest, TwoAgentsMergeARequestCountToTheServersTotal) {
 TEST_F(ControllerTest, TwoAgentsMergeAConstantRateRunToTheServersTotal) {
   TestAgent a;
   TestAgent b;
+  // The live line shows a bound on the p99 (the largest agent's) once the agents report theirs.
+  uint64_t live_p99_bound = 0;
+  ControllerHooks hooks;
+  hooks.on_progress = [&](const Progress& progress, double) {
+    if (progress.p99_is_bound) live_p99_bound = std::max(live_p99_bound, progress.p99_ns);
+  };
   StatusOr<ControllerResult> result =
-      RunOnAgents(Options({"-c", "4", "-R", "2000", "-d", "1s"}, {&a, &b}), {});
+      RunOnAgents(Options({"-c", "4", "-R", "2000", "-d", "1s"}, {&a, &b}), hooks);
   ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_GT(live_p99_bound, 0u);
   ExpectMergedTotals(*result, target_->stats().requests);
   // About 2000 requests in the second: the rate was split, not multiplied.
   EXPECT_GT(result->merged.requests_completed, 1000u);

@@ -85,6 +85,9 @@ struct Progress {
   // The 99th percentile of the (corrected) latency so far, ns; 0 before any completion. From
   // snapshots the loops publish about every 250 ms, so it lags by that much.
   uint64_t p99_ns = 0;
+  // p99_ns is a bound, not the value: the largest of several runs' p99s (a distributed run's
+  // agents), which the p99 of all their requests together cannot exceed.
+  bool p99_is_bound = false;
 };
 
 // Tries one TCP connection to `address` within `timeout` and closes it: OK, INVALID_ARGUMENT for

@@ -167,9 +167,14 @@ std::string FormatLatency(double ns) {
 }
 
 std::string FormatProgressLine(const Progress& progress, double live_rate) {
-  return Printf("[%6.1fs]%s %" PRIu64 " completed, %.0f req/s, %" PRIu64 " errors",
-                Seconds(progress.elapsed), progress.warming_up ? " warming up," : "",
-                progress.requests_completed, live_rate, progress.errors);
+  std::string line = Printf("[%6.1fs]%s %" PRIu64 " completed, %.0f req/s, %" PRIu64 " errors",
+                            Seconds(progress.elapsed), progress.warming_up ? " warming up," : "",
+                            progress.requests_completed, live_rate, progress.errors);
+  if (progress.p99_ns > 0) {
+    line += progress.p99_is_bound ? ", p99 <= " : ", p99 ";
+    line += FormatLatency(static_cast<double>(progress.p99_ns));
+  }
+  return line;
 }
 
 std::string FormatSummary(const CliOptions& options, const RunResult& result,

@@ -107,5 +107,18 @@ TEST(Report, RateSamplerSkipsWarmupAndSamplesWholeWindows) {
   EXPECT_DOUBLE_EQ(sampler.samples()[0], 1500);
 }
 
+TEST(Report, ProgressLineShowsTheP99OnceKnownAndWhetherItIsABound) {
+  Progress p;
+  p.elapsed = std::chrono::milliseconds(2500);
+  p.requests_completed = 1234;
+  p.errors = 1;
+  EXPECT_EQ(FormatProgressLine(p, 500), "[   2.5s] 1234 completed, 500 req/s, 1 errors");
+  p.p99_ns = 1'250'000;
+  EXPECT_EQ(FormatProgressLine(p, 500),
+            "[   2.5s] 1234 completed, 500 req/s, 1 errors, p99 1.25ms");
+  p.p99_is_bound = true;  // several agents: the largest of their p99s
+  EXPECT_THAT(FormatProgressLine(p, 500), HasSubstr(", p99 <= 1.25ms"));
+}
+
 }  // namespace
 }  // namespace sluice::loadgen
