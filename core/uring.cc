@@ -67,7 +67,9 @@ StatusOr<std::unique_ptr<Uring>> Uring::Create(const UringOptions& options) {
     return InvalidArgumentError("io_uring buffer_size out of range");
   }
   if (!KernelAtLeast(6, 0)) {
-    return UnavailableError("io_uring: multishot receive needs Linux 6.0 or later");
+    return UnavailableError(
+        "io_uring: the transport needs Linux 6.0 or later (provided buffer rings, multishot "
+        "accept)");
   }
   std::unique_ptr<Uring> uring(new Uring(options));
   Ring& r = *uring->ring_;
@@ -82,7 +84,8 @@ StatusOr<std::unique_ptr<Uring>> Uring::Create(const UringOptions& options) {
   if (rc < 0) return UnavailableError(ErrnoText("io_uring_setup", -rc));
   r.ring_ready = true;
 
-  // Multishot receive (5.19+/6.0) and multishot accept (5.19) are what the transport uses.
+  // The operations the transport uses: receives into provided buffers, sendmsg, multishot accept,
+  // cancellation, and multishot polls (the event loop's wake-up, a paused connection's errors).
   io_uring_probe* probe = io_uring_get_probe_ring(&r.ring);
   if (probe == nullptr) return UnavailableError("io_uring: the kernel cannot be probed");
   const bool has_ops = io_uring_opcode_supported(probe, IORING_OP_RECV) &&

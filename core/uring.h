@@ -6,7 +6,7 @@
 // io_uring_enter; sockets never call the kernel for their reads and writes themselves:
 //
 //   io_uring_sqe* sqe = uring->NewSqe(&recv_op_);          // user_data = &recv_op_
-//   io_uring_prep_recv_multishot(sqe, fd, nullptr, 0, 0);
+//   io_uring_prep_recv(sqe, fd, nullptr, size, 0);         // the kernel picks the buffer
 //   sqe->flags |= IOSQE_BUFFER_SELECT;
 //   sqe->buf_group = uring->buffer_group();
 //   ...

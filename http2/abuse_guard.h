@@ -2,8 +2,8 @@
 // (docs/style.md: flood limits in their own class, after Envoy's
 // ProtocolConstraints).
 //
-// The connection reports what the peer does (`OnFrame`, `OnStreamReset`,
-// ...) and gets back an error when a limit is passed; it then sends GOAWAY
+// The connection reports what the peer does (`OnStreamOpened`, `OnPing`,
+// `OnStreamReset`, ...) and gets back an error when a limit is passed; it then sends GOAWAY
 // with that error and closes after a bounded drain. Each limit is an option
 // with a default (`AbuseLimits`), and each firing bumps a counter shared by
 // the server's connections (`AbuseCounters`).

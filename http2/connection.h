@@ -317,7 +317,7 @@ class Connection final : public http::ProtocolConnection,
 // next request of any connection that shares the set. A server gives one to all the connections
 // of a loop: a new request then reuses a stream that another connection finished with a moment
 // ago, still in the cache, where a set of its own would hand it one that went cold while the
-// loop served the other connections (docs/architecture.md §8).
+// loop served the other connections (docs/architecture.md §4).
 //
 // Bounded: at most `capacity` streams, and a stream whose buffers grew past `max_stream_bytes`
 // (a large body, many headers) is freed rather than kept. A stream is cleared when it is put here

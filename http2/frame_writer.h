@@ -26,7 +26,7 @@
 // bytes or while the pipe is over its pause threshold (backpressure); the
 // loop thread never blocks.
 //
-//   FrameWriter writer(options, &transport->output(), pool, &stats, hooks);
+//   FrameWriter writer(options, &transport->output(), pool, &stats, wake_loop, on_loop_thread);
 //   auto stream = writer.OpenStream(1);
 //   writer.SendHead(*stream, fields, body, /*end=*/true);  // any thread
 //   writer.Flush(...);                                     // loop, end of pass
@@ -150,7 +150,8 @@ class FrameWriter {
   };
 
   // `out` (the transport's output writer), `pool` and `stats` must outlive
-  // the writer. `loop_thread` says whether the caller is the loop thread.
+  // the writer. `wake_loop` asks the loop for a pass (WakeLoop); `on_loop_thread` says whether
+  // the caller is the loop thread.
   FrameWriter(const FrameWriterOptions& options, PipeWriter* out, MemoryPool* pool,
               OutputStats* stats, WakeLoop wake_loop, std::function<bool()> on_loop_thread);
   ~FrameWriter();

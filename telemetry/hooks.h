@@ -7,8 +7,9 @@
 // errors through http::Response::ReportError, and requests answered before any Response existed
 // (400/431/413 of HTTP/1.1, HTTP/2 streams reset before dispatch) through Hooks::Rejected.
 //
-//   auto hooks = std::make_shared<sluice::telemetry::Hooks>();
-//   options.telemetry = hooks.get();              // ServerOptions
+//   options.telemetry.style = sluice::telemetry::HookStyle::kListener;  // ServerOptions
+//   ...                                          // the server builds the registry; once started:
+//   sluice::telemetry::Hooks* hooks = server.hooks();
 //   uint64_t id = hooks->Subscribe(std::make_shared<MyListener>());
 //   ...
 //   hooks->Unsubscribe(id);

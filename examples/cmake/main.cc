@@ -1,6 +1,7 @@
-// The README's embedding example, built outside Bazel against an installed sluice (see
-// README.md here): a server with a route that greets and one that echoes, on the port given
-// (default 8080; 0 picks a free one). It prints the server's ready line once listening.
+// The README's embedding example, built outside Bazel against an installed sluice (see the
+// top-level README.md, "Outside Bazel: CMake, pkg-config"): a server with a route that greets and
+// one that echoes, on the port given (default 8080; 0 picks a free one). It prints the server's
+// ready line once listening.
 #include <cstdio>
 #include <cstdlib>
 #include <span>
