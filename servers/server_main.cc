@@ -1,5 +1,7 @@
 #include "servers/server_main.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 
 #include <charconv>
@@ -23,13 +25,32 @@ bool ParseNumber(std::string_view text, T* out, T min, T max) {
   return true;
 }
 
+// An IPv4 or IPv6 literal ("[::1]" taken as "::1"), or "localhost" (taken as 127.0.0.1): the
+// address to bind, or false. Host names are not resolved.
+bool ParseBindAddress(std::string_view text, std::string* out) {
+  if (text == "localhost") {
+    *out = "127.0.0.1";
+    return true;
+  }
+  if (text.size() > 2 && text.front() == '[' && text.back() == ']') {
+    text = text.substr(1, text.size() - 2);
+  }
+  const std::string host(text);
+  in6_addr storage;
+  const int family = host.find(':') == std::string::npos ? AF_INET : AF_INET6;
+  if (inet_pton(family, host.c_str(), &storage) != 1) return false;
+  *out = host;
+  return true;
+}
+
 }  // namespace
 
 std::string ServerUsage(std::string_view program, std::string_view description) {
   std::string u =
       "usage: " + std::string(program) + " [flags]\n\n" + std::string(description) + "\n\n";
   u += R"(flags:
-  --address=ADDR            address to bind (default 127.0.0.1; 0.0.0.0 or :: for all)
+  --address=ADDR            IP address to bind (default 127.0.0.1; 0.0.0.0 or :: for all;
+                            localhost is 127.0.0.1; host names are not resolved)
   --port=N                  port (default 8080; 0 picks a free one, shown in the ready line)
   --threads=N               event loops, one thread each (default 1)
   --handler-threads=N       run handlers on N worker threads (default 0: on the loop thread)
@@ -37,7 +58,8 @@ std::string ServerUsage(std::string_view program, std::string_view description) 
   --tls-cert=FILE           certificate chain (PEM)
   --tls-key=FILE            private key (PEM)
   --tls-self-signed         generate a self-signed certificate for localhost at start
-  --tls-cert-out=FILE       write the generated certificate there (for curl --cacert)
+  --tls-cert-out=FILE       with --tls-self-signed: write the generated certificate there (for
+                            curl --cacert)
   --header-timeout-ms=N     a request head must arrive within N ms of its first byte (10000)
   --keep-alive-timeout-ms=N close idle connections after N ms (60000)
   --max-body-bytes=N        largest request body accepted (30000000; more gets 413)
@@ -81,6 +103,9 @@ std::string ServerUsage(std::string_view program, std::string_view description) 
 Once listening, prints one line on stdout:
   ready address=HOST:PORT scheme=http|https protocols=... transport=epoll|io_uring pid=PID
 SIGINT/SIGTERM: stop accepting, finish in-flight requests, exit 0.
+Exit status 2, before listening: a bad flag, or a bad input file (--tls-cert/--tls-key missing,
+unreadable, not PEM or not matching; --tls-cert-out or --access-log not writable); 1: cannot
+start for another reason (the port in use, no permission to bind).
 )";
   return u;
 }
@@ -237,8 +262,9 @@ Status ParseServerFlags(int argc, char** argv, ServerOptions* options, bool* hel
       options->tls.enabled = true;
       options->tls.self_signed = true;
     } else if (name == "--address") {
-      if (!need_value() || value.empty()) return bad("needs an address");
-      options->address = std::string(value);
+      if (!need_value() || !ParseBindAddress(value, &options->address)) {
+        return bad("needs an IPv4 or IPv6 address (127.0.0.1, 0.0.0.0, ::1, ::) or localhost");
+      }
     } else if (name == "--port") {
       if (!need_value() || !ParseNumber<uint16_t>(value, &options->port, 0, 65535)) {
         return bad("needs a port number 0-65535");
@@ -279,6 +305,15 @@ Status ParseServerFlags(int argc, char** argv, ServerOptions* options, bool* hel
     } else {
       return InvalidArgumentError("unknown flag " + std::string(arg));
     }
+  }
+  if (options->tls.self_signed &&
+      (!options->tls.cert_file.empty() || !options->tls.key_file.empty())) {
+    return InvalidArgumentError(
+        "--tls-self-signed excludes --tls-cert and --tls-key: give one or the other");
+  }
+  if (!options->tls.self_signed_cert_out.empty() && !options->tls.self_signed) {
+    return InvalidArgumentError(
+        "--tls-cert-out needs --tls-self-signed (it writes the generated certificate)");
   }
   if (options->tls.enabled && !options->tls.self_signed &&
       (options->tls.cert_file.empty() || options->tls.key_file.empty())) {
@@ -334,9 +369,14 @@ int RunServerMain(int argc, char** argv, std::string_view program, std::string_v
     Server server(options);
     routes(server);
     if (Status s = server.Start(); !s.ok()) {
+      // What the user gave is wrong (a certificate or key file missing, unreadable, not PEM or
+      // not matching; a file to write that cannot be; an address not of this host): 2, as for a
+      // bad flag. Anything else (a port in use, no permission to bind, out of resources): 1.
+      const bool bad_input =
+          s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kNotFound;
       std::fprintf(stderr, "%.*s: cannot start: %s\n", static_cast<int>(program.size()),
-                   program.data(), s.ToString().c_str());
-      return 1;
+                   program.data(), bad_input ? s.message().c_str() : s.ToString().c_str());
+      return bad_input ? 2 : 1;
     }
     if (!server.transport_note().empty()) {
       std::fprintf(stderr, "%.*s: %s\n", static_cast<int>(program.size()), program.data(),

@@ -17,6 +17,14 @@
 // A bad flag prints a message and the usage to stderr and exits 2. Once
 // listening, the server prints Server::ReadyLine() on stdout.
 //
+// Exit statuses: 0 after SIGINT/SIGTERM (or what ServerMainHooks::after_stop says); 2 for bad
+// input, before listening: a bad flag or value, conflicting flags (--tls-self-signed with
+// --tls-cert/--tls-key, --tls-cert-out without --tls-self-signed), an --address that is not an
+// IP literal (or localhost), a certificate or key file missing, unreadable, not PEM or not
+// matching, a --tls-cert-out or --access-log file that cannot be written (Server::Start's
+// INVALID_ARGUMENT and NOT_FOUND); 1 if the server cannot start for another reason (the port in
+// use, no permission to bind, out of resources).
+//
 // Thread-safety: call from main, before any thread starts.
 #ifndef SLUICE_SERVERS_SERVER_MAIN_H_
 #define SLUICE_SERVERS_SERVER_MAIN_H_
@@ -30,7 +38,8 @@
 namespace sluice {
 
 // Parses the shared flags into *options. Returns OK, or INVALID_ARGUMENT
-// naming the bad flag. "--help" sets *help, "--version" *version (if given).
+// naming the bad flag (or the conflicting ones). "--help" sets *help, "--version" *version (if
+// given). Files are not opened here: Server::Start does.
 [[nodiscard]] Status ParseServerFlags(int argc, char** argv, ServerOptions* options, bool* help,
                                       bool* version = nullptr);
 
@@ -49,7 +58,7 @@ struct ServerMainHooks {
 // Parses flags, builds the server with `routes`, starts it, prints the
 // ready line, waits for SIGINT/SIGTERM, shuts down gracefully, and prints what it served
 // ("PROGRAM: stopped: requests=N ...") on stderr. Returns the process exit code: 0, 2 for bad
-// flags, 1 if the server cannot start (or what hooks.after_stop says).
+// flags or input files, 1 if the server cannot start otherwise (or what hooks.after_stop says).
 int RunServerMain(int argc, char** argv, std::string_view program, std::string_view description,
                   const std::function<void(Server&)>& routes, const ServerMainHooks& hooks = {});
 

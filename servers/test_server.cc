@@ -24,7 +24,7 @@
 //                           pool_trimmed_bytes=N (?reset-pool-peak restarts the high-water mark)
 //
 // Test-only flags, for the benchmark driver's own tests (taken out before the shared flags
-// are parsed):
+// are parsed; --name=N or --name N, like the shared flags):
 //   --delay-listen-ms=N          sleep N ms before starting to listen (a slow startup)
 //   --delay-first-response-ms=N  the first request answered waits N ms (a slow first request)
 //   --abort-after-requests=N     abort() when the N-th request arrives (a crash mid-run)
@@ -112,31 +112,38 @@ struct TestFlags {
   int64_t diagnostic_pool = 0;
 };
 
-// Takes the test-only flags out of argv (in place). False, with a message, for a bad value.
+// Takes the test-only flags out of argv (in place), each as --name=N or --name N (as the shared
+// flags). False, with a message, for a bad or missing value.
 bool TakeTestFlags(int* argc, char** argv, TestFlags* flags) {
   int out = 1;
   for (int i = 1; i < *argc; ++i) {
     const std::string_view arg = argv[i];
+    const size_t eq = arg.find('=');
+    const std::string_view name = arg.substr(0, eq);
     int64_t* target = nullptr;
-    std::string_view value;
-    for (auto [name, field] :
-         {std::pair{"--delay-listen-ms=", &flags->delay_listen_ms},
-          std::pair{"--delay-first-response-ms=", &flags->delay_first_response_ms},
-          std::pair{"--abort-after-requests=", &flags->abort_after_requests},
-          std::pair{"--diagnostic-pool=", &flags->diagnostic_pool}}) {
-      if (arg.starts_with(name)) {
-        target = field;
-        value = arg.substr(std::string_view(name).size());
-      }
+    for (auto [flag, field] :
+         {std::pair{"--delay-listen-ms", &flags->delay_listen_ms},
+          std::pair{"--delay-first-response-ms", &flags->delay_first_response_ms},
+          std::pair{"--abort-after-requests", &flags->abort_after_requests},
+          std::pair{"--diagnostic-pool", &flags->diagnostic_pool}}) {
+      if (name == flag) target = field;
     }
     if (target == nullptr) {
       argv[out++] = argv[i];
       continue;
     }
+    std::string_view value;
+    bool has_value = eq != std::string_view::npos;
+    if (has_value) {
+      value = arg.substr(eq + 1);
+    } else if (i + 1 < *argc) {
+      value = argv[++i];
+      has_value = true;
+    }
     auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), *target);
-    if (ec != std::errc() || end != value.data() + value.size() || *target < 0) {
-      std::fprintf(stderr, "test_server: %.*s: needs a number >= 0\n", static_cast<int>(arg.size()),
-                   arg.data());
+    if (!has_value || ec != std::errc() || end != value.data() + value.size() || *target < 0) {
+      std::fprintf(stderr, "test_server: %.*s: needs a number >= 0\n",
+                   static_cast<int>(name.size()), name.data());
       return false;
     }
   }
@@ -178,8 +185,7 @@ int main(int argc, char** argv) {
   }
   // --diagnostic-pool: every connection's buffers come from a pool that catches leaks and writes
   // after return; checked once the server is gone.
-  static sluice::MemoryPool diagnostic_pool(
-      sluice::MemoryPoolOptions{.diagnostic = true});
+  static sluice::MemoryPool diagnostic_pool(sluice::MemoryPoolOptions{.diagnostic = true});
   sluice::ServerMainHooks hooks;
   if (test_flags.diagnostic_pool != 0) {
     hooks.configure = [](sluice::ServerOptions& options) { options.pool = &diagnostic_pool; };

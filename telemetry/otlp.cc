@@ -396,6 +396,16 @@ StatusOr<OtlpEndpoint> ParseOtlpEndpoint(std::string_view url) {
   if (authority.empty()) {
     return InvalidArgumentError("OTLP endpoint " + std::string(url) + ": no host");
   }
+  if (authority.find('@') != std::string_view::npos) {
+    return InvalidArgumentError("OTLP endpoint " + std::string(url) +
+                                ": user information (user@) is not supported");
+  }
+  for (char c : rest) {
+    if (static_cast<unsigned char>(c) <= 0x20 || static_cast<unsigned char>(c) >= 0x7f) {
+      return InvalidArgumentError("OTLP endpoint " + std::string(url) +
+                                  ": spaces and control characters are not allowed");
+    }
+  }
   OtlpEndpoint e;
   e.authority = std::string(authority);
   e.base_path = std::string(path);
@@ -418,6 +428,16 @@ StatusOr<OtlpEndpoint> ParseOtlpEndpoint(std::string_view url) {
     port = authority.substr(colon + 1);
   }
   if (host.empty()) return InvalidArgumentError("OTLP endpoint " + std::string(url) + ": no host");
+  // A host name (letters, digits, '-', '.', '_'), an IPv4 address, or inside [] an IPv6 one.
+  const bool bracketed = authority.front() == '[';
+  for (char c : host) {
+    const bool ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    c == '.' || c == '-' || c == '_' || (bracketed && c == ':');
+    if (!ok) {
+      return InvalidArgumentError("OTLP endpoint " + std::string(url) + ": bad host \"" +
+                                  std::string(host) + "\"");
+    }
+  }
   if (!port.empty()) {
     unsigned value = 0;
     auto r = std::from_chars(port.data(), port.data() + port.size(), value);

@@ -247,6 +247,15 @@ TEST(Otlp, EndpointsMustBePlainHttp) {
   EXPECT_FALSE(ParseOtlpEndpoint("http://:4318").ok());
   EXPECT_FALSE(ParseOtlpEndpoint("http://h:99999").ok());
   EXPECT_FALSE(ParseOtlpEndpoint("ftp://h").ok());
+  // Not a host to connect to: user information, spaces, other characters.
+  EXPECT_THAT(ParseOtlpEndpoint("http://user@127.0.0.1:1").status().message(),
+              HasSubstr("user information"));
+  EXPECT_FALSE(ParseOtlpEndpoint("http://a b:1").ok());
+  EXPECT_FALSE(ParseOtlpEndpoint("http://h:1/a b").ok());
+  EXPECT_FALSE(ParseOtlpEndpoint("http://h%41:1").ok());
+  EXPECT_FALSE(ParseOtlpEndpoint("http://h?x=1").ok());
+  EXPECT_FALSE(ParseOtlpEndpoint("http://[::1%lo]:1").ok());
+  EXPECT_EQ(Endpoint("http://otel-collector.local_1:4318").host, "otel-collector.local_1");
 }
 
 TEST(Otlp, SpansJsonCarriesIdsParentStatusAndAttributes) {
