@@ -1,7 +1,12 @@
 #include "telemetry/access_log.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 
@@ -53,6 +58,9 @@ std::string_view Protocol(std::string_view version) {
   return "HTTP/1.1";
 }
 
+// "1 line", "N lines".
+std::string Lines(uint64_t n) { return std::to_string(n) + (n == 1 ? " line" : " lines"); }
+
 }  // namespace
 
 bool ParseAccessLogFormat(std::string_view text, AccessLogFormat* out) {
@@ -69,17 +77,51 @@ bool ParseAccessLogFormat(std::string_view text, AccessLogFormat* out) {
 }
 
 StatusOr<std::unique_ptr<AccessLog>> AccessLog::Open(AccessLogOptions options) {
-  std::FILE* file = std::fopen(options.path.c_str(), "ae");
-  if (file == nullptr) {
+  const int fd = open(options.path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) {
     return InvalidArgumentError("access log " + options.path + ": " + std::strerror(errno));
   }
-  return std::unique_ptr<AccessLog>(new AccessLog(std::move(options), file));
+  return std::unique_ptr<AccessLog>(new AccessLog(std::move(options), fd));
 }
 
-AccessLog::AccessLog(AccessLogOptions options, std::FILE* file)
-    : options_(std::move(options)), file_(file) {}
+AccessLog::AccessLog(AccessLogOptions options, int fd) : options_(std::move(options)), fd_(fd) {}
 
-AccessLog::~AccessLog() { std::fclose(file_); }
+AccessLog::~AccessLog() {
+  if (unreported_lost_ > 0) {
+    Report("access log " + options_.path + ": at close, " + Lines(unreported_lost_) +
+           " lost since the last report (" + std::strerror(last_error_) + "); " +
+           std::to_string(lines_lost()) + " lost in all, in " + std::to_string(write_failures()) +
+           " failed writes");
+  }
+  close(fd_);
+}
+
+void AccessLog::Report(const std::string& text) {
+  if (options_.report) {
+    options_.report(text);
+  } else {
+    std::fprintf(stderr, "sluice: %s\n", text.c_str());
+  }
+}
+
+void AccessLog::Lost(uint64_t lines, int error) {
+  const bool first = write_failures_.fetch_add(1, std::memory_order_relaxed) == 0;
+  lines_lost_.fetch_add(lines, std::memory_order_relaxed);
+  unreported_lost_ += lines;
+  last_error_ = error;
+  const auto now = std::chrono::steady_clock::now();
+  if (!first && now - last_report_ < kReportInterval) return;
+  last_report_ = now;
+  if (first) {
+    Report("access log " + options_.path + ": write failed: " + std::strerror(error) + "; " +
+           Lines(lines) + " lost (later failures are reported at most once a minute)");
+  } else {
+    Report("access log " + options_.path + ": write failed: " + std::strerror(error) + "; " +
+           Lines(unreported_lost_) + " lost since the last report, " +
+           std::to_string(lines_lost()) + " in all");
+  }
+  unreported_lost_ = 0;
+}
 
 std::string AccessLog::FormatLine(const ExchangeSnapshot& s, AccessLogFormat format) {
   std::string out;
@@ -154,9 +196,19 @@ std::string AccessLog::FormatLine(const ExchangeSnapshot& s, AccessLogFormat for
 void AccessLog::Consume(std::span<const ExchangeSnapshot> batch) {
   buffer_.clear();
   for (const ExchangeSnapshot& s : batch) buffer_ += FormatLine(s, options_.format);
-  std::fwrite(buffer_.data(), 1, buffer_.size(), file_);
+  std::string_view rest = buffer_;
+  while (!rest.empty()) {
+    const ssize_t n = write(fd_, rest.data(), rest.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      // The lines not written whole: each one's newline is still in `rest`.
+      Lost(static_cast<uint64_t>(std::count(rest.begin(), rest.end(), '\n')), n < 0 ? errno : EIO);
+      break;
+    }
+    rest.remove_prefix(static_cast<size_t>(n));
+  }
+  const uint64_t lost = static_cast<uint64_t>(std::count(rest.begin(), rest.end(), '\n'));
+  lines_written_.fetch_add(batch.size() - lost, std::memory_order_relaxed);
 }
-
-void AccessLog::Idle() { std::fflush(file_); }
 
 }  // namespace sluice::telemetry

@@ -2,10 +2,15 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "http/exchange.h"
 #include "http/request_editor.h"
@@ -114,6 +119,54 @@ TEST(AccessLog, WritesLinesThroughAnAsyncListener) {
   buffer << in.rdbuf();
   const std::string text = buffer.str();
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 100);
+}
+
+TEST(AccessLog, FailedWritesAreCountedAndReported) {
+  if (access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no /dev/full here";
+  std::vector<std::string> reports;
+  auto log =
+      AccessLog::Open({.path = "/dev/full",
+                       .format = AccessLogFormat::kCommon,
+                       .report = [&reports](const std::string& r) { reports.push_back(r); }});
+  ASSERT_TRUE(log.ok()) << log.status().ToString();
+  const std::vector<ExchangeSnapshot> batch(3, Sample());
+  (*log)->Consume(batch);
+  EXPECT_EQ((*log)->lines_lost(), 3u);
+  EXPECT_EQ((*log)->lines_written(), 0u);
+  EXPECT_EQ((*log)->write_failures(), 1u);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_THAT(reports[0], HasSubstr("/dev/full"));
+  EXPECT_THAT(reports[0], HasSubstr(std::strerror(ENOSPC)));
+  EXPECT_THAT(reports[0], HasSubstr("3 lines lost"));
+  // Later failures are counted, and reported at most once a minute...
+  (*log)->Consume(batch);
+  (*log)->Consume(std::span(batch).first(1));
+  EXPECT_EQ((*log)->lines_lost(), 7u);
+  EXPECT_EQ((*log)->write_failures(), 3u);
+  EXPECT_EQ(reports.size(), 1u);
+  // ...and what was not reported yet is when the log closes.
+  log->reset();
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_THAT(reports[1], HasSubstr("at close, 4 lines lost since the last report"));
+  EXPECT_THAT(reports[1], HasSubstr("7 lost in all"));
+}
+
+TEST(AccessLog, CountsLinesWritten) {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/counted.log";
+  std::vector<std::string> reports;
+  auto log = AccessLog::Open(
+      {.path = path, .report = [&reports](const std::string& r) { reports.push_back(r); }});
+  ASSERT_TRUE(log.ok()) << log.status().ToString();
+  (*log)->Consume(std::vector<ExchangeSnapshot>(5, Sample()));
+  EXPECT_EQ((*log)->lines_written(), 5u);
+  EXPECT_EQ((*log)->lines_lost(), 0u);
+  log->reset();
+  EXPECT_TRUE(reports.empty());
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 5);
 }
 
 }  // namespace
