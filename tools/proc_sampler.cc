@@ -9,32 +9,35 @@
 // CPU ticks are cumulative over every process ever seen in the tree (a process that exits keeps
 // what it used). The tree (children found through the parent pid of every process in /proc) is
 // re-read every rescan period. The first line is "clock_ticks_per_second N". It stops when PID is
-// gone (or reaped), or on SIGTERM/SIGINT, and then prints its own cost:
+// gone (or reaped: seen at once through a pidfd, else at the next sample; the last sample and a
+// line on stderr say so), or on SIGTERM/SIGINT (at once, whatever the interval), and then prints
+// its own cost:
 //   self USER_US SYSTEM_US WALL_US
+// Flags take --name=N or --name N. Exit status: 0 when it stopped as above; 2 for a bad flag or
+// value (--interval-ms and --rescan-ms 1-60000), or a PID that names no running process.
 // It is written in C++, and not as a thread of the driver, so that measuring costs almost nothing
 // and cannot be slowed by the driver's own work.
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <charconv>
 #include <chrono>
-#include <csignal>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
 namespace {
-
-volatile std::sig_atomic_t stop_requested = 0;
-
-void OnSignal(int) { stop_requested = 1; }
 
 struct Stat {
   long ppid = 0;
@@ -98,12 +101,27 @@ std::vector<long> ProcessTree(long root) {
   return tree;
 }
 
-bool Flag(std::string_view arg, std::string_view name, long* out) {
+// --name=N or --name N (taking argv[*i + 1]) into *out, which must lie in [min, max]; exits 2 with
+// a message for a bad or missing value. False if argv[*i] is another flag.
+bool Flag(int argc, char** argv, int* i, std::string_view name, long min, long max, long* out) {
+  const std::string_view arg = argv[*i];
   if (!arg.starts_with(name)) return false;
-  const std::string_view v = arg.substr(name.size());
-  if (std::from_chars(v.data(), v.data() + v.size(), *out).ec != std::errc() || *out <= 0) {
-    std::fprintf(stderr, "proc_sampler: %.*s: needs a positive number\n",
-                 static_cast<int>(arg.size()), arg.data());
+  std::string_view value = arg.substr(name.size());
+  bool has_value = true;
+  if (value.empty()) {
+    has_value = *i + 1 < argc;
+    if (has_value) value = argv[++*i];
+  } else if (value.front() == '=') {
+    value.remove_prefix(1);
+  } else {
+    return false;  // a longer name
+  }
+  auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), *out);
+  if (!has_value || ec != std::errc() || end != value.data() + value.size() || *out < min ||
+      *out > max) {
+    std::fprintf(stderr, "proc_sampler: %.*s: needs a number %ld-%ld (not \"%.*s\")\n",
+                 static_cast<int>(name.size()), name.data(), min, max,
+                 static_cast<int>(value.size()), value.data());
     std::exit(2);
   }
   return true;
@@ -127,16 +145,18 @@ int main(int argc, char** argv) {
       std::puts(
           "usage: proc_sampler --pid=PID [--interval-ms=100] [--rescan-ms=1000]\n\n"
           "Prints 'sample UNIX_NS USER_TICKS SYSTEM_TICKS RSS_BYTES PROCESSES' for the\n"
-          "process tree of PID every interval, and 'self USER_US SYSTEM_US WALL_US' at the"
-          "\nend (PID gone, or SIGTERM).");
+          "process tree of PID every interval (1-60000 ms; the tree is re-read every rescan\n"
+          "period, 1-60000 ms), and 'self USER_US SYSTEM_US WALL_US' at the end (PID gone, or\n"
+          "SIGINT/SIGTERM). Exit status 2 for a bad flag or a PID that is not running.");
       return 0;
     }
     if (arg == "--version") {
       std::puts("proc_sampler (sluice)");
       return 0;
     }
-    if (!Flag(arg, "--pid=", &pid) && !Flag(arg, "--interval-ms=", &interval_ms) &&
-        !Flag(arg, "--rescan-ms=", &rescan_ms)) {
+    if (!Flag(argc, argv, &i, "--pid", 1, INT_MAX, &pid) &&
+        !Flag(argc, argv, &i, "--interval-ms", 1, 60'000, &interval_ms) &&
+        !Flag(argc, argv, &i, "--rescan-ms", 1, 60'000, &rescan_ms)) {
       std::fprintf(stderr, "proc_sampler: unknown flag %s (see --help)\n", argv[i]);
       return 2;
     }
@@ -145,8 +165,24 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "proc_sampler: --pid=PID is required\n");
     return 2;
   }
-  std::signal(SIGTERM, OnSignal);
-  std::signal(SIGINT, OnSignal);
+  // SIGINT and SIGTERM are taken from a signalfd, and the end of PID from a pidfd (Linux 5.3+;
+  // without one it is seen at the next sample): the wait between samples ends at once for either.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigprocmask(SIG_BLOCK, &signals, nullptr);
+  const int signal_fd = signalfd(-1, &signals, SFD_CLOEXEC);
+  if (signal_fd < 0) {
+    std::fprintf(stderr, "proc_sampler: signalfd: %s\n", std::strerror(errno));
+    return 1;
+  }
+  const int pid_fd = static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+  Stat first;
+  if ((pid_fd < 0 && errno == ESRCH) || !ReadStat(pid, &first)) {
+    std::fprintf(stderr, "proc_sampler: --pid=%ld: no such process (or it has exited)\n", pid);
+    return 2;
+  }
   const long page = sysconf(_SC_PAGESIZE);
   std::printf("clock_ticks_per_second %ld\n", sysconf(_SC_CLK_TCK));
   std::fflush(stdout);
@@ -156,7 +192,9 @@ int main(int argc, char** argv) {
   std::vector<long> tree;
   auto next_rescan = started;
   auto next_sample = started;
-  while (!stop_requested) {
+  bool stop = false;
+  bool pid_exited = false;  // the pidfd said so
+  while (!stop) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= next_rescan) {
       tree = ProcessTree(pid);
@@ -180,9 +218,35 @@ int main(int argc, char** argv) {
     }
     std::printf("sample %lld %llu %llu %lld %d\n", NowUnixNs(), user, system, rss, alive);
     std::fflush(stdout);
-    if (!root_alive) break;
+    if (!root_alive || pid_exited) {
+      std::fprintf(stderr, "proc_sampler: pid %ld has exited\n", pid);
+      break;
+    }
     next_sample += std::chrono::milliseconds(interval_ms);
-    std::this_thread::sleep_until(next_sample);
+    // Until the next sample is due: a signal ends the run, the end of PID takes a last sample.
+    while (true) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          next_sample - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      pollfd fds[2] = {{.fd = signal_fd, .events = POLLIN, .revents = 0},
+                       {.fd = pid_fd, .events = POLLIN, .revents = 0}};
+      // Rounded up, so that it never wakes just before the sample is due and polls again.
+      const int n = poll(fds, pid_fd >= 0 ? 2 : 1, static_cast<int>(left.count()) + 1);
+      if (n < 0 && errno != EINTR) {
+        std::fprintf(stderr, "proc_sampler: poll: %s\n", std::strerror(errno));
+        stop = true;
+        break;
+      }
+      if (n > 0 && fds[0].revents != 0) {
+        stop = true;
+        break;
+      }
+      if (n > 0 && fds[1].revents != 0) {
+        pid_exited = true;
+        next_sample = std::chrono::steady_clock::now();
+        break;
+      }
+    }
   }
   rusage self{};
   getrusage(RUSAGE_SELF, &self);

@@ -5,7 +5,8 @@
 //   syscall_cost [--calls=N] [--rounds=R]   prints "syscall_ns=123.4 calls=N rounds=R"
 //
 // Times R rounds of N getppid() system calls (made with syscall(2), so libc cannot cache them)
-// and prints the median round's cost per call, in nanoseconds.
+// and prints the median round's cost per call, in nanoseconds. Flags take --name=N or --name N;
+// N * R may be 50000000 at most (about a minute at 1.2 µs a call). Exit status 2 for a bad flag.
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -19,14 +20,30 @@
 
 namespace {
 
-bool ParseFlag(std::string_view arg, std::string_view name, long* out) {
+// The most calls of one run: N * R.
+constexpr long kMaxTotalCalls = 50'000'000;
+
+// --name=N or --name N (taking argv[*i + 1]) into *out; exits 2 with a message for a bad or
+// missing value. False if argv[*i] is another flag.
+bool ParseFlag(int argc, char** argv, int* i, std::string_view name, long* out) {
+  const std::string_view arg = argv[*i];
   if (!arg.starts_with(name)) return false;
-  const std::string_view value = arg.substr(name.size());
+  std::string_view value = arg.substr(name.size());
+  bool has_value = true;
+  if (value.empty()) {
+    has_value = *i + 1 < argc;
+    if (has_value) value = argv[++*i];
+  } else if (value.front() == '=') {
+    value.remove_prefix(1);
+  } else {
+    return false;  // a longer name
+  }
   long v = 0;
   auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-  if (ec != std::errc() || end != value.data() + value.size() || v < 1 || v > 100'000'000) {
-    std::fprintf(stderr, "syscall_cost: %.*s: needs a number 1-100000000\n",
-                 static_cast<int>(arg.size()), arg.data());
+  if (!has_value || ec != std::errc() || end != value.data() + value.size() || v < 1 ||
+      v > kMaxTotalCalls) {
+    std::fprintf(stderr, "syscall_cost: %.*s: needs a number 1-%ld\n",
+                 static_cast<int>(name.size()), name.data(), kMaxTotalCalls);
     std::exit(2);
   }
   *out = v;
@@ -43,7 +60,8 @@ int main(int argc, char** argv) {
     if (arg == "--help" || arg == "-h") {
       std::puts(
           "usage: syscall_cost [--calls=N] [--rounds=R]\n\n"
-          "Prints the median cost of one getppid() system call over R rounds of N calls:\n"
+          "Prints the median cost of one getppid() system call over R rounds of N calls\n"
+          "(default 200000 and 5; N * R at most 50000000):\n"
           "  syscall_ns=123.4 calls=N rounds=R");
       return 0;
     }
@@ -51,10 +69,19 @@ int main(int argc, char** argv) {
       std::puts("syscall_cost (sluice)");
       return 0;
     }
-    if (!ParseFlag(arg, "--calls=", &calls) && !ParseFlag(arg, "--rounds=", &rounds)) {
+    if (!ParseFlag(argc, argv, &i, "--calls", &calls) &&
+        !ParseFlag(argc, argv, &i, "--rounds", &rounds)) {
       std::fprintf(stderr, "syscall_cost: unknown flag %s (see --help)\n", argv[i]);
       return 2;
     }
+  }
+  // Both are at most kMaxTotalCalls: the product fits in 64 bits.
+  if (static_cast<long long>(calls) * rounds > kMaxTotalCalls) {
+    std::fprintf(stderr,
+                 "syscall_cost: --calls=%ld --rounds=%ld: %lld calls in all; at most %ld (about a "
+                 "minute)\n",
+                 calls, rounds, static_cast<long long>(calls) * rounds, kMaxTotalCalls);
+    return 2;
   }
   std::vector<double> per_call;
   for (long r = 0; r < rounds; ++r) {

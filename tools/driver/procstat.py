@@ -139,11 +139,12 @@ class ProcessTreeSampler:
         return (a.user_s + f * (b.user_s - a.user_s), a.system_s + f * (b.system_s - a.system_s))
 
     def window(self, start: float, end: float) -> Window:
-        """CPU and memory between wall times `start` and `end` (None-safe for empty runs)."""
-        u0, s0 = self.cpu_at(start)
-        u1, s1 = self.cpu_at(end)
+        """CPU and memory between wall times `start` and `end` (None-safe for empty runs: a
+        process gone before its first sample has none)."""
         if not self.samples:
             return Window(end - start, 0.0, 0.0, 0.0, 0, 0.0, 0)
+        u0, s0 = self.cpu_at(start)
+        u1, s1 = self.cpu_at(end)
         inside = [s for s in self.samples if start <= s.t <= end] or self.samples[-1:]
         seconds = max(end - start, 1e-9)
         rss = [s.rss_bytes for s in inside]
