@@ -72,10 +72,57 @@ def _find_input(path: str, repo: str) -> str:
 
 
 def _out_dir(args, repo: str, name: str) -> str:
+    """The run directory (--out or bench-out/DATE-NAME), checked but not made yet."""
     if args.out:
-        return os.path.abspath(_user_path(args.out))
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return os.path.join(repo, "bench-out", f"{stamp}-{name}")
+        path = os.path.abspath(_user_path(args.out))
+        what = f"--out {args.out}"
+    else:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        path = os.path.join(repo, "bench-out", f"{stamp}-{name}")
+        what = f"the output directory {path}"
+    _check_out_dir(path, what)
+    return path
+
+
+def _check_out_dir(path: str, what: str) -> None:
+    """UsageError unless `path` is a directory or can be made one (by the nearest existing
+    directory above it being writable)."""
+    probe = path
+    while not os.path.lexists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    if not os.path.isdir(probe):
+        if probe == path:
+            raise UsageError(f"{what}: exists and is not a directory")
+        raise UsageError(f"{what}: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UsageError(f"{what}: {probe} is not writable")
+
+
+def _make_out_dir(path: str, what: str = "--out") -> None:
+    """Makes the run directory; UsageError when the file system refuses (e.g. under /proc)."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"{what} {path}: cannot make the directory: {e.strerror}") from None
+
+
+def _check_refs(repo: str, refs) -> None:
+    """UsageError unless `repo` is a git checkout that knows every ref (before anything is
+    made or built)."""
+    try:
+        top = build.repo_root(repo)
+    except build.BuildError:
+        raise UsageError(f"{repo} is not a git checkout (building refs needs one; pass --repo)") \
+            from None
+    for ref in refs:
+        if ref and ref != build.WORKTREE:
+            try:
+                build.resolve_ref(top, ref)
+            except build.BuildError as e:
+                raise UsageError(str(e)) from None
 
 
 def _tools_dir() -> str:
@@ -86,7 +133,7 @@ def _tools_dir() -> str:
 def _load(args, repo):
     path = _find_input(args.scenario, repo)
     shown = os.path.relpath(path, repo) if path.startswith(repo + os.sep) else path
-    scenario = load_scenario(path, shown)
+    scenario = load_scenario(path, shown, source_root=repo)
     scenario.path = path
     try:
         session.apply_overrides(scenario, args.iterations, args.duration, args.warmup,
@@ -144,12 +191,37 @@ def cmd_run(args, progress) -> int:
         raise UsageError("run takes one --variant; to compare several use `bench compare`")
     variant = args.variant[0] if args.variant else None
     scenario.resolve_variant(variant)  # an unknown name fails before anything is built
+    if args.ref:
+        _check_refs(repo, [args.ref])
     out_dir = _out_dir(args, repo, scenario.name)
+    _make_out_dir(out_dir)
     s = session.Session(scenario, _options(args, repo, out_dir, progress))
     name = variant or (args.ref or scenario.name)
-    results = s.run([session.SideSpec("A", name, variant, args.ref)])
+    try:
+        results = s.run([session.SideSpec("A", name, variant, args.ref)])
+    except session.Interrupted as e:
+        return _interrupted(e, out_dir, progress, args, single=True)
     session.write_json(os.path.join(out_dir, "result.json"), results[0])
     return _finish(session.compare_results(results, forced=False), out_dir, progress, args)
+
+
+def _interrupted(e, out_dir, progress, args, single: bool) -> int:
+    """Ctrl-C during the iterations: what finished is kept (marked partial), then exit 130."""
+    progress.done()
+    try:
+        if not e.results:
+            print(f"bench: {e.note}: no result written", file=sys.stderr)
+            return 130
+        if single:
+            session.write_json(os.path.join(out_dir, "result.json"), e.results[0])
+        comparison = session.compare_results(e.results, forced=False)
+        comparison["interrupted"] = e.note
+        _finish(comparison, out_dir, progress, args)
+        print(f"bench: {e.note} (marked so in the results and the report): {out_dir}",
+              file=sys.stderr)
+        return 130
+    finally:
+        e.restore()
 
 
 def _is_result_file(path: str) -> bool:
@@ -162,6 +234,8 @@ def cmd_compare(args, progress) -> int:
     if len(inputs) >= 2 and all(_is_result_file(p) for p in inputs):
         if args.baseline or args.branch or args.variant:
             raise UsageError("comparing saved results takes no --baseline/--branch/--variant")
+        if len(inputs) > 8:
+            raise UsageError("compare takes at most 8 saved results")
         results = []
         for p in inputs:
             path = _find_input(p, repo)
@@ -178,7 +252,7 @@ def cmd_compare(args, progress) -> int:
                 progress.log("  " + line)
             return 2
         out_dir = _out_dir(args, repo, "compare")
-        os.makedirs(out_dir, exist_ok=True)
+        _make_out_dir(out_dir)
         return _finish(comparison, out_dir, progress, args)
     if len(inputs) != 1:
         raise UsageError("compare takes one SCENARIO (with --baseline/--branch or --variant "
@@ -203,44 +277,76 @@ def cmd_compare(args, progress) -> int:
                              + (", ".join(scenario.variant_names()) or "none") + ")")
         if len(set(variants)) != len(variants):
             raise UsageError("each --variant once")
+        if len(variants) > 8:
+            raise UsageError("compare takes at most 8 sides")
         for v in variants:
             scenario.resolve_variant(v)
         specs = [session.SideSpec("ABCDEFGH"[i], v, v, args.ref) for i, v in
                  enumerate(variants)]
+    refs = [spec.ref for spec in specs if spec.ref]
+    if refs:
+        _check_refs(repo, refs)
     out_dir = _out_dir(args, repo, scenario.name)
+    _make_out_dir(out_dir)
     s = session.Session(scenario, _options(args, repo, out_dir, progress))
-    results = s.run(specs)
+    try:
+        results = s.run(specs)
+    except session.Interrupted as e:
+        return _interrupted(e, out_dir, progress, args, single=False)
     return _finish(session.compare_results(results, forced=False), out_dir, progress, args)
 
 
-def _read_result(path: str):
+def _read_json(path: str):
     try:
         with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+            return json.load(f)
     except OSError as e:
         raise UsageError(f"{path}: cannot read: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path}: not JSON: not UTF-8 text (byte offset {e.start})") from None
     except ValueError as e:
         raise UsageError(f"{path}: not JSON: {e}") from None
-    if not isinstance(data, dict) or data.get("kind") != "side" or data.get(
-            "schema") != environment.SCHEMA_VERSION:
-        raise UsageError(f"{path}: not a bench side result (result-*.json of "
-                         f"{environment.SCHEMA_VERSION})")
+    except RecursionError:
+        raise UsageError(f"{path}: not JSON this driver reads: nested too deeply") from None
+
+
+def _read_result(path: str):
+    data = _read_json(path)
+    problem = session.side_problem(data)
+    if problem:
+        raise UsageError(f"{path}: not a valid bench side result (result-*.json of "
+                         f"{environment.SCHEMA_VERSION}): {problem}")
     return data
+
+
+def _read_comparison(path: str):
+    data = _read_json(path)
+    problem = session.comparison_problem(data)
+    if problem:
+        raise UsageError(f"{path}: not a valid comparison.json: {problem}")
+    return data
+
+
+def _render(path: str, draw):
+    try:
+        return draw()
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        raise UsageError(f"{path}: not a valid comparison.json: cannot draw it "
+                         f"({type(e).__name__}: {e})") from None
 
 
 def cmd_report(args, progress) -> int:
     path = _user_path(args.comparison)
-    try:
-        with open(path, encoding="utf-8") as f:
-            comparison = json.load(f)
-    except (OSError, ValueError) as e:
-        raise UsageError(f"{path}: cannot read a comparison: {e}") from None
-    if comparison.get("kind") != "comparison":
-        raise UsageError(f"{path}: not a comparison.json")
-    out_dir = os.path.abspath(_user_path(args.out)) if args.out else os.path.dirname(path)
-    os.makedirs(out_dir, exist_ok=True)
-    md, html = report.write_reports(comparison, out_dir)
-    print(report.terminal_text(comparison))
+    comparison = _read_comparison(path)
+    if args.out:
+        out_dir = os.path.abspath(_user_path(args.out))
+        _check_out_dir(out_dir, f"--out {args.out}")
+    else:
+        out_dir = os.path.dirname(path)
+        _check_out_dir(out_dir, "the comparison's directory")
+    _make_out_dir(out_dir)
+    md, html = _render(path, lambda: report.write_reports(comparison, out_dir))
+    print(_render(path, lambda: report.terminal_text(comparison)))
     progress.log(f"report: {md}")
     progress.log(f"report: {html}")
     return 0
@@ -248,14 +354,8 @@ def cmd_report(args, progress) -> int:
 
 def cmd_summary(args, progress) -> int:
     path = _user_path(args.comparison)
-    try:
-        with open(path, encoding="utf-8") as f:
-            comparison = json.load(f)
-    except (OSError, ValueError) as e:
-        raise UsageError(f"{path}: cannot read a comparison: {e}") from None
-    if comparison.get("kind") != "comparison":
-        raise UsageError(f"{path}: not a comparison.json")
-    print(report.summary_markdown(comparison), end="")
+    comparison = _read_comparison(path)
+    print(_render(path, lambda: report.summary_markdown(comparison)), end="")
     return 0
 
 
@@ -274,19 +374,17 @@ def cmd_micro(args, progress) -> int:
         for p in items:
             path = _find_input(p, repo)
             try:
-                with open(path, encoding="utf-8") as f:
-                    parts.append(micro.samples_from_json(json.load(f), path))
-            except OSError as e:
-                raise UsageError(f"{path}: cannot read: {e.strerror}") from None
-            except ValueError as e:
-                raise UsageError(f"{path}: not JSON: {e}") from None
+                parts.append(micro.samples_from_json(_read_json(path), path))
+            except micro.MicroError as e:
+                raise UsageError(str(e)) from None
         a, b = parts
         names = (os.path.basename(items[0]), os.path.basename(items[1]))
         header = [f"A = {items[0]}, B = {items[1]}"]
         out_dir = _out_dir(args, repo, "micro")
     else:
+        _check_refs(repo, [args.baseline, args.branch])
         out_dir = _out_dir(args, repo, "micro")
-        os.makedirs(out_dir, exist_ok=True)
+        _make_out_dir(out_dir)
         flags = ["-c", "opt"] + (args.flags.split() if args.flags else [])
         a, b, sources = micro.run_refs(repo, items[0], args.baseline, args.branch, out_dir,
                                        args.rounds, args.repetitions, args.cpus, flags,
@@ -300,7 +398,7 @@ def cmd_micro(args, progress) -> int:
                   f"A = {names[0]} ({sources['A']['sha'][:10]}), B = {names[1]} "
                   f"({sources['B']['sha'][:10]}).", "",
                   "Machine: " + report.machine_line(env)]
-    os.makedirs(out_dir, exist_ok=True)
+    _make_out_dir(out_dir)
     rows, only = micro.compare_samples(a, b)
     if not rows:
         raise UsageError("no benchmark name is present on both sides")
@@ -333,6 +431,22 @@ def _duration(text: str) -> str:
     return text
 
 
+def _positive_duration(text: str) -> str:
+    if parse_duration(_duration(text)) <= 0:
+        raise argparse.ArgumentTypeError(f"must be longer than {text}")
+    return text
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="bench", description="sluice's benchmark driver: scenarios, baseline vs branch "
@@ -352,7 +466,8 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--iterations", type=int, metavar="N", help="override iterations")
         sp.add_argument("--retries", type=int, metavar="N",
                         help="run a failed iteration again up to N times (override retries)")
-        sp.add_argument("--duration", type=_duration, metavar="D", help="override duration")
+        sp.add_argument("--duration", type=_positive_duration, metavar="D",
+                        help="override duration")
         sp.add_argument("--warmup", type=_duration, metavar="D", help="override warmup")
         sp.add_argument("--profile", action="store_true",
                         help="one extra profiled iteration per side (perf record), flame graphs")
@@ -392,9 +507,9 @@ def parser() -> argparse.ArgumentParser:
     mic.add_argument("inputs", nargs="+", metavar="TARGET|A.json B.json")
     mic.add_argument("--baseline", metavar="REF")
     mic.add_argument("--branch", metavar="REF")
-    mic.add_argument("--rounds", type=int, default=3, metavar="N",
+    mic.add_argument("--rounds", type=_positive_int, default=3, metavar="N",
                      help="alternating rounds A B (default 3)")
-    mic.add_argument("--repetitions", type=int, default=5, metavar="N",
+    mic.add_argument("--repetitions", type=_positive_int, default=5, metavar="N",
                      help="--benchmark_repetitions per round (default 5)")
     mic.add_argument("--cpus", metavar="LIST", help="pin the benchmark (taskset -c LIST)")
     mic.add_argument("--flags", metavar="'FLAGS'", help="more Bazel flags (after -c opt)")
@@ -442,6 +557,11 @@ def main(argv=None) -> int:
         progress.done()
         print(f"bench: {e}", file=sys.stderr)
         return 2 if not isinstance(e, micro.MicroError) else 1
+    except session.Interrupted as e:  # not caught by its command: nothing kept
+        progress.done()
+        e.restore()
+        print(f"bench: {e.note}: no result written", file=sys.stderr)
+        return 130
     except (runner.RunError, build.BuildError) as e:
         progress.done()
         print(f"bench: {e}", file=sys.stderr)

@@ -207,9 +207,18 @@ class BuildTest(unittest.TestCase):
 
     def test_an_unknown_ref_is_named(self):
         code, _, err = self.bench("compare", "--baseline", "no-such-ref", "--branch",
-                                  self.branch, "scenario.yaml", "--loadgen", LOADGEN)
-        self.assertEqual(code, 1)
+                                  self.branch, "scenario.yaml", "--loadgen", LOADGEN, "--out",
+                                  os.path.join(self.dir, "unknown"))
+        # Bad usage, found before anything is made or built.
+        self.assertEqual(code, 2, err)
         self.assertIn("does not know the ref 'no-such-ref'", err)
+        self.assertNotIn("building", err)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "unknown")))
+        code, _, err = self.bench("micro", "--baseline", self.baseline, "--branch",
+                                  "no-such-ref", "//:bm", "--out", os.path.join(self.dir, "um"))
+        self.assertEqual(code, 2, err)
+        self.assertIn("does not know the ref 'no-such-ref'", err)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "um")))
 
     def test_micro_compares_the_benchmark_of_both_refs(self):
         out = os.path.join(self.dir, "micro")

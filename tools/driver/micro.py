@@ -11,6 +11,7 @@ tool does, plus a bootstrap interval of the median's change).
 
 import dataclasses
 import json
+import math
 import os
 import re
 import subprocess
@@ -35,18 +36,28 @@ def samples_from_json(data: Dict[str, Any], where: str) -> Dict[str, Dict[str, L
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise MicroError(f"{where}: not google-benchmark JSON (no \"benchmarks\" list)")
     out: Dict[str, Dict[str, List[float]]] = {}
-    for b in data["benchmarks"]:
+    for i, b in enumerate(data["benchmarks"]):
+        if not isinstance(b, dict):
+            raise MicroError(f"{where}: not google-benchmark JSON: benchmarks[{i}] is not an "
+                             "object")
         if b.get("run_type", "iteration") != "iteration" or b.get("error_occurred"):
             continue
-        name = b.get("run_name") or b.get("name", "?")
+        name = b.get("run_name") or b.get("name")
+        if not isinstance(name, str) or not name:
+            raise MicroError(f"{where}: not google-benchmark JSON: benchmarks[{i}] has no name")
         name = re.sub(r"/repeats:\d+$", "", name)
-        scale = _UNIT_NS.get(b.get("time_unit", "ns"))
+        unit = b.get("time_unit", "ns")
+        scale = _UNIT_NS.get(unit) if isinstance(unit, str) else None
         if scale is None:
-            raise MicroError(f"{where}: {name}: unknown time_unit {b.get('time_unit')!r}")
+            raise MicroError(f"{where}: {name}: unknown time_unit {unit!r}")
         entry = out.setdefault(name, {"real_time": [], "cpu_time": []})
         for key in ("real_time", "cpu_time"):
-            if isinstance(b.get(key), (int, float)):
-                entry[key].append(float(b[key]) * scale)
+            value = b.get(key)
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not math.isfinite(value) or value < 0):
+                raise MicroError(f"{where}: {name}: {key} must be a number >= 0, not "
+                                 f"{value!r}")
+            entry[key].append(float(value) * scale)
     return out
 
 
@@ -133,8 +144,13 @@ def run_refs(repo: str, target: str, baseline: str, branch: str, out_dir: str, r
         if out.returncode != 0:
             raise MicroError(f"{label} ({sources[label]['ref']}) exited {out.returncode} in "
                              f"round {r}: {out.stderr.strip()[-600:]}")
-        with open(path, encoding="utf-8") as f:
-            parts[label].append(samples_from_json(json.load(f), path))
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError) as e:
+            raise MicroError(f"{label} ({sources[label]['ref']}) wrote no readable "
+                             f"{path} in round {r}: {e}") from None
+        parts[label].append(samples_from_json(data, path))
         if n % 2 == 0:
             progress.log(f"round {r}/{rounds} done")
     progress.done()

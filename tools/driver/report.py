@@ -228,6 +228,11 @@ def build_blocks(comparison: Dict[str, Any], plot_files: List[Tuple[str, str]]) 
                         f"{scenario['warmup']}, measured {scenario['duration']} each. CPU is % "
                         f"of one core, memory the peak working set (MiB), latencies from the "
                         f"loadgen's merged histograms."))
+    partial = [f"{r['side']['name']}: {r['partial']}" for r in sides if r.get("partial")]
+    if comparison.get("interrupted") or partial:
+        blocks.append(("p", "**INTERRUPTED: partial results** (Ctrl-C); only the iterations "
+                            "that finished are here. "
+                            + (comparison.get("interrupted") or "; ".join(partial)) + "."))
     fp = comparison.get("fingerprint", {})
     if fp.get("match", True):
         blocks.append(("p", f"Pinned configuration: fingerprint {first['fingerprint']['hash']}"

@@ -231,13 +231,81 @@ class ReportTest(unittest.TestCase):
             json.dump({"benchmarks": []}, f)
         code, _, err = bench(["compare", bad, self.write("a.json", self.a)], self.dir)
         self.assertEqual(code, 2)
-        self.assertIn("not a bench side result", err)
+        self.assertIn("not a valid bench side result", err)
         with open(bad, "w", encoding="utf-8") as f:
             f.write("{")
         code, _, err = bench(["compare", bad, bad], self.dir)
         self.assertEqual(code, 2)
         self.assertIn("not JSON", err)
         self.assertNotIn("Traceback", err)
+
+    def test_malformed_files_are_named_with_what_is_wrong(self):
+        comparison = session.compare_results([self.a, self.b], forced=False)
+        broken_result = json.loads(json.dumps(self.a))
+        broken_result["iterations"] = "x"
+        broken_iteration = json.loads(json.dumps(comparison))
+        broken_iteration["sides"][1]["iterations"][0]["rps"] = "fast"
+        a = self.write("a.json", self.a)
+        out = ["--out", os.path.join(self.dir, "c")]
+        cases = [  # (file, commands, what is wrong)
+            ("list.json", [], ["report", "summary", "compare"], "the file must be an object"),
+            ("nosides.json", {"kind": "comparison"}, ["report", "summary"], "sides is missing"),
+            ("strsides.json", {"kind": "comparison", "sides": "x"}, ["report", "summary"],
+             "sides must be a list"),
+            ("rps.json", broken_iteration, ["report", "summary"],
+             "sides[1].iterations[0].rps must be a number or null"),
+            ("nosides.json", {"kind": "comparison"}, ["compare"], 'kind is not "side"'),
+            ("noside.json", {"kind": "side", "schema": "sluice-bench/1"}, ["compare"],
+             "scenario is missing"),
+            ("iterations.json", broken_result, ["compare"], "iterations must be a list"),
+            ("nested.json", None, ["report", "compare"], "nested too deeply"),
+        ]
+        for name, data, commands, what in cases:
+            path = os.path.join(self.dir, name)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write('{"x": ' * 100_000 + "1" + "}" * 100_000 if data is None
+                        else json.dumps(data))
+            for command in commands:
+                with self.subTest(file=name, command=command):
+                    args = [command, path] + ([a] + out if command == "compare" else [])
+                    code, _, err = bench(args, self.dir)
+                    self.assertEqual(code, 2, err)
+                    self.assertTrue(err.startswith(f"bench: {path}: not "), err)
+                    self.assertIn(what, err)
+                    self.assertEqual(err.count("\n"), 1, err)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "c")))
+
+    def test_out_must_be_a_directory_that_can_be_made(self):
+        a = self.write("a.json", self.a)
+        comparison = self.write("comparison.json",
+                                session.compare_results([self.a, self.b], forced=False))
+        plain = os.path.join(self.dir, "plain")
+        with open(plain, "w", encoding="utf-8") as f:
+            f.write("keep me\n")
+        micro_json = MicroTest.gbench(self, "m.json", [100, 101, 99])
+        for out, what in ((plain, "exists and is not a directory"),
+                          (os.path.join(plain, "sub"), f"{plain} is not a directory"),
+                          ("/proc/bench-out", "cannot make the directory")):
+            for args in (["compare", a, a], ["report", comparison], ["micro", micro_json,
+                                                                     micro_json]):
+                with self.subTest(out=out, command=args[0]):
+                    code, _, err = bench(args + ["--out", out], self.dir)
+                    self.assertEqual(code, 2, err)
+                    self.assertIn(f"--out {out}: {what}", err)
+                    self.assertNotIn("internal error", err)
+        with open(plain, encoding="utf-8") as f:
+            self.assertEqual(f.read(), "keep me\n")
+
+    def test_an_interrupted_run_is_marked_in_its_report(self):
+        a = testing.side_result("A", "two_locks", [100_000])
+        a["partial"] = "interrupted after 1 of 6 iterations; the result is partial"
+        comparison = session.compare_results([a, self.b], forced=False)
+        code, out, err = bench(["report", self.write("comparison.json", comparison)], self.dir)
+        self.assertEqual(code, 0, err)
+        self.assertIn("INTERRUPTED: partial results", out)
+        self.assertIn("two_locks: interrupted after 1 of 6 iterations", out)
+        self.assertNotIn("INTERRUPTED", report.terminal_text(
+            session.compare_results([self.a, self.b], forced=False)))
 
     def test_a_different_machine_is_listed_as_a_difference(self):
         other = json.loads(json.dumps(self.b))
@@ -289,8 +357,26 @@ class MicroTest(unittest.TestCase):
         with open(notjson, "w", encoding="utf-8") as f:
             json.dump({"a": 1}, f)
         code, _, err = bench(["micro", notjson, notjson], self.dir)
-        self.assertEqual(code, 1)
+        self.assertEqual(code, 2)
         self.assertIn("not google-benchmark JSON", err)
+        bad_time = self.gbench("bad.json", [100, 101, 99])
+        with open(bad_time, encoding="utf-8") as f:
+            data = json.load(f)
+        data["benchmarks"][0]["real_time"] = "abc"
+        with open(bad_time, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        code, out, err = bench(["micro", bad_time, bad_time, "--out",
+                                os.path.join(self.dir, "m")], self.dir)
+        self.assertEqual(code, 2, err)
+        self.assertIn("BM_Pipe/64: real_time must be a number >= 0, not 'abc'", err)
+        self.assertNotIn("nan", out)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "m")))
+        for flag, value in (("--rounds", "0"), ("--repetitions", "-1"), ("--rounds", "x")):
+            with self.subTest(flag=flag, value=value):
+                code, _, err = bench(["micro", "--baseline", "A", "--branch", "B", flag, value,
+                                      "//benchmarks:pipe_benchmark"], self.dir)
+                self.assertEqual(code, 2, err)
+                self.assertIn(f"argument {flag}: ", err)
 
 
 if __name__ == "__main__":

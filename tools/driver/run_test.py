@@ -10,6 +10,8 @@ a sanitized server here too.
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -320,6 +322,154 @@ class DriverTest(unittest.TestCase):
         self.assertIn("missing.yaml: cannot read", err)
         code, _, err = self.run_bench("compare", scenario)
         self.assertEqual(code, 2)
+
+    def test_a_binary_file_is_published_byte_for_byte_and_text_is_rendered(self):
+        binary = bytes(range(256)) + b"\xff\xfe\x00{port}"
+        with open(os.path.join(self.dir, "data.bin"), "wb") as f:
+            f.write(binary)
+        with open(os.path.join(self.dir, "conf.txt"), "w", encoding="utf-8") as f:
+            f.write("listen {port}\n")
+        scenario = write_scenario(self.dir, "files.yaml", f"""\
+            server:
+              command: {SERVER}
+              args: ["--port={{port}}"]
+              files: [{{source: data.bin}}, {{source: conf.txt, as: server.conf}}]
+            load:
+              path: /plaintext
+              args: [-c, "1"]
+            warmup: 100ms
+            duration: 300ms
+            iterations: 1
+            """)
+        out_dir = os.path.join(self.dir, "out")
+        code, _, err = self.run_bench("run", scenario, "--out", out_dir)
+        self.assertEqual(code, 0, err)
+        it = self.load(out_dir, "result.json")["iterations"][0]
+        self.assertEqual(it["status"], "ok", it.get("error"))
+        with open(os.path.join(out_dir, it["dir"], "data.bin"), "rb") as f:
+            self.assertEqual(f.read(), binary)
+        with open(os.path.join(out_dir, it["dir"], "server.conf"), encoding="utf-8") as f:
+            self.assertEqual(f.read(), f"listen {it['port']}\n")
+
+    def test_refs_and_the_repo_are_checked_before_anything_is_made(self):
+        scenario = write_scenario(self.dir, "refs.yaml", f"""\
+            server:
+              command: {SERVER}
+              args: ["--port={{port}}"]
+            iterations: 1
+            variants: {{a: {{}}, b: {{}}}}
+            """)
+        out_dir = os.path.join(self.dir, "out")
+        # self.dir is no git checkout.
+        for args in (["compare", "--baseline", "HEAD", "--branch", "HEAD", scenario],
+                     ["run", "--ref", "HEAD", scenario],
+                     ["compare", "--variant", "a", "--variant", "b", "--ref", "HEAD", scenario]):
+            with self.subTest(args=args):
+                code, _, err = self.run_bench(*args, "--out", out_dir)
+                self.assertEqual(code, 2, err)
+                self.assertIn(f"{self.dir} is not a git checkout", err)
+                self.assertNotIn("building the load generator", err)
+                self.assertFalse(os.path.exists(out_dir))
+        subprocess.run(["git", "init", "-q", self.dir], check=True)
+        code, _, err = self.run_bench("compare", "--baseline", "no-such-ref", "--branch", "HEAD",
+                                      scenario, "--out", out_dir)
+        self.assertEqual(code, 2, err)
+        self.assertIn("git does not know the ref 'no-such-ref'", err)
+        self.assertNotIn("building the load generator", err)
+        self.assertFalse(os.path.exists(out_dir))
+
+    def test_bad_values_and_paths_are_refused_before_anything_is_made(self):
+        out_dir = os.path.join(self.dir, "out")
+        cases = {
+            "files: [{source: /etc/passwd}]": "server.files[0].source: '/etc/passwd'",
+            "files: [{source: x.conf, as: ../../x}]": "server.files[0].as: '../../x'",
+            "files: [{source: missing.conf}]": f"'missing.conf' is not a file of {self.dir}",
+            "args: ['--port={port}', '{nonexistent_placeholder}']":
+                "unknown placeholder {nonexistent_placeholder}",
+        }
+        with open(os.path.join(self.dir, "x.conf"), "w", encoding="utf-8") as f:
+            f.write("{port}\n")
+        for line, what in cases.items():
+            with self.subTest(line=line):
+                scenario = write_scenario(self.dir, "bad.yaml",
+                                          f"server:\n  command: {SERVER}\n  args: ['{{port}}']\n"
+                                          f"  {line}\n" if "args" not in line else
+                                          f"server:\n  command: {SERVER}\n  {line}\n")
+                code, _, err = self.run_bench("run", scenario, "--out", out_dir)
+                self.assertEqual(code, 2, err)
+                self.assertIn(what, err)
+                self.assertFalse(os.path.exists(out_dir))
+        scenario = write_scenario(self.dir, "named.yaml", f"""\
+            name: "../../evil_out"
+            server: {{command: {SERVER}, args: ["--port={{port}}"]}}
+            """)
+        code, _, err = self.run_bench("run", scenario)
+        self.assertEqual(code, 2, err)
+        self.assertIn("named.yaml:1: name: a letter followed by", err)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "bench-out")))
+        scenario = write_scenario(self.dir, "ok.yaml", f"""\
+            server: {{command: {SERVER}, args: ["--port={{port}}"]}}
+            variants: {{a: {{}}, b: {{}}}}
+            """)
+        with open(os.path.join(self.dir, "a-file"), "w", encoding="utf-8") as f:
+            f.write("data\n")
+        for out, what in (("a-file", "exists and is not a directory"),
+                          ("a-file/sub", "is not a directory"),
+                          ("/proc/bench-out", "cannot make the directory")):
+            for command in (["run"], ["compare", "--variant", "a", "--variant", "b"]):
+                with self.subTest(out=out, command=command[0]):
+                    code, _, err = self.run_bench(*command, scenario, "--out",
+                                                  os.path.join(self.dir, out))
+                    self.assertEqual(code, 2, err)
+                    self.assertIn(what, err)
+        code, _, err = self.run_bench("run", scenario, "--duration", "0s")
+        self.assertEqual(code, 2, err)
+        self.assertIn("argument --duration: must be longer than 0s", err)
+
+    def test_ctrl_c_keeps_the_finished_iterations_as_a_partial_result(self):
+        scenario = write_scenario(self.dir, "interrupt.yaml", f"""\
+            server:
+              command: {SERVER}
+              args: ["--port={{port}}"]
+            load:
+              path: /plaintext
+              args: [-c, "1"]
+            warmup: 100ms
+            duration: 2s
+            variants: {{a: {{}}, b: {{}}}}
+            """)
+        out_dir = os.path.join(self.dir, "out")
+        env = dict(os.environ, PYTHONPATH=os.getcwd(),
+                   SLUICE_BENCH_TOOLS=os.path.join(os.getcwd(), "tools"))
+        proc = subprocess.Popen(
+            [sys.executable, "-B", "-m", "tools.driver", "compare", "--repo", self.dir,
+             "--loadgen", LOADGEN, "--variant", "a", "--variant", "b", "--iterations", "3",
+             scenario, "--out", out_dir], cwd=self.dir, env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        finished, lines = 0, []
+        for line in proc.stderr:  # the driver logs a row as each iteration ends
+            lines.append(line)
+            if re.search(r"\] [ab] #\d+ \| ", line):
+                finished += 1
+                if finished == 2:
+                    proc.send_signal(signal.SIGINT)  # in the third iteration (2 s of load)
+                    break
+        rest_out, rest_err = proc.communicate(timeout=120)
+        err = "".join(lines) + rest_err
+        self.assertEqual(finished, 2, err)
+        self.assertEqual(proc.returncode, 130, err)
+        self.assertNotIn("Traceback", err)
+        self.assertIn("bench: interrupted after 2 of 6 iterations; the result is partial", err)
+        for label in ("A", "B"):
+            result = self.load(out_dir, f"result-{label}.json")
+            self.assertEqual(len(result["iterations"]), 1)
+            self.assertEqual(result["iterations"][0]["status"], "ok")
+            self.assertIn("interrupted after 2 of 6", result["partial"])
+        comparison = self.load(out_dir, "comparison.json")
+        self.assertIn("interrupted after 2 of 6", comparison["interrupted"])
+        with open(os.path.join(out_dir, "report.md"), encoding="utf-8") as f:
+            self.assertIn("INTERRUPTED: partial results", f.read())
+        self.assertIn("INTERRUPTED", rest_out)
 
     def test_a_server_that_cannot_start_is_reported(self):
         scenario = write_scenario(self.dir, "nostart.yaml", """\

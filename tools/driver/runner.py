@@ -273,12 +273,20 @@ def _publish_files(files, source_dir: str, it_dir: str, values: Dict[str, str]) 
         published[dest] = os.path.join(source_dir, f["source"])
     for dest, src in published.items():
         try:
-            with open(src, encoding="utf-8") as fh:
-                text = fh.read()
+            with open(src, "rb") as fh:
+                raw = fh.read()
         except OSError as e:
             raise IterationFailed(f"files: cannot read {src}: {e.strerror}") from None
-        with open(dest, "w", encoding="utf-8") as fh:
-            fh.write(_render(text, values))
+        try:
+            # Text gets its placeholders filled in; anything else is copied byte for byte.
+            raw = _render(raw.decode("utf-8"), values).encode("utf-8")
+        except UnicodeDecodeError:
+            pass
+        try:
+            with open(dest, "wb") as fh:
+                fh.write(raw)
+        except OSError as e:
+            raise IterationFailed(f"files: cannot write {dest}: {e.strerror}") from None
 
 
 class Helper:
@@ -360,8 +368,8 @@ def _uses(scenario: Dict[str, Any], placeholder: str, source_dir: str) -> bool:
         return True
     for f in list(server["files"]) + [f for h in scenario["helpers"] for f in h["files"]]:
         try:
-            with open(os.path.join(source_dir, f["source"]), encoding="utf-8") as fh:
-                if placeholder in fh.read():
+            with open(os.path.join(source_dir, f["source"]), "rb") as fh:
+                if placeholder.encode("utf-8") in fh.read():
                     return True
         except OSError:
             pass

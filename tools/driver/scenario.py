@@ -31,14 +31,27 @@ _DURATION_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _LABEL = re.compile(r"^//[A-Za-z0-9_./-]*:[A-Za-z0-9_.+-]+$")
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 _CPUSET = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+# The placeholders of args and files (the pattern runner._render fills in).
+PLACEHOLDER = re.compile(r"\{([a-z_]+(?::[A-Za-z0-9_.-]+)?)\}")
+# Placeholders every iteration has; {file:NAME} and {port:HELPER} depend on the side.
+_FIXED_PLACEHOLDERS = ("host", "port", "run_dir", "side_dir", "source_dir", "tls_cert",
+                       "tls_key")
+MAX_DURATION_S = 86400.0   # a day: any longer is a typo, not a benchmark
+# A scenario is a page of YAML: these bounds only stop files that would never finish loading.
+MAX_DEPTH = 64             # nested mappings and lists
+MAX_VALUES = 100_000       # values once YAML aliases are expanded
 
 
 def parse_duration(text: str) -> float:
-    """"10s", "500ms", "1.5s", "2m", "1h", "100us" -> seconds. ValueError otherwise."""
+    """"10s", "500ms", "1.5s", "2m", "1h", "100us" -> seconds, at most MAX_DURATION_S.
+    ValueError otherwise."""
     m = _DURATION.match(text.strip())
     if not m:
         raise ValueError(f'not a duration: "{text}" (use e.g. 10s, 500ms, 2m)')
-    return float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    if seconds > MAX_DURATION_S:
+        raise ValueError(f'duration "{text}" is longer than a day (24h)')
+    return seconds
 
 
 def format_duration(seconds: float) -> str:
@@ -250,13 +263,38 @@ class _Loader:
     def __init__(self, path: str):
         self.path = path
         self.lines: Dict[Tuple, int] = {}
+        self.values = 0
+        self.open_nodes: set = set()  # ids of the mappings and lists being expanded
 
     def fail(self, key: Tuple, line: int, message: str):
         raise ScenarioError(f"{self.path}:{line}: {key_text(key)}: {message}")
 
     def plain(self, node, key: Tuple):
-        """A YAML node as plain Python values, recording the line of every key."""
-        self.lines[key] = node.start_mark.line + 1
+        """A YAML node as plain Python values, recording the line of every key.
+
+        Aliases are expanded (a shared `&anchor` is copied where `*anchor` names it), up to
+        MAX_VALUES values in all; an alias inside its own anchor is an error."""
+        line = node.start_mark.line + 1
+        self.lines[key] = line
+        self.values += 1
+        if self.values > MAX_VALUES:
+            self.fail(key, line, f"the scenario expands to more than {MAX_VALUES:,} values "
+                                 "(YAML aliases repeated inside aliases?)")
+        if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+            if id(node) in self.open_nodes:
+                self.fail(key, line, "a YAML alias refers to a mapping or list that contains "
+                                     "it (the value would be infinite)")
+            if len(key) >= MAX_DEPTH:
+                self.fail(key, line, f"nested more than {MAX_DEPTH} levels deep")
+            self.open_nodes.add(id(node))
+            try:
+                return self._plain_collection(node, key)
+            finally:
+                self.open_nodes.discard(id(node))
+        # A scalar: the safe constructor types it (int, bool, str, null).
+        return _SCALAR_LOADER.construct_object(node, deep=True)
+
+    def _plain_collection(self, node, key: Tuple):
         if isinstance(node, yaml.MappingNode):
             out = {}
             for k_node, v_node in node.value:
@@ -268,10 +306,8 @@ class _Loader:
                 out[k] = self.plain(v_node, key + (k,))
                 self.lines[key + (k,)] = k_node.start_mark.line + 1
             return out
-        if isinstance(node, yaml.SequenceNode):
-            return [self.plain(item, key + (i,)) for i, item in enumerate(node.value)]
-        # A scalar: the safe constructor types it (int, bool, str, null).
-        return _SCALAR_LOADER.construct_object(node, deep=True)
+        return [self.plain(item, key + (i,)) for i, item in enumerate(node.value)]
+
 
     def check(self, value, kind, key: Tuple):
         line = self.lines.get(key, 1)
@@ -413,37 +449,71 @@ def _closest(word: str, choices) -> Optional[str]:
     return found[0] if found else None
 
 
-def load_scenario(path: str, display_path: Optional[str] = None) -> Scenario:
-    """Reads and validates the scenario at `path`. ScenarioError (file:line: ...) otherwise."""
+def load_scenario(path: str, display_path: Optional[str] = None,
+                  source_root: Optional[str] = None) -> Scenario:
+    """Reads and validates the scenario at `path`. ScenarioError (file:line: ...) otherwise.
+
+    source_root: the source tree `files[].source` must exist in (checked when given)."""
     shown = display_path or path
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            raw = f.read()
     except OSError as e:
         raise ScenarioError(f"{shown}: cannot read: {e.strerror}") from None
-    return parse_scenario(text, shown)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise ScenarioError(f"{shown}:{line}: not UTF-8 text (byte 0x{raw[e.start]:02x} at "
+                            f"offset {e.start})") from None
+    return parse_scenario(text, shown, source_root)
 
 
-def parse_scenario(text: str, path: str) -> Scenario:
-    """Validates scenario `text` (named `path` in errors)."""
+def _check_nesting(text: str, path: str) -> None:
+    """Refuses YAML nested deeper than MAX_DEPTH before it is composed (PyYAML's composer
+    recurses once per level)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise ScenarioError(f"{path}:{event.start_mark.line + 1}: nested more than "
+                                    f"{MAX_DEPTH} levels deep")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+
+
+def parse_scenario(text: str, path: str, source_root: Optional[str] = None) -> Scenario:
+    """Validates scenario `text` (named `path` in errors); see load_scenario for source_root."""
     loader = _Loader(path)
     try:
+        _check_nesting(text, path)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = mark.line + 1 if mark else 1
         problem = getattr(e, "problem", None) or str(e)
         raise ScenarioError(f"{path}:{line}: not valid YAML: {problem}") from None
+    except RecursionError:
+        raise ScenarioError(f"{path}:1: nested too deeply to read") from None
     if root is None:
         raise ScenarioError(f"{path}:1: the file is empty; a scenario needs at least `server`")
     if not isinstance(root, yaml.MappingNode):
         raise ScenarioError(f"{path}:{root.start_mark.line + 1}: a scenario is a mapping "
                             "(key: value lines)")
-    plain = loader.plain(root, ())
+    try:
+        plain = loader.plain(root, ())
+    except RecursionError:
+        raise ScenarioError(f"{path}:1: nested too deeply to read") from None
     data = loader.check_map(plain, SCHEMA, ())
-    if not data.get("name"):
-        data["name"] = os.path.splitext(os.path.basename(path))[0]
     scenario = Scenario(path=path, data=data, lines=loader.lines)
+    if data.get("name") is not None:
+        if not _NAME.match(data["name"]):
+            raise ScenarioError(f"{scenario.where('name')}: name: a letter followed by letters, "
+                                f"digits, '_', '-' or '.', not {data['name']!r} (it names the "
+                                "output directory)")
+    else:
+        data["name"] = os.path.splitext(os.path.basename(path))[0]
     _check_server(scenario, data["server"], ("server",), complete=True)
     for name, v in data["variants"].items():
         if v.get("server"):
@@ -455,6 +525,9 @@ def parse_scenario(text: str, path: str) -> Scenario:
                 merged["command"] = None
             _check_server(scenario, merged, ("variants", name, "server"), complete=True)
     _check_load(scenario)
+    _check_timing(scenario)
+    _check_files(scenario, source_root)
+    _check_placeholders(scenario)
     _fill_server_defaults(data["server"])
     if data["build"]["artifacts"] is None:
         target = data["server"].get("target")
@@ -496,6 +569,104 @@ def _check_load(scenario: Scenario):
         if not re.match(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):\d+$", agent):
             raise ScenarioError(f"{scenario.where('load', 'agents', i)}: load.agents: "
                                 f"{agent!r} is not HOST:PORT")
+        port = int(agent.rsplit(":", 1)[1])
+        if not 1 <= port <= 65535:
+            raise ScenarioError(f"{scenario.where('load', 'agents', i)}: load.agents: "
+                                f"{agent!r}: the port must be 1 to 65535")
+    first = scenario.data["first_request"]["path"]
+    if first is not None and not first.startswith("/"):
+        raise ScenarioError(f"{scenario.where('first_request', 'path')}: first_request.path: "
+                            "must start with '/'")
+
+
+def _check_timing(scenario: Scenario):
+    if parse_duration(scenario.data["duration"]) <= 0:
+        raise ScenarioError(f"{scenario.where('duration')}: duration: the measured load must "
+                            f"last longer than {scenario.data['duration']}")
+
+
+def _file_lists(data: Dict[str, Any]):
+    """(key, files) of every `files` list: the server's, the helpers', and the variants'."""
+    yield ("server", "files"), data["server"]["files"]
+    for i, h in enumerate(data["helpers"]):
+        yield ("helpers", i, "files"), h["files"]
+    for name, v in data["variants"].items():
+        if (v.get("server") or {}).get("files") is not None:
+            yield ("variants", name, "server", "files"), v["server"]["files"]
+        for i, h in enumerate(v["helpers"]):
+            yield ("variants", name, "helpers", i, "files"), h["files"]
+
+
+def _check_files(scenario: Scenario, source_root: Optional[str]):
+    """files[].source is a relative path inside the source tree (and exists there when
+    source_root is given); files[].as is a plain file name in the iteration's directory."""
+    for key, files in _file_lists(scenario.data):
+        for i, f in enumerate(files):
+            source = f["source"]
+            where = scenario.where(*key, i, "source")
+            what = f"{key_text(key + (i, 'source'))}"
+            parts = source.replace("\\", "/").split("/")
+            if not source or os.path.isabs(source) or ".." in parts:
+                raise ScenarioError(f"{where}: {what}: {source!r}: must be a path relative to "
+                                    "the source tree, without '..'")
+            if source_root is not None:
+                full = os.path.join(source_root, source)
+                if not os.path.isfile(full):
+                    raise ScenarioError(f"{where}: {what}: {source!r} is not a file of "
+                                        f"{source_root}")
+            dest = f.get("as")
+            if dest is not None and (dest in ("", ".", "..") or "/" in dest or "\\" in dest):
+                raise ScenarioError(f"{scenario.where(*key, i, 'as')}: "
+                                    f"{key_text(key + (i, 'as'))}: {dest!r}: must be a plain "
+                                    "file name (no '/' or '..'): files go in the iteration's "
+                                    "directory")
+            if dest is None and os.path.basename(source) in ("", ".", ".."):
+                raise ScenarioError(f"{where}: {what}: {source!r} names no file")
+
+
+def _check_placeholders(scenario: Scenario):
+    """Every {placeholder} of the servers' and helpers' args is one a side fills in."""
+    data = scenario.data
+
+    def check(args, key, known):
+        for i, a in enumerate(args):
+            for m in PLACEHOLDER.finditer(a):
+                if m.group(1) not in known:
+                    raise ScenarioError(
+                        f"{scenario.where(*key, i)}: {key_text(key + (i,))}: unknown "
+                        f"placeholder {m.group(0)} (known: {', '.join(sorted(known))})")
+
+    def known_of(v):
+        server = dict(data["server"])
+        server.update(v.get("server") or {})
+        helpers = list(data["helpers"]) + list(v.get("helpers") or [])
+        known = set(_FIXED_PLACEHOLDERS)
+        for f in list(server["files"]) + [f for h in helpers for f in h["files"]]:
+            known.add("file:" + (f.get("as") or os.path.basename(f["source"])))
+        known.update("port:" + h["name"] for h in helpers)
+        return known
+
+    # Each variant strictly; the base with what any side provides (a base whose args name a
+    # helper only the variants start is run through its variants).
+    everything = known_of({})
+    for v in data["variants"].values():
+        everything |= known_of(v)
+    check(data["server"]["args"], ("server", "args"), everything)
+    for i, h in enumerate(data["helpers"]):
+        check(h["args"], ("helpers", i, "args"), everything)
+    for name, v in data["variants"].items():
+        known = known_of(v)
+        base = ("variants", name)
+        partial = v.get("server") or {}
+        if "args" in partial:
+            check(partial["args"], base + ("server", "args"), known)
+        else:
+            check(data["server"]["args"], ("server", "args"), known)
+        check(v["server_args"], base + ("server_args",), known)
+        for i, h in enumerate(data["helpers"]):
+            check(h["args"], ("helpers", i, "args"), known)
+        for i, h in enumerate(v["helpers"]):
+            check(h["args"], base + ("helpers", i, "args"), known)
 
 
 def schema_markdown() -> str:

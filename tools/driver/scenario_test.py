@@ -181,6 +181,101 @@ class ScenarioTest(unittest.TestCase):
                 for v in s.variant_names():
                     s.resolve_variant(v)
 
+    def test_aliases_are_expanded_within_a_bound_and_never_into_themselves(self):
+        # A shared helper list is fine (the shipped telemetry scenarios do that).
+        s = sc.parse_scenario("server: {target: '//a:b'}\nhelpers: &h []\nvariants:\n"
+                              "  a: {helpers: *h}\n", "s.yaml")
+        self.assertEqual(s.data["variants"]["a"]["helpers"], [])
+        # Eight levels of ten aliases each would be 10^9 values: refused, and quickly.
+        lines = ["server: {target: '//a:b'}", "l0: &l0 [x, x, x, x, x, x, x, x, x, x]"]
+        lines += [f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]" for i in range(1, 9)]
+        msg = error_of("\n".join(lines) + "\n")
+        self.assertIn(f"expands to more than {sc.MAX_VALUES:,} values", msg)
+        msg = error_of("server: &s {target: '//a:b', <<: *s}\n")
+        self.assertTrue(msg.startswith("s.yaml:1: server.<<: "), msg)
+        self.assertIn("contains it", msg)
+
+    def test_deep_nesting_is_refused_not_a_recursion_error(self):
+        for deep in ("[" * 5000 + "]" * 5000, "{a: " * 5000 + "1" + "}" * 5000):
+            with self.subTest(deep=deep[:3]):
+                msg = error_of("server: {target: '//a:b'}\nx: " + deep + "\n")
+                self.assertEqual(msg, f"s.yaml:2: nested more than {sc.MAX_DEPTH} levels deep")
+
+    def test_a_file_that_is_not_utf8(self):
+        path = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), "latin.yaml")
+        with open(path, "wb") as f:
+            f.write(b"server:\n  target: //a:b\n# caf\xe9\n")
+        with raises_scenario_error() as e:
+            sc.load_scenario(path, "latin.yaml")
+        self.assertEqual(str(e.exception), "latin.yaml:3: not UTF-8 text (byte 0xe9 at offset 29)")
+
+    def test_files_stay_inside_the_source_tree_and_the_iteration_directory(self):
+        base = "server:\n  command: nginx\n  args: ['{port}']\n  files:\n"
+        cases = {
+            "    - {source: /etc/passwd}\n": ("s.yaml:5: server.files[0].source: ", "relative"),
+            "    - {source: ../../etc/shadow}\n": ("s.yaml:5: server.files[0].source: ", "'..'"),
+            "    - {source: a/../../b}\n": ("s.yaml:5: server.files[0].source: ", "'..'"),
+            "    - {source: a.conf, as: ../../x}\n": ("s.yaml:5: server.files[0].as: ",
+                                                     "plain file name"),
+            "    - {source: a.conf, as: /tmp/x}\n": ("s.yaml:5: server.files[0].as: ",
+                                                   "plain file name"),
+        }
+        for files, (where, what) in cases.items():
+            with self.subTest(files=files):
+                msg = error_of(base + files)
+                self.assertTrue(msg.startswith(where), msg)
+                self.assertIn(what, msg)
+        # The same rule for a variant's server and a helper.
+        msg = error_of("server: {target: '//a:b'}\nvariants:\n  v:\n    helpers:\n"
+                       "      - {name: h, command: x, files: [{source: /etc/hosts}]}\n")
+        self.assertTrue(msg.startswith("s.yaml:5: variants.v.helpers[0].files[0].source: "), msg)
+        # With the tree known, a source must exist in it.
+        root = os.environ.get("TEST_TMPDIR", "/tmp")
+        with open(os.path.join(root, "here.conf"), "w", encoding="utf-8") as f:
+            f.write("listen {port};\n")
+        ok = base + "    - {source: here.conf}\n"
+        self.assertEqual(sc.parse_scenario(ok, "s.yaml", root).data["server"]["files"],
+                         [{"source": "here.conf", "as": None}])
+        with raises_scenario_error() as e:
+            sc.parse_scenario(base + "    - {source: missing.conf}\n", "s.yaml", root)
+        self.assertIn("s.yaml:5: server.files[0].source: 'missing.conf' is not a file of",
+                      str(e.exception))
+
+    def test_the_name_is_a_plain_name(self):
+        for bad in ("../../../../p1evil_out", "a/b", "", "-x"):
+            with self.subTest(name=bad):
+                msg = error_of(f"name: '{bad}'\nserver: {{target: '//a:b'}}\n")
+                self.assertTrue(msg.startswith("s.yaml:1: name: a letter followed by"), msg)
+
+    def test_values_each_iteration_would_refuse_are_refused_at_load(self):
+        base = "server:\n  command: x\n  args: ['{port}']\n"
+        cases = {
+            "duration: 0s\n": "s.yaml:4: duration: the measured load must last longer than 0s",
+            "duration: 25h\n": 's.yaml:4: duration: duration "25h" is longer than a day',
+            "warmup: 1441m\n": "s.yaml:4: warmup: duration \"1441m\" is longer than a day",
+            "first_request: {path: plaintext}\n": "s.yaml:4: first_request.path: must start "
+                                                   "with '/'",
+            "load: {agents: ['127.0.0.1:0']}\n": "the port must be 1 to 65535",
+            "load: {agents: ['h:65536']}\n": "the port must be 1 to 65535",
+            "helpers: [{name: h, command: x, args: ['{port:other}']}]\n":
+                "s.yaml:4: helpers[0].args[0]: unknown placeholder {port:other}",
+            "variants: {v: {server_args: ['{file:missing.conf}']}}\n":
+                "s.yaml:4: variants.v.server_args[0]: unknown placeholder {file:missing.conf}",
+        }
+        for extra, what in cases.items():
+            with self.subTest(extra=extra):
+                self.assertIn(what, error_of(base + extra))
+        msg = error_of("server:\n  command: x\n  args: ['{port}', '{nonexistent_placeholder}']\n")
+        self.assertTrue(msg.startswith("s.yaml:3: server.args[1]: unknown placeholder "
+                                       "{nonexistent_placeholder} (known: host, port,"), msg)
+        # The placeholders a side has: its helpers' ports and its files' names.
+        sc.parse_scenario(base + "variants:\n  v:\n    server_args: ['{port:h}', '{file:c}']\n"
+                          "    helpers: [{name: h, command: x, args: ['{port:h}'], "
+                          "files: [{source: a.conf, as: c}]}]\n", "s.yaml")
+        self.assertEqual(sc.parse_duration("24h"), 86400)
+        with self.assertRaises(ValueError):
+            sc.parse_duration("86401s")
+
     def test_readme_documents_every_key(self):
         with open(os.path.join("tools", "README.md"), encoding="utf-8") as f:
             readme = f.read()

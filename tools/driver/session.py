@@ -12,6 +12,7 @@ import datetime
 import json
 import os
 import shutil
+import signal
 import uuid
 from typing import Any, Dict, List, Optional
 
@@ -30,6 +31,33 @@ class SideSpec:
     name: str
     variant: Optional[str]
     ref: Optional[str]          # None: the driver's own checkout, built in place
+
+
+class Interrupted(Exception):
+    """Ctrl-C during Session.run. `results`: the side results of the iterations that had
+    finished (written, each marked "partial"), or [] when none had; `note` says how far it got.
+    SIGINT stays ignored until restore() (the caller writes its reports first)."""
+
+    def __init__(self, results: List[Dict[str, Any]], note: str, previous_handler=None):
+        super().__init__(note)
+        self.results = results
+        self.note = note
+        self.previous_handler = previous_handler
+
+    def restore(self) -> None:
+        if self.previous_handler is not None:
+            try:
+                signal.signal(signal.SIGINT, self.previous_handler)
+            except ValueError:  # not the main thread
+                pass
+            self.previous_handler = None
+
+
+def _ignore_sigint():
+    try:
+        return signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: nothing to protect
+        return None
 
 
 @dataclasses.dataclass
@@ -139,6 +167,16 @@ class Session:
     # -- running ---------------------------------------------------------------------------
 
     def run(self, specs: List[SideSpec]) -> List[Dict[str, Any]]:
+        """Builds and runs every side; their results (also written as result-LABEL.json).
+
+        Interrupted on Ctrl-C: the iterations that finished are written as partial results."""
+        try:
+            return self._run(specs)
+        except KeyboardInterrupt:
+            self.progress.done()
+            raise Interrupted([], "no iteration had finished", _ignore_sigint()) from None
+
+    def _run(self, specs: List[SideSpec]) -> List[Dict[str, Any]]:
         data = self.scenario.data
         self.progress.log(f"scenario {self.scenario.name}: {len(specs)} side(s), "
                           f"{data['iterations']} iteration(s) each, warmup {data['warmup']}, "
@@ -163,10 +201,11 @@ class Session:
                                     data["load"].get("cpus"), self.run_dir, self.progress)
         records: Dict[str, List[Dict[str, Any]]] = {s.label: [] for s in sides}
         by_label = {s.label: s for s in sides}
+        order = stats.interleaved_order([s.label for s in sides], data["iterations"])
+        if self.options.profile:
+            order += [(data["iterations"] + 1, s.label) for s in sides]
+        interrupted, previous_handler = False, None
         try:
-            order = stats.interleaved_order([s.label for s in sides], data["iterations"])
-            if self.options.profile:
-                order += [(data["iterations"] + 1, s.label) for s in sides]
             # Every iteration names this run and its place in it, so that pairing by round
             # (ran_in_rounds) reads the order they ran in, not wall-clock times a clock step
             # could reorder.
@@ -195,9 +234,20 @@ class Session:
                 if record["status"] != "ok":
                     self.progress.log(f"iteration {index} of {side.name} FAILED: "
                                       f"{record['error']}")
+        except KeyboardInterrupt:
+            # What finished is kept; a second Ctrl-C must not cut the writing short.
+            interrupted, previous_handler = True, _ignore_sigint()
         finally:
             self.agents.stop()
             self.progress.done()
+        done = sum(len(r) for r in records.values())
+        note = None
+        if interrupted:
+            if not done:
+                raise Interrupted([], f"interrupted before any of {len(order)} iterations "
+                                      "finished", previous_handler)
+            note = (f"interrupted after {done} of {len(order)} iterations; the result is "
+                    "partial")
         results = []
         for side in sides:
             result = {
@@ -213,10 +263,14 @@ class Session:
                 "fingerprint": fp,
                 "iterations": records[side.label],
             }
+            if note:
+                result["partial"] = note
             result["summary"] = summarize(result)
             path = os.path.join(self.run_dir, f"result-{side.label}.json")
             write_json(path, result)
             results.append(result)
+        if note:
+            raise Interrupted(results, note, previous_handler)
         return results
 
 
@@ -331,3 +385,146 @@ def apply_overrides(scenario: Scenario, iterations: Optional[int], duration: Opt
         scenario.data["duration"] = format_duration(parse_duration(duration))
     if warmup is not None:
         scenario.data["warmup"] = format_duration(parse_duration(warmup))
+
+
+# ---------------------------------------------------------------------------------------------
+# Checking saved files: a result or comparison read back must have the shape this module writes
+# (the reports index into it freely). Each check returns what is wrong, or None.
+
+class _Bad(Exception):
+    pass
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _need(value, kind, where: str):
+    ok = {"dict": lambda v: isinstance(v, dict), "list": lambda v: isinstance(v, list),
+          "str": lambda v: isinstance(v, str), "int": lambda v: isinstance(v, int)
+          and not isinstance(v, bool), "number": _is_number,
+          "number?": lambda v: v is None or _is_number(v),
+          "str?": lambda v: v is None or isinstance(v, str),
+          "dict?": lambda v: v is None or isinstance(v, dict),
+          "list?": lambda v: v is None or isinstance(v, list)}[kind](value)
+    if not ok:
+        names = {"dict": "an object", "list": "a list", "str": "a string", "int": "an integer",
+                 "number": "a number", "number?": "a number or null",
+                 "str?": "a string or null", "dict?": "an object or null",
+                 "list?": "a list or null"}
+        raise _Bad(f"{where} must be {names[kind]}, not {json.dumps(value)[:40]}")
+    return value
+
+
+def _field(obj: Dict, key: str, kind: str, where: str, required: bool = True):
+    if key not in obj:
+        if required:
+            raise _Bad(f"{where}.{key} is missing" if where else f"{key} is missing")
+        return None
+    return _need(obj[key], kind, f"{where}.{key}" if where else key)
+
+
+def _check_summary_stats(s, where: str) -> None:
+    _need(s, "dict", where)
+    _field(s, "n", "int", where)
+    if s["n"]:
+        for k in ("median", "mean", "stdev", "minimum", "maximum"):
+            _field(s, k, "number?", where, required=k == "median")
+
+
+def _check_side(r, where: str) -> None:
+    _need(r, "dict", where or "the file")
+    if r.get("kind") != "side":
+        raise _Bad(f"{where + '.' if where else ''}kind is not \"side\"")
+    if r.get("schema") != environment.SCHEMA_VERSION:
+        raise _Bad(f"{where + '.' if where else ''}schema is not {environment.SCHEMA_VERSION}")
+    pre = where
+    scenario = _field(r, "scenario", "dict", pre)
+    for k in ("name", "warmup", "duration"):
+        _field(scenario, k, "str", f"{pre}.scenario" if pre else "scenario")
+    side = _field(r, "side", "dict", pre)
+    sw = f"{pre}.side" if pre else "side"
+    for k in ("label", "name"):
+        _field(side, k, "str", sw)
+    _field(side, "variant", "dict?", sw, required=False)
+    source = _field(side, "source", "dict", sw)
+    for k in ("sha", "ref", "subject"):
+        _field(source, k, "str?", f"{sw}.source", required=False)
+    env = _field(r, "environment", "dict", pre)
+    ew = f"{pre}.environment" if pre else "environment"
+    machine = _field(env, "machine", "dict", ew)
+    for k, kind in (("cpu_model", "str"), ("cores", "int"), ("memory_mb", "int"),
+                    ("kernel", "str"), ("meltdown", "str"), ("syscall_ns", "number?")):
+        _field(machine, k, kind, f"{ew}.machine", required=k != "syscall_ns")
+    _field(_field(env, "toolchain", "dict", ew), "compiler", "str", f"{ew}.toolchain")
+    fw = f"{pre}.fingerprint" if pre else "fingerprint"
+    fp = _field(r, "fingerprint", "dict", pre)
+    _field(fp, "hash", "str", fw)
+    _field(fp, "components", "dict", fw)
+    iterations = _field(r, "iterations", "list", pre)
+    for i, it in enumerate(iterations):
+        iw = f"{pre + '.' if pre else ''}iterations[{i}]"
+        _need(it, "dict", iw)
+        _field(it, "index", "int", iw)
+        _field(it, "status", "str", iw)
+        for m in metrics.ALL:
+            _field(it, m.key, "number?", iw, required=False)
+        for k in ("requests", "window_seconds", "socket_errors", "bad_responses",
+                  "sampler_cpu_pct", "started_unix", "sequence"):
+            _field(it, k, "number?", iw, required=False)
+        for k in ("latency_spectrum", "samples", "failed_attempts"):
+            _field(it, k, "list?", iw, required=False)
+        for k in ("server_counters", "folded_stacks"):
+            _field(it, k, "dict?", iw, required=False)
+        _field(it, "error", "str?", iw, required=False)
+    summary = _field(r, "summary", "dict", pre)
+    for k, s in summary.items():
+        _check_summary_stats(s, f"{pre + '.' if pre else ''}summary.{k}")
+
+
+def _check_comparison(c) -> None:
+    _need(c, "dict", "the file")
+    if c.get("kind") != "comparison":
+        raise _Bad("kind is not \"comparison\"")
+    sides = _field(c, "sides", "list", "")
+    if not sides:
+        raise _Bad("sides is empty")
+    for i, r in enumerate(sides):
+        _check_side(r, f"sides[{i}]")
+    fp = _field(c, "fingerprint", "dict", "", required=False)
+    if fp is not None:
+        _field(fp, "differences", "list", "fingerprint", required=False)
+    for i, entry in enumerate(_field(c, "statistics", "list", "", required=False) or []):
+        w = f"statistics[{i}]"
+        _need(entry, "dict", w)
+        _field(entry, "label", "str", w)
+        _field(entry, "name", "str", w)
+        _field(entry, "note", "str?", w, required=False)
+        for key, m in _field(entry, "metrics", "dict", w).items():
+            mw = f"{w}.metrics.{key}"
+            if key not in metrics.BY_KEY:
+                raise _Bad(f"{mw}: unknown metric")
+            _need(m, "dict", mw)
+            _field(m, "verdict", "str", mw)
+            for k in ("delta_pct", "ci_low_pct", "ci_high_pct", "p_value"):
+                _field(m, k, "number?", mw)
+            for k in ("a", "b"):
+                _check_summary_stats(_field(m, k, "dict", mw), f"{mw}.{k}")
+
+
+def side_problem(data: Any) -> Optional[str]:
+    """What makes `data` not a side result (result-*.json) this driver can read, or None."""
+    try:
+        _check_side(data, "")
+    except _Bad as e:
+        return str(e)
+    return None
+
+
+def comparison_problem(data: Any) -> Optional[str]:
+    """What makes `data` not a comparison (comparison.json) this driver can read, or None."""
+    try:
+        _check_comparison(data)
+    except _Bad as e:
+        return str(e)
+    return None
