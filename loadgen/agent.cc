@@ -1,8 +1,11 @@
 #include "loadgen/agent.h"
 
+#include <arpa/inet.h>
+#include <grpc/support/log.h>
 #include <signal.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -10,6 +13,7 @@
 #include <thread>
 #include <utility>
 
+#include "core/version.h"
 #include "loadgen/agent_convert.h"
 #include "loadgen/engine.h"
 #include "loadgen/flags.h"
@@ -31,6 +35,93 @@ constexpr milliseconds kEngineProgressInterval{100};
 constexpr milliseconds kCancellationPoll{100};
 // The reachability probe of StartRun waits at most this long.
 constexpr nanoseconds kProbeTimeout = std::chrono::seconds(5);
+
+// --listen: HOST:PORT with HOST an IPv4 literal, a [IPv6] literal or localhost (nothing to
+// resolve, as the URL's host) and PORT 0..65535 (0: any free port). INVALID_ARGUMENT otherwise.
+Status CheckListenAddress(std::string_view address) {
+  auto bad = [&](std::string_view why) {
+    return InvalidArgumentError("agent: --listen: " + std::string(why) +
+                                " (expected HOST:PORT, HOST an IPv4 literal, a [IPv6] literal or "
+                                "localhost, PORT 0..65535), got \"" +
+                                std::string(address) + "\"");
+  };
+  const size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos) return bad("no port");
+  const std::string_view host = address.substr(0, colon);
+  const std::string_view port = address.substr(colon + 1);
+  if (host.starts_with('[')) {
+    if (!host.ends_with(']') || host.size() < 3) return bad("not a [IPv6] literal");
+    const std::string literal(host.substr(1, host.size() - 2));
+    in6_addr a6;
+    if (inet_pton(AF_INET6, literal.c_str(), &a6) != 1) return bad("not a [IPv6] literal");
+  } else if (host.find(':') != std::string_view::npos) {
+    return bad("an IPv6 host needs brackets");
+  } else if (host != "localhost") {
+    const std::string literal(host);
+    in_addr a4;
+    if (inet_pton(AF_INET, literal.c_str(), &a4) != 1) {
+      return bad(host.empty() ? "no host" : "not an IP literal or localhost");
+    }
+  }
+  unsigned value = 0;
+  const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (port.empty() || ec != std::errc() || end != port.data() + port.size() || value > 65535) {
+    return bad("bad port");
+  }
+  return OkStatus();
+}
+
+// gRPC's log in `loadgen agent`: one line per message on stderr, except while the agent starts
+// listening, when errors are kept instead, so that a failure to listen says why in loadgen's own
+// one-line message rather than in gRPC's multi-line one.
+struct GrpcLogCapture {
+  Mutex mu;
+  bool capturing ABSL_GUARDED_BY(mu) = false;
+  std::string captured ABSL_GUARDED_BY(mu);
+};
+
+// Never destroyed: gRPC's threads may log until the process exits.
+GrpcLogCapture& GrpcLogState() {
+  static auto* const state = new GrpcLogCapture;
+  return *state;
+}
+
+void GrpcLog(gpr_log_func_args* args) {
+  GrpcLogCapture& state = GrpcLogState();
+  {
+    MutexLock lock(&state.mu);
+    if (state.capturing) {
+      state.captured += args->message;
+      state.captured += '\n';
+      return;
+    }
+  }
+  std::fprintf(stderr, "loadgen agent: grpc: %s\n", args->message);
+}
+
+void CaptureGrpcLog() {
+  GrpcLogCapture& state = GrpcLogState();
+  MutexLock lock(&state.mu);
+  state.capturing = true;
+}
+
+// Ends the capture: the operating system's reason in gRPC's captured errors (its
+// `os_error:"..."`), or "".
+std::string TakeGrpcOsError() {
+  GrpcLogCapture& state = GrpcLogState();
+  std::string log;
+  {
+    MutexLock lock(&state.mu);
+    state.capturing = false;
+    log.swap(state.captured);
+  }
+  constexpr std::string_view kKey = "os_error:\"";
+  const size_t start = log.find(kKey);
+  if (start == std::string::npos) return "";
+  const size_t from = start + kKey.size();
+  const size_t end = log.find('"', from);
+  return log.substr(from, end == std::string::npos ? std::string::npos : end - from);
+}
 
 grpc::Status ToGrpc(const Status& status) {
   grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
@@ -509,7 +600,7 @@ grpc::Status LoadAgentService::GetResult(grpc::ServerContext* context,
 }
 
 StatusOr<AgentServer> StartAgentServer(const std::string& address, grpc::Service* service,
-                                        std::shared_ptr<grpc::ServerCredentials> credentials) {
+                                       std::shared_ptr<grpc::ServerCredentials> credentials) {
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(address, std::move(credentials), &port);
@@ -534,8 +625,9 @@ std::string_view AgentUsage() {
 Serves the LoadAgent gRPC service (loadgen/agent.proto; plaintext gRPC unless --tls-cert): a
 controller (`loadgen --agents ...`) starts runs here, watches them, stops them and fetches their results.
 
-  --listen HOST:PORT    where to listen: 127.0.0.1:7000, [::]:7000, 0.0.0.0:0 (port 0: any free
-                        port); prints "agent listening address=HOST:PORT" on stdout once listening
+  --listen HOST:PORT    where to listen: 127.0.0.1:7000, [::]:7000, 0.0.0.0:0 (HOST an IPv4 or
+                        [IPv6] literal or localhost; PORT 0..65535, 0: any free port); prints
+                        "agent listening address=HOST:PORT" on stdout once listening
   --token TOKEN         the shared secret every call must carry ("authorization: Bearer TOKEN");
                         or set LOADGEN_TOKEN in the environment (not visible in `ps`)
   --max-duration D      every run stops this long after it starts, warmup included (default 10m)
@@ -544,6 +636,7 @@ controller (`loadgen --agents ...`) starts runs here, watches them, stops them a
   --tls-client-ca FILE  require a client certificate signed by this CA (PEM) from the controller
                         (TLS needs a loadgen built with --config=openssl: gRPC's TLS is OpenSSL's)
   -h, --help            this text
+      --version         loadgen's version (as `loadgen --version`)
 
 One run at a time; SIGINT or SIGTERM stops a run in progress and exits 0.
 )";
@@ -570,6 +663,8 @@ StatusOr<AgentCommandLine> ParseAgentCommandLine(const std::vector<std::string_v
     };
     if (name == "-h" || name == "--help") {
       command.help = true;
+    } else if (name == "--version") {
+      command.version = true;
     } else if (name == "--listen") {
       if (Status s = take_value(); !s.ok()) return s;
       command.listen = std::string(value);
@@ -592,8 +687,9 @@ StatusOr<AgentCommandLine> ParseAgentCommandLine(const std::vector<std::string_v
       return InvalidArgumentError("agent: unknown argument " + std::string(args[i]));
     }
   }
-  if (command.help) return command;
+  if (command.help || command.version) return command;
   if (command.listen.empty()) return InvalidArgumentError("agent: --listen HOST:PORT is required");
+  if (Status s = CheckListenAddress(command.listen); !s.ok()) return s;
   if (command.options.token.empty()) {
     return InvalidArgumentError("agent: --token (or LOADGEN_TOKEN) is required and not empty");
   }
@@ -609,6 +705,10 @@ int AgentMain(const std::vector<std::string_view>& args) {
   }
   if (command->help) {
     std::fwrite(AgentUsage().data(), 1, AgentUsage().size(), stdout);
+    return 0;
+  }
+  if (command->version) {
+    std::fputs(VersionText("loadgen").c_str(), stdout);
     return 0;
   }
   // Block the signals before gRPC starts its threads (they inherit the mask): this thread takes
@@ -628,10 +728,14 @@ int AgentMain(const std::vector<std::string_view>& args) {
     return 2;
   }
   LoadAgentService service(command->options);
+  gpr_set_log_function(GrpcLog);
+  CaptureGrpcLog();
   StatusOr<AgentServer> server =
       StartAgentServer(command->listen, &service, std::move(credentials).value());
+  const std::string os_error = TakeGrpcOsError();
   if (!server.ok()) {
-    std::fprintf(stderr, "loadgen agent: %s\n", server.status().message().c_str());
+    std::fprintf(stderr, "loadgen agent: %s%s%s\n", server.status().message().c_str(),
+                 os_error.empty() ? "" : ": ", os_error.c_str());
     return 1;
   }
   std::printf("agent listening address=%s%s\n", server->address.c_str(),

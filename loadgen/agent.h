@@ -46,8 +46,8 @@
 
 #include "core/mutex.h"
 #include "core/status.h"
-#include "loadgen/grpc_tls.h"
 #include "loadgen/agent.grpc.pb.h"
+#include "loadgen/grpc_tls.h"
 
 namespace sluice::loadgen {
 
@@ -129,11 +129,13 @@ struct AgentCommandLine {
   AgentOptions options;
   AgentTls tls;
   bool help = false;
+  bool version = false;
 };
 
 // `--listen ADDR --token T [--max-duration D]` (the arguments after "agent"); the token may come
-// from the LOADGEN_TOKEN environment variable instead (`token_from_env`, null: none).
-// INVALID_ARGUMENT naming the flag for anything wrong or missing.
+// from the LOADGEN_TOKEN environment variable instead (`token_from_env`, null: none). ADDR is
+// HOST:PORT, HOST an IPv4 literal, a [IPv6] literal or localhost, PORT 0..65535. --help and
+// --version need nothing else. INVALID_ARGUMENT naming the flag for anything wrong or missing.
 [[nodiscard]] StatusOr<AgentCommandLine> ParseAgentCommandLine(
     const std::vector<std::string_view>& args, const char* token_from_env);
 
@@ -142,7 +144,8 @@ std::string_view AgentUsage();
 
 // `loadgen agent ...`: listens, prints "agent listening address=HOST:PORT" on stdout, serves
 // until SIGINT or SIGTERM, then stops any run and exits. Returns the exit status: 0 after a
-// signal, 1 if it cannot listen, 2 for bad arguments. Call from main before starting threads.
+// signal (or --help, --version), 1 if it cannot listen, 2 for bad arguments. Call from main before
+// starting threads.
 int AgentMain(const std::vector<std::string_view>& args);
 
 }  // namespace sluice::loadgen

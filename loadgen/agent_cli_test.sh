@@ -59,12 +59,38 @@ expect 1 "UNAUTHENTICATED" --agents "$agent1" --token wrong -n 10 "http://$serve
 expect 2 "needs --token" --agents "$agent1" -n 10 "http://$server/plaintext"
 expect 2 "must be at least the number of agents" --agents "$agent1,$agent2" --token t0ken -c 1 \
   -n 10 "http://$server/plaintext"
+# A --json file that cannot be created is refused before any agent is asked (exit 2).
+expect 2 "--json: /nonexistent/x.json: No such file or directory" --agents "$agent1" \
+  --token t0ken -n 10 --json=/nonexistent/x.json "http://$server/plaintext"
+# Every agent's every connection attempt fails its TLS handshake (https:// against the plaintext
+# server), nothing completes: the target cannot be reached, exit 1.
+expect 1 "connection attempts failed, none completed; first: UNAVAILABLE: TLS handshake failed" \
+  --agents "$agent1,$agent2" --token t0ken -c 2 -d 1s "https://$server/plaintext"
 expect 1 "agent 127.0.0.1:1 did not start the run" --agents 127.0.0.1:1 --token t0ken -n 10 \
   "http://$server/plaintext"
 expect 0 "--agents H:P" --help
 expect 0 "Usage: loadgen agent" agent --help
 expect 2 "--listen HOST:PORT is required" agent --token t0ken
 expect 2 "--token (or LOADGEN_TOKEN) is required" agent --listen 127.0.0.1:0
+expect 0 "loadgen (sluice " agent --version
+if [[ "$("$loadgen" agent --version)" != "$("$loadgen" --version)" ]]; then
+  fail "agent --version differs from --version"
+fi
+# --listen is checked before gRPC starts: one line, exit 2 (gRPC would listen on 443 without a
+# port, or elsewhere for a port out of range).
+expect 2 "--listen: no port" agent --listen 127.0.0.1 --token t0ken
+expect 2 "--listen: bad port" agent --listen 127.0.0.1:99999 --token t0ken
+expect 2 "--listen: no port" agent --listen garbage --token t0ken
+expect 2 "--listen: not a [IPv6] literal" agent --listen '[::1:0' --token t0ken
+expect 2 "--listen: not an IP literal or localhost" agent --listen example.com:7000 --token t0ken
+# A port in use: exit 1, saying why in one line (not gRPC's multi-line log).
+out="$(timeout 30 "$loadgen" agent --listen "$agent1" --token t0ken 2>&1)"
+code=$?
+if [[ "$code" != 1 || "$out" != "loadgen agent: cannot listen on $agent1: Address already in use" ]]; then
+  fail "agent on a port in use exited $code, want 1 and one line; output: $out"
+else
+  echo "ok: agent --listen $agent1 (in use) -> 1"
+fi
 
 # SIGTERM: the agents stop and exit 0.
 for pid in "$agent1_pid" "$agent2_pid"; do

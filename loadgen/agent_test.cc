@@ -11,6 +11,8 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "loadgen/agent_convert.h"
 #include "loadgen/engine.h"
@@ -445,6 +447,43 @@ TEST(AgentCommandLine, RejectsMissingAndBadFlags) {
   EXPECT_THAT(ParseAgentCommandLine({"--frob"}, nullptr).status().message(),
               HasSubstr("unknown argument --frob"));
   EXPECT_TRUE(ParseAgentCommandLine({"--help"}, nullptr)->help);
+}
+
+TEST(AgentCommandLine, VersionNeedsNothingElse) {
+  StatusOr<AgentCommandLine> command = ParseAgentCommandLine({"--version"}, nullptr);
+  ASSERT_TRUE(command.ok()) << command.status().ToString();
+  EXPECT_TRUE(command->version);
+  EXPECT_FALSE(command->help);
+}
+
+TEST(AgentCommandLine, ListenMustBeAnIpLiteralOrLocalhostWithAPort) {
+  for (const char* good :
+       {"127.0.0.1:0", "0.0.0.0:7000", "[::]:7000", "[::1]:65535", "localhost:7000"}) {
+    StatusOr<AgentCommandLine> command =
+        ParseAgentCommandLine({"--listen", good, "--token", "t"}, nullptr);
+    EXPECT_TRUE(command.ok()) << good << ": " << command.status().ToString();
+  }
+  const std::vector<std::pair<const char*, const char*>> bad = {
+      {"127.0.0.1", "no port"},         // gRPC would pick 443 silently
+      {"127.0.0.1:99999", "bad port"},  // gRPC would listen elsewhere
+      {"127.0.0.1:", "bad port"},
+      {"127.0.0.1:-1", "bad port"},
+      {"127.0.0.1:7000x", "bad port"},
+      {"garbage", "no port"},
+      {"[::1:0", "not a [IPv6] literal"},
+      {"[nonsense]:7000", "not a [IPv6] literal"},
+      {"::1:7000", "an IPv6 host needs brackets"},
+      {"example.com:7000", "not an IP literal or localhost"},
+      {":7000", "no host"},
+  };
+  for (const auto& [address, why] : bad) {
+    StatusOr<AgentCommandLine> command =
+        ParseAgentCommandLine({"--listen", address, "--token", "t"}, nullptr);
+    ASSERT_FALSE(command.ok()) << address;
+    EXPECT_EQ(command.status().code(), StatusCode::kInvalidArgument) << address;
+    EXPECT_THAT(command.status().message(), HasSubstr("--listen: " + std::string(why))) << address;
+    EXPECT_THAT(command.status().message(), HasSubstr(address));
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -33,6 +34,34 @@ std::string HostOf(std::string_view authority) {
     return std::string(authority.substr(0, colon));
   }
   return std::string(authority);
+}
+
+// File descriptors a run needs besides its connections' sockets: per loop thread its poller
+// (epoll or io_uring), wakeup eventfd and pacer timerfd, and a margin for the rest of the process
+// (stdio, a JSON file, an agent's gRPC).
+constexpr uint64_t kFdsPerThread = 4;
+constexpr uint64_t kFdMargin = 64;
+
+// OK if the open-file limit leaves room for the run's connections, after raising the soft limit
+// to the hard one if need be; INVALID_ARGUMENT naming the limit otherwise.
+Status CheckFileLimit(const LoadSpec& spec) {
+  const uint64_t needed = static_cast<uint64_t>(spec.connections) +
+                          kFdsPerThread * static_cast<uint64_t>(spec.threads) + kFdMargin;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return OkStatus();  // unknown: the run will tell
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < needed) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max == RLIM_INFINITY ? needed : limit.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  if (limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= needed) return OkStatus();
+  return InvalidArgumentError(
+      "-c " + std::to_string(spec.connections) + " needs about " + std::to_string(needed) +
+      " file descriptors, over the open-file limit of " + std::to_string(limit.rlim_cur) +
+      " (ulimit -n" +
+      (limit.rlim_max == RLIM_INFINITY ? std::string()
+                                       : "; hard limit " + std::to_string(limit.rlim_max)) +
+      "): use fewer connections or raise the limit");
 }
 
 }  // namespace
@@ -71,6 +100,7 @@ Engine::~Engine() = default;
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(LoadSpec spec) {
   if (Status s = ValidateSpec(spec); !s.ok()) return s;
+  if (Status s = CheckFileLimit(spec); !s.ok()) return s;
   auto engine = std::unique_ptr<Engine>(new Engine(std::move(spec)));
   const LoadSpec& sp = engine->spec_;
   const bool h2 = sp.protocol == Protocol::kHttp2;
@@ -99,6 +129,17 @@ void Engine::Stop() {
   for (Worker* worker : workers_) {
     worker->loop()->Post([worker] { worker->BeginStop(NowNs()); });
   }
+}
+
+bool Engine::NeverConnected() const {
+  uint64_t opened = 0;
+  uint64_t failed = 0;
+  MutexLock lock(&mu_);
+  for (Worker* w : workers_) {
+    opened += w->connections_opened();
+    failed += w->connect_errors();
+  }
+  return opened == 0 && failed > 0;
 }
 
 Progress Engine::progress() const {
@@ -149,6 +190,10 @@ StatusOr<RunResult> Engine::Run(ProgressCallback on_progress,
 
   const int total = static_cast<int>(workers.size());
   auto next_progress = std::chrono::steady_clock::now() + progress_interval;
+  const int64_t give_up_ns =
+      std::clamp<nanoseconds>(spec_.timeout, std::chrono::seconds(1), std::chrono::seconds(5))
+          .count();
+  bool gave_up = false;
   while (true) {
     bool done;
     {
@@ -157,6 +202,10 @@ StatusOr<RunResult> Engine::Run(ProgressCallback on_progress,
       done = finished_workers_ == total;
     }
     if (done) break;
+    if (!gave_up && NowNs() - plan_->measure_start_ns >= give_up_ns && NeverConnected()) {
+      gave_up = true;
+      Stop();
+    }
     if (std::chrono::steady_clock::now() >= next_progress) {
       next_progress += progress_interval;
       if (on_progress) on_progress(progress());

@@ -16,7 +16,8 @@
 //   next `pipeline` once all of them are answered (wrk's pipelining: one writev per batch).
 // - constant rate (`rate` R): connection i of c sends its k-th request at the intended time
 //   start + (i/c + k) * c/R (the schedule of wrk2). A request that cannot go out on time (all
-//   pipeline slots busy, the connection down) goes out as soon as it can, and its *corrected*
+//   pipeline slots busy, the connection down) goes out as soon as it can (after the end of the
+//   duration too, within the drain time, if it was intended before), and its *corrected*
 //   latency is measured from the intended time: a stalled server shows in the percentiles of
 //   every request it delayed, not only in the one it held (coordinated omission). The
 //   *uncorrected* latency (from the actual send) is recorded too.
@@ -100,7 +101,9 @@ struct RunPlan;
 
 class Engine {
  public:
-  // Validates `spec` (ValidateSpec's errors) and prepares the request. Starts nothing.
+  // Validates `spec` (ValidateSpec's errors) and prepares the request. Starts nothing. Also
+  // INVALID_ARGUMENT when the process's open-file limit (RLIMIT_NOFILE, its soft limit raised to
+  // the hard one first) has no room for `connections` sockets and the loops' descriptors.
   [[nodiscard]] static StatusOr<std::unique_ptr<Engine>> Create(LoadSpec spec);
   ~Engine();
   Engine(const Engine&) = delete;
@@ -110,7 +113,10 @@ class Engine {
   // Runs the load to its end (the request count, the duration, or Stop()) and returns the
   // merged result. `on_progress`, if given, is called on the calling thread about every
   // `progress_interval`. Fails only if the loops cannot be created (UNAVAILABLE); errors of the
-  // target (refused connections...) are counted in the result, not returned. Once per Engine.
+  // target (refused connections...) are counted in the result, not returned. A target that no
+  // connection ever reaches ends the run early, as Stop(): when, the timeout (within 1..5 s) into
+  // the measured period, not one connection came up and attempts failed (connect or TLS
+  // handshake), since nothing would ever be sent (a -n run would never end). Once per Engine.
   [[nodiscard]] StatusOr<RunResult> Run(
       ProgressCallback on_progress = nullptr,
       std::chrono::milliseconds progress_interval = std::chrono::milliseconds(250));
@@ -127,6 +133,8 @@ class Engine {
  private:
   explicit Engine(LoadSpec spec);
   void WorkerFinished();
+  // No connection was ever established and measured connection attempts failed.
+  bool NeverConnected() const;
 
   const LoadSpec spec_;
   // What the workers share: the request prepared once, the TLS context, the buffer pool, the

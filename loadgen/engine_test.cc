@@ -215,6 +215,36 @@ TEST(Engine, TlsRefusesAnUntrustedCertificateUnlessInsecure) {
   EXPECT_EQ(r.tls_handshakes, 0u);
 }
 
+// https:// against a cleartext server: every TLS handshake fails, so nothing would ever be sent
+// and a -n run would never end. The engine gives up once the timeout passed with not one
+// connection up.
+TEST(Engine, ARunWhoseConnectionsNeverComeUpEndsEarly) {
+  CountingServer server;
+  LoadSpec spec = SpecFor(server.port());
+  spec.tls = true;
+  spec.insecure = true;
+  spec.connections = 2;
+  spec.requests = 10;
+  spec.timeout = milliseconds(500);
+  StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(spec);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  const auto started = std::chrono::steady_clock::now();
+  // Bounds the test if the engine does not give up.
+  StatusOr<RunResult> result = (*engine)->Run([&](const Progress& progress) {
+    if (progress.elapsed > seconds(20)) (*engine)->Stop();
+  });
+  const auto took = std::chrono::steady_clock::now() - started;
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  const RunResult& r = *result;
+  EXPECT_LT(took, seconds(10));  // gives up after 1 s (sanitizers slow the rest down)
+  EXPECT_GE(took, seconds(1));   // the give-up time is at least 1 s
+  EXPECT_EQ(r.requests_sent, 0u);
+  EXPECT_EQ(r.connections_opened, 0u);
+  EXPECT_GT(r.errors.connect, 0u);
+  EXPECT_THAT(r.first_error, HasSubstr("TLS handshake failed"));
+  EXPECT_EQ(server.handled(), 0u);
+}
+
 TEST(Engine, ProgressCarriesALiveP99) {
   CountingServer server;
   LoadSpec spec = SpecFor(server.port());
@@ -455,6 +485,20 @@ TEST(Engine, ConstantRateCorrectsForCoordinatedOmission) {
   EXPECT_LT(uncorrected_p99, 100'000'000u) << "uncorrected p99 " << uncorrected_p99;
   EXPECT_GE(r.latency.max(), 1'000'000'000u);
   EXPECT_GE(r.corrected_latency.max(), 1'000'000'000u);
+}
+
+// A run whose connections come up is not given up on, however long nothing completes.
+TEST(Engine, ASilentServerIsNotGivenUpOn) {
+  RawServer server({.never_answer = true});
+  LoadSpec spec = SpecFor(server.port());
+  spec.connections = 1;
+  spec.duration = milliseconds(1500);
+  spec.timeout = milliseconds(200);
+  const auto started = std::chrono::steady_clock::now();
+  const RunResult r = RunOrDie(spec);
+  EXPECT_GE(std::chrono::steady_clock::now() - started, milliseconds(1500));
+  EXPECT_EQ(r.requests_completed, 0u);
+  EXPECT_GT(r.connections_opened, 0u);
 }
 
 TEST(Engine, CountsServerClosesAsReadErrorsAndReconnects) {

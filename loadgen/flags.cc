@@ -1,13 +1,15 @@
 #include "loadgen/flags.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
+#include <cstring>
 #include <string>
 
 namespace sluice::loadgen {
@@ -44,6 +46,39 @@ StatusOr<double> ParseNumber(std::string_view flag, std::string_view text) {
     return Bad(std::string(flag) + ": not a non-negative number: \"" + s + "\"");
   }
   return v;
+}
+
+// The largest --body-file: the body is copied into every request sent.
+constexpr size_t kMaxBodyFile = 64 << 20;
+
+// The whole content of the file at `path` (a regular file or a pipe), for --body-file:
+// INVALID_ARGUMENT saying why it cannot be used (missing, unreadable, a directory, too large).
+StatusOr<std::string> ReadBodyFile(std::string_view flag, const std::string& path) {
+  const std::string what = std::string(flag) + ": " + path + ": ";
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Bad(what + "cannot read: " + std::strerror(errno));
+  std::string error;
+  std::string content;
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    error = std::string("cannot read: ") + std::strerror(errno);
+  } else if (S_ISDIR(st.st_mode)) {
+    error = "is a directory";
+  }
+  char buffer[64 * 1024];
+  while (error.empty()) {
+    const ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno != EINTR) error = std::string("cannot read: ") + std::strerror(errno);
+      continue;
+    }
+    content.append(buffer, static_cast<size_t>(n));
+    if (content.size() > kMaxBodyFile) error = "larger than 64 MiB";
+  }
+  close(fd);
+  if (!error.empty()) return Bad(what + error);
+  return content;
 }
 
 bool IsIpv4Literal(const std::string& host) {
@@ -126,13 +161,18 @@ URL: http[s]://HOST[:PORT][/path][?query]; HOST is an IPv4 literal, an [IPv6] li
 localhost. https:// runs over TLS (the connection setup time is reported apart from latency).
 
 Load:
-  -c, --connections N   connections (default 10)
+  -c, --connections N   connections (default 10, at most 1000000); each needs a file descriptor:
+                        more than the open-file limit (`ulimit -n`, raised to its hard limit
+                        first) allows is refused
   -t, --threads N       event-loop threads; connections are spread over them (default 1)
   -n, --requests N      measured requests in total (instead of -d)
   -d, --duration D      measured duration (default 10s): 10s, 500ms, 2m, 1h, 1.5s
       --warmup D        load before measuring; not counted (default 0)
-  -R, --rate R          constant rate in requests/s over all connections; latency is measured from
-                        each request's intended send time (corrected) and from its actual send
+  -R, --rate R          constant rate in requests/s over all connections (at most 1e8); latency
+                        is measured from each request's intended send time (corrected) and from
+                        its actual send. Requests intended before -d ends but behind schedule
+                        still go out after it, within the drain time (so their delay is
+                        measured, not hidden)
       --pipeline N      HTTP/1.1: requests in flight per connection, written together (default 1)
       --timeout D       per-request timeout; the connection is closed and reopened (default 2s).
                         Also bounds connecting and the TLS handshake; when -d ends, answers still
@@ -148,16 +188,19 @@ Request:
   -X, --method M        request method (default GET)
   -H, --header 'N: v'   add a header field (repeatable); a Host given here replaces the URL's
       --body S          request body (sent with Content-Length)
-      --body-file F     request body read from file F
+      --body-file F     request body read from file F (at most 64 MiB)
 
 Output:
       --json[=FILE]     the full result as JSON (histograms base64-encoded) to stdout or FILE;
-                        with JSON on stdout, the human summary goes to stderr
+                        with JSON on stdout, the human summary goes to stderr. FILE is opened
+                        (created if need be) before the run and written at its end
   -h, --help            this text
       --version         sluice's version and the pinned libraries loadgen was built with
 
 A progress line (elapsed, completed, live RPS, errors) is drawn on stderr when it is a terminal.
-Exit status: 0 run completed, 1 target unreachable or run failed, 2 bad arguments.
+Exit status: 0 run completed (some requests may have failed), 1 target unreachable (including
+when every connection attempt of the run failed: connect or TLS handshake, none completed), run
+failed, or the output (stdout, the JSON file) could not be written, 2 bad arguments.
 )";
 }
 
@@ -247,7 +290,7 @@ StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string_view>& args)
       options.version = true;
     } else if (name == "-c" || name == "--connections") {
       LOADGEN_VALUE(v);
-      StatusOr<int> n = ParseInt(name, *v, 1, 1'000'000);
+      StatusOr<int> n = ParseInt(name, *v, 1, kMaxConnections);
       if (!n.ok()) return n.status();
       spec.connections = *n;
     } else if (name == "-t" || name == "--threads") {
@@ -285,6 +328,10 @@ StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string_view>& args)
       StatusOr<double> r = ParseNumber(name, *v);
       if (!r.ok()) return r.status();
       if (*r <= 0) return Bad(std::string(name) + ": must be positive");
+      if (*r > kMaxRate) {
+        return Bad(std::string(name) + ": must be at most 100000000 (1e8) requests/s, got " +
+                   std::string(*v));
+      }
       spec.rate = *r;
     } else if (name == "--pipeline") {
       LOADGEN_VALUE(v);
@@ -335,11 +382,9 @@ StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string_view>& args)
     } else if (name == "--body-file") {
       LOADGEN_VALUE(v);
       if (body_given) return Bad("--body/--body-file: given twice");
-      std::ifstream file{std::string(*v), std::ios::binary};
-      if (!file) return Bad("--body-file: cannot read \"" + std::string(*v) + "\"");
-      std::ostringstream content;
-      content << file.rdbuf();
-      spec.body = content.str();
+      StatusOr<std::string> content = ReadBodyFile(name, std::string(*v));
+      if (!content.ok()) return content.status();
+      spec.body = std::move(content).value();
       body_given = true;
     } else if (name == "--json") {
       options.json = true;

@@ -2,8 +2,12 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -132,6 +136,55 @@ TEST(Flags, ReportsBadArgumentsClearly) {
   EXPECT_THAT(ErrorOf({"ftp://127.0.0.1/"}), HasSubstr("http:// or https://"));
   EXPECT_THAT(ErrorOf({"--transport", "kqueue", "http://127.0.0.1/"}),
               HasSubstr("--transport: unknown transport \"kqueue\" (expected epoll or io_uring)"));
+}
+
+TEST(Flags, CapsConnectionsAndRate) {
+  StatusOr<CliOptions> r = Parse({"-c", "1000000", "-R", "1e8", "http://127.0.0.1/"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->spec.connections, kMaxConnections);
+  EXPECT_DOUBLE_EQ(r->spec.rate, kMaxRate);
+  EXPECT_THAT(ErrorOf({"-c", "1000001", "http://127.0.0.1/"}),
+              HasSubstr("-c: must be in 1..1000000"));
+  EXPECT_THAT(ErrorOf({"-R", "1e30", "http://127.0.0.1/"}), HasSubstr("-R: must be at most"));
+  EXPECT_THAT(ErrorOf({"--rate=100000001", "http://127.0.0.1/"}), HasSubstr("at most"));
+  EXPECT_THAT(ErrorOf({"-R", "inf", "http://127.0.0.1/"}), HasSubstr("-R"));
+  // The spec refuses the same (an agent receives specs without the flags).
+  LoadSpec spec = r->spec;
+  spec.rate = 2e8;
+  EXPECT_EQ(ValidateSpec(spec).code(), StatusCode::kInvalidArgument);
+  spec.rate = 0;
+  spec.connections = kMaxConnections + 1;
+  EXPECT_EQ(ValidateSpec(spec).code(), StatusCode::kInvalidArgument);
+}
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
+}
+
+TEST(Flags, BodyFileIsReadWhole) {
+  const std::string path = TempPath("body.bin");
+  std::string content(100'000, 'x');
+  content[5] = '\0';
+  { std::ofstream(path, std::ios::binary) << content; }
+  StatusOr<CliOptions> r = Parse({"-X", "POST", "--body-file", path, "http://127.0.0.1/"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->spec.body, content);
+}
+
+TEST(Flags, BodyFileThatCannotBeReadIsRefused) {
+  const std::string dir = TempPath("");
+  EXPECT_THAT(ErrorOf({"--body-file", dir, "http://127.0.0.1/"}),
+              HasSubstr("--body-file: " + dir + ": is a directory"));
+  EXPECT_THAT(ErrorOf({"--body-file=/nonexistent/file", "http://127.0.0.1/"}),
+              HasSubstr("--body-file: /nonexistent/file: cannot read: No such file"));
+  if (geteuid() != 0) {  // root reads whatever the mode says
+    const std::string path = TempPath("unreadable.bin");
+    { std::ofstream(path) << "secret"; }
+    ASSERT_EQ(chmod(path.c_str(), 0), 0);
+    EXPECT_THAT(ErrorOf({"--body-file", path, "http://127.0.0.1/"}),
+                HasSubstr("cannot read: Permission denied"));
+  }
 }
 
 TEST(Flags, HelpNeedsNoUrl) {

@@ -7,16 +7,22 @@
 //                                                                         (loadgen/controller.h)
 //
 // Exit status: 0 when the run completed (whatever the server answered), 1 when the target or an
-// agent cannot be reached, an agent fails, or the run cannot start; 2 for bad arguments.
+// agent cannot be reached (also when every connection attempt of the run failed, connect or TLS
+// handshake, and no request completed), an agent fails, the run cannot start, or the result
+// cannot be written (stdout, the --json file); 2 for bad arguments (a --json file that cannot be
+// opened for writing included).
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -56,9 +62,72 @@ void DrawProgress(const sluice::loadgen::Progress& progress, double live_rate) {
   std::fflush(stderr);
 }
 
-// The summary, and the JSON result if asked; the same for local and distributed runs.
+// The --json=FILE output, opened before the run so that a path that cannot be written fails
+// before any load, and written at its end. An existing file keeps its content until then; a file
+// this run created is removed again if the run ends without a result.
+class JsonFile {
+ public:
+  JsonFile() = default;
+  JsonFile(const JsonFile&) = delete;
+  JsonFile& operator=(const JsonFile&) = delete;
+  ~JsonFile() {
+    if (fd_ < 0) return;
+    close(fd_);
+    if (created_ && !written_) unlink(path_.c_str());
+  }
+
+  // Opens `path` for writing (creating it if need be): false with a message on stderr if it
+  // cannot.
+  bool Open(const std::string& path) {
+    path_ = path;
+    fd_ = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    created_ = fd_ >= 0;
+    if (fd_ < 0 && errno == EEXIST) fd_ = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd_ < 0) {  // a directory: EISDIR
+      std::fprintf(stderr, "loadgen: --json: %s: %s\nRun 'loadgen --help' for the flags.\n",
+                   path.c_str(), std::strerror(errno));
+      return false;
+    }
+    return true;
+  }
+
+  // Replaces the file's content with `text`: false with a message on stderr if it fails.
+  bool Write(const std::string& text) {
+    written_ = true;
+    struct stat st;
+    // Only a regular file is truncated (a FIFO or /dev/stdout is simply written to).
+    if (fstat(fd_, &st) == 0 && S_ISREG(st.st_mode) && ftruncate(fd_, 0) != 0) return Fail();
+    for (size_t done = 0; done < text.size();) {
+      const ssize_t n = write(fd_, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return Fail();
+      done += static_cast<size_t>(n);
+    }
+    const int fd = fd_;
+    fd_ = -1;
+    if (close(fd) != 0) {
+      std::fprintf(stderr, "loadgen: cannot write %s: %s\n", path_.c_str(), std::strerror(errno));
+      return false;
+    }
+    return true;
+  }
+
+ private:
+  bool Fail() {
+    std::fprintf(stderr, "loadgen: cannot write %s: %s\n", path_.c_str(), std::strerror(errno));
+    return false;
+  }
+
+  std::string path_;
+  int fd_ = -1;
+  bool created_ = false;
+  bool written_ = false;
+};
+
+// The summary, and the JSON result if asked (to `json_file` when it is open); the same for
+// local and distributed runs.
 int PrintResult(const CliOptions& options, const RunResult& result,
-                const std::vector<double>& rate_samples) {
+                const std::vector<double>& rate_samples, JsonFile* json_file) {
   const bool json_on_stdout = options.json && options.json_file.empty();
   const std::string summary = sluice::loadgen::FormatSummary(options, result, rate_samples);
   std::fputs(summary.c_str(), json_on_stdout ? stderr : stdout);
@@ -66,21 +135,39 @@ int PrintResult(const CliOptions& options, const RunResult& result,
     const std::string json = sluice::loadgen::FormatJson(options, result);
     if (json_on_stdout) {
       std::fputs(json.c_str(), stdout);
-    } else {
-      std::ofstream file(options.json_file, std::ios::binary | std::ios::trunc);
-      file << json;
-      if (!file) {
-        std::fprintf(stderr, "loadgen: cannot write %s\n", options.json_file.c_str());
-        return 1;
-      }
+    } else if (!json_file->Write(json)) {
+      return 1;
     }
   }
   return 0;
 }
 
-int RunLocally(const CliOptions& options) {
+// A run in which no connection ever came up (every connect or TLS handshake failed) and nothing
+// completed could not reach its target: exit 1, saying why (the summary was printed).
+int CheckTargetReached(const CliOptions& options, const RunResult& result) {
+  if (result.requests_completed > 0 || result.connections_opened > 0 ||
+      result.errors.connect == 0) {
+    return 0;
+  }
+  std::fflush(stdout);  // after the summary, also through pipes
+  std::fprintf(stderr,
+               "loadgen: cannot reach %s: all %llu connection attempts failed, none completed; "
+               "first: %s\n",
+               options.url.c_str(), static_cast<unsigned long long>(result.errors.connect),
+               result.first_error.c_str());
+  return 1;
+}
+
+int RunLocally(const CliOptions& options, JsonFile* json_file) {
   using namespace sluice::loadgen;  // NOLINT: a main
   const LoadSpec& spec = options.spec;
+
+  // Before the probe: a spec this process cannot run (the open-file limit) is a bad argument.
+  sluice::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(spec);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "loadgen: %s\n", engine.status().message().c_str());
+    return 2;
+  }
 
   // Fail fast, and clearly, when nothing listens there.
   const auto probe_timeout =
@@ -89,12 +176,6 @@ int RunLocally(const CliOptions& options) {
     std::fprintf(stderr, "loadgen: cannot reach %s: %s\n", options.url.c_str(),
                  reachable.message().c_str());
     return 1;
-  }
-
-  sluice::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(spec);
-  if (!engine.ok()) {
-    std::fprintf(stderr, "loadgen: %s\n", engine.status().message().c_str());
-    return 2;
   }
   InstallInterruptHandler();
 
@@ -111,10 +192,13 @@ int RunLocally(const CliOptions& options) {
     std::fprintf(stderr, "loadgen: run failed: %s\n", result.status().ToString().c_str());
     return 1;
   }
-  return PrintResult(options, *result, sampler.samples());
+  const int printed = PrintResult(options, *result, sampler.samples(), json_file);
+  const int reached = CheckTargetReached(options, *result);
+  return printed != 0 ? printed : reached;
 }
 
-int RunDistributed(const CliOptions& options, const sluice::loadgen::ControllerFlags& flags) {
+int RunDistributed(const CliOptions& options, const sluice::loadgen::ControllerFlags& flags,
+                   JsonFile* json_file) {
   using namespace sluice::loadgen;  // NOLINT: a main
   if (sluice::StatusOr<std::vector<LoadSpec>> split = SplitSpec(options.spec, flags.agents.size());
       !split.ok()) {
@@ -153,8 +237,7 @@ int RunDistributed(const CliOptions& options, const sluice::loadgen::ControllerF
     }
   }
   FILE* const notes = options.json && options.json_file.empty() ? stderr : stdout;
-  std::fprintf(notes, "Agents: %zu (%s), results merged\n", result->agents.size(),
-               agents.c_str());
+  std::fprintf(notes, "Agents: %zu (%s), results merged\n", result->agents.size(), agents.c_str());
   for (const LostAgent& lost : result->lost) {
     std::fprintf(stderr,
                  "loadgen: agent %s was lost mid-run: %s (its %llu requests reported so far are "
@@ -166,8 +249,9 @@ int RunDistributed(const CliOptions& options, const sluice::loadgen::ControllerF
     std::fprintf(notes, "PARTIAL RESULT: %zu of %zu agents lost\n", result->lost.size(),
                  result->lost.size() + result->agents.size());
   }
-  const int printed = PrintResult(options, result->merged, result->rate_samples);
-  return result->lost.empty() ? printed : 1;
+  const int printed = PrintResult(options, result->merged, result->rate_samples, json_file);
+  const int reached = CheckTargetReached(options, result->merged);
+  return printed != 0 ? printed : !result->lost.empty() ? 1 : reached;
 }
 
 int Main(int argc, char** argv) {
@@ -196,10 +280,26 @@ int Main(int argc, char** argv) {
     std::fwrite(DistributedUsage().data(), 1, DistributedUsage().size(), stdout);
     return 0;
   }
-  if (!flags.agents.empty()) return RunDistributed(options, flags);
-  return RunLocally(options);
+  // A --json file that cannot be written is a bad argument: refused before any load.
+  JsonFile json_file;
+  if (options.json && !options.json_file.empty() && !json_file.Open(options.json_file)) return 2;
+  if (!flags.agents.empty()) return RunDistributed(options, flags, &json_file);
+  return RunLocally(options, &json_file);
+}
+
+// Whatever went to stdout (the summary, the JSON, --help) must have reached it: a full disk or a
+// closed pipe is an error, not a silent loss.
+int FinishStdout(int status) {
+  const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout) != 0;
+  const int err = errno;
+  if (std::fclose(stdout) != 0 || failed) {
+    std::fprintf(stderr, "loadgen: cannot write to stdout: %s\n",
+                 std::strerror(failed ? err : errno));
+    return status == 0 ? 1 : status;
+  }
+  return status;
 }
 
 }  // namespace
 
-int main(int argc, char** argv) { return Main(argc, argv); }
+int main(int argc, char** argv) { return FinishStdout(Main(argc, argv)); }

@@ -30,7 +30,9 @@ bool HasHeader(const LoadSpec& spec, std::string_view lowercase_name) {
 Status ValidateSpec(const LoadSpec& spec) {
   StatusOr<SocketAddress> address = SocketAddress::Parse(spec.address);
   if (!address.ok()) return address.status();
-  if (spec.connections < 1) return InvalidArgumentError("connections must be at least 1");
+  if (spec.connections < 1 || spec.connections > kMaxConnections) {
+    return InvalidArgumentError("connections must be in 1.." + std::to_string(kMaxConnections));
+  }
   if (spec.threads < 1) return InvalidArgumentError("threads must be at least 1");
   if (spec.connections < spec.threads) {
     return InvalidArgumentError("connections must be at least threads (one connection per thread)");
@@ -52,6 +54,9 @@ Status ValidateSpec(const LoadSpec& spec) {
   }
   if (!(spec.rate >= 0) || !std::isfinite(spec.rate)) {
     return InvalidArgumentError("rate must be a non-negative number");
+  }
+  if (spec.rate > kMaxRate) {
+    return InvalidArgumentError("rate must be at most 100000000 (1e8) requests/s");
   }
   if (spec.rate > 0 && spec.rate < 1e-3 * spec.connections) {
     return InvalidArgumentError("rate too low: each connection would wait over 1000 s");

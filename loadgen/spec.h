@@ -26,6 +26,13 @@ namespace sluice::loadgen {
 
 enum class Protocol : uint8_t { kHttp1, kHttp2 };
 
+// The largest `connections` of one spec (-c): a process needs a file descriptor per connection
+// besides (Engine::Create checks the open-file limit).
+inline constexpr int kMaxConnections = 1'000'000;
+// The largest `rate` (-R), requests/s: the schedule's interval (connections * 1e9 / rate ns) stays
+// at least 10 ns per connection.
+inline constexpr double kMaxRate = 1e8;
+
 // What to run. The gRPC agent receives exactly this.
 struct LoadSpec {
   // Where to connect: SocketAddress syntax ("127.0.0.1:8080", "[::1]:8080").
@@ -48,7 +55,8 @@ struct LoadSpec {
   std::chrono::nanoseconds duration = std::chrono::seconds(10);
   // Load before the measurement starts; nothing sent or completed in it is counted.
   std::chrono::nanoseconds warmup{0};
-  // Requests per second over all connections; 0: closed loop (as fast as possible).
+  // Requests per second over all connections, at most kMaxRate; 0: closed loop (as fast as
+  // possible).
   double rate = 0;
   // Requests in flight per connection (HTTP/1.1 pipelining), written in one flush; 1: plain
   // keep-alive.

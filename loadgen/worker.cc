@@ -140,6 +140,9 @@ void Worker::CountError(uint64_t ErrorCounts::*kind, const Status& why, int64_t 
   if (!Measured(now)) return;
   ++(result_.errors.*kind);
   errors_.store(result_.errors.total(), std::memory_order_relaxed);
+  if (kind == &ErrorCounts::connect) {
+    connect_errors_.store(result_.errors.connect, std::memory_order_relaxed);
+  }
   if (result_.first_error.empty()) result_.first_error = why.ToString();
 }
 
@@ -150,6 +153,7 @@ void Worker::ConnectEnded() {
 
 void Worker::RecordConnected(bool reconnect, int64_t setup_ns, bool tls) {
   ++result_.connections_opened;
+  connections_opened_.store(result_.connections_opened, std::memory_order_relaxed);
   if (reconnect) ++result_.reconnects;
   result_.connect_latency.Record(static_cast<uint64_t>(setup_ns));
   if (tls) ++result_.tls_handshakes;

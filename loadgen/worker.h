@@ -75,8 +75,8 @@ struct RunPlan {
 };
 
 // Thread contract: owned by its loop thread, except StartThread and the destructor (the
-// engine's thread), loop(), WaitTornDown(), and the progress getters completed(), errors() and
-// MergeLatencySnapshot(), which are thread-safe.
+// engine's thread), loop(), WaitTornDown(), and the progress getters completed(), errors(),
+// connections_opened(), connect_errors() and MergeLatencySnapshot(), which are thread-safe.
 class Worker : private IoHandler {
  public:
   // `first_connection`: the index of this worker's first connection among all of the run's (the
@@ -113,6 +113,12 @@ class Worker : private IoHandler {
     into->Merge(snapshot_);
   }
   uint64_t errors() const { return errors_.load(std::memory_order_relaxed); }
+  // Any thread: connections established so far (warmup included), and measured failed
+  // connection attempts (connect or TLS handshake).
+  uint64_t connections_opened() const {
+    return connections_opened_.load(std::memory_order_relaxed);
+  }
+  uint64_t connect_errors() const { return connect_errors_.load(std::memory_order_relaxed); }
 
   // What the clients use (loop thread).
 
@@ -223,6 +229,8 @@ class Worker : private IoHandler {
   // Progress, read by other threads.
   std::atomic<uint64_t> completed_{0};
   std::atomic<uint64_t> errors_{0};
+  std::atomic<uint64_t> connections_opened_{0};
+  std::atomic<uint64_t> connect_errors_{0};
 
   Mutex mu_;
   CondVar cv_;
