@@ -37,6 +37,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tools/number_flag.h"
+
 namespace {
 
 struct Stat {
@@ -101,32 +103,6 @@ std::vector<long> ProcessTree(long root) {
   return tree;
 }
 
-// --name=N or --name N (taking argv[*i + 1]) into *out, which must lie in [min, max]; exits 2 with
-// a message for a bad or missing value. False if argv[*i] is another flag.
-bool Flag(int argc, char** argv, int* i, std::string_view name, long min, long max, long* out) {
-  const std::string_view arg = argv[*i];
-  if (!arg.starts_with(name)) return false;
-  std::string_view value = arg.substr(name.size());
-  bool has_value = true;
-  if (value.empty()) {
-    has_value = *i + 1 < argc;
-    if (has_value) value = argv[++*i];
-  } else if (value.front() == '=') {
-    value.remove_prefix(1);
-  } else {
-    return false;  // a longer name
-  }
-  auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), *out);
-  if (!has_value || ec != std::errc() || end != value.data() + value.size() || *out < min ||
-      *out > max) {
-    std::fprintf(stderr, "proc_sampler: %.*s: needs a number %ld-%ld (not \"%.*s\")\n",
-                 static_cast<int>(name.size()), name.data(), min, max,
-                 static_cast<int>(value.size()), value.data());
-    std::exit(2);
-  }
-  return true;
-}
-
 long long NowUnixNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -154,9 +130,11 @@ int main(int argc, char** argv) {
       std::puts("proc_sampler (sluice)");
       return 0;
     }
-    if (!Flag(argc, argv, &i, "--pid", 1, INT_MAX, &pid) &&
-        !Flag(argc, argv, &i, "--interval-ms", 1, 60'000, &interval_ms) &&
-        !Flag(argc, argv, &i, "--rescan-ms", 1, 60'000, &rescan_ms)) {
+    if (!sluice::tools::NumberFlag("proc_sampler", argc, argv, &i, "--pid", 1, INT_MAX, &pid) &&
+        !sluice::tools::NumberFlag("proc_sampler", argc, argv, &i, "--interval-ms", 1, 60'000,
+                                   &interval_ms) &&
+        !sluice::tools::NumberFlag("proc_sampler", argc, argv, &i, "--rescan-ms", 1, 60'000,
+                                   &rescan_ms)) {
       std::fprintf(stderr, "proc_sampler: unknown flag %s (see --help)\n", argv[i]);
       return 2;
     }

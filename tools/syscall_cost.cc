@@ -11,44 +11,18 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
 #include <vector>
 
+#include "tools/number_flag.h"
+
 namespace {
 
 // The most calls of one run: N * R.
 constexpr long kMaxTotalCalls = 50'000'000;
-
-// --name=N or --name N (taking argv[*i + 1]) into *out; exits 2 with a message for a bad or
-// missing value. False if argv[*i] is another flag.
-bool ParseFlag(int argc, char** argv, int* i, std::string_view name, long* out) {
-  const std::string_view arg = argv[*i];
-  if (!arg.starts_with(name)) return false;
-  std::string_view value = arg.substr(name.size());
-  bool has_value = true;
-  if (value.empty()) {
-    has_value = *i + 1 < argc;
-    if (has_value) value = argv[++*i];
-  } else if (value.front() == '=') {
-    value.remove_prefix(1);
-  } else {
-    return false;  // a longer name
-  }
-  long v = 0;
-  auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-  if (!has_value || ec != std::errc() || end != value.data() + value.size() || v < 1 ||
-      v > kMaxTotalCalls) {
-    std::fprintf(stderr, "syscall_cost: %.*s: needs a number 1-%ld\n",
-                 static_cast<int>(name.size()), name.data(), kMaxTotalCalls);
-    std::exit(2);
-  }
-  *out = v;
-  return true;
-}
 
 }  // namespace
 
@@ -69,8 +43,10 @@ int main(int argc, char** argv) {
       std::puts("syscall_cost (sluice)");
       return 0;
     }
-    if (!ParseFlag(argc, argv, &i, "--calls", &calls) &&
-        !ParseFlag(argc, argv, &i, "--rounds", &rounds)) {
+    if (!sluice::tools::NumberFlag("syscall_cost", argc, argv, &i, "--calls", 1, kMaxTotalCalls,
+                                   &calls) &&
+        !sluice::tools::NumberFlag("syscall_cost", argc, argv, &i, "--rounds", 1, kMaxTotalCalls,
+                                   &rounds)) {
       std::fprintf(stderr, "syscall_cost: unknown flag %s (see --help)\n", argv[i]);
       return 2;
     }
