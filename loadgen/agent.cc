@@ -195,7 +195,7 @@ class LoadAgentService::Run {
   struct Snapshot {
     v1::RunState state = v1::RUN_STATE_WAITING;
     Progress progress;
-    // Final only.
+    // Live (the engine's snapshot), then the whole run's once it ended.
     std::optional<uint64_t> p99_ns;
     double overall_rps = 0;
     std::string error;

@@ -174,6 +174,8 @@ class Session {
       bool all_done = true;
       Progress combined;
       double live_rate = 0;
+      size_t counted = 0;     // agents whose counts are in `combined`
+      bool every_p99 = true;  // each of those that completed requests has sent its p99
       {
         MutexLock lock(&mu_);
         if (steady_clock::now() < next_tick) cv_.WaitWithDeadline(&mu_, next_tick);
@@ -198,11 +200,14 @@ class Session {
             live_rate += latest.rps();
           }
           // Percentiles do not add up: the largest agent's p99 bounds that of all requests
-          // (each agent has at most 1 % of its requests above it). The exact one comes with the
-          // merged histograms at the end.
+          // (each agent has at most 1 % of its requests above it), once every agent with
+          // requests has sent one. The exact one comes with the merged histograms at the end.
+          ++counted;
+          if (latest.completed() > 0 && !latest.has_p99_ns()) every_p99 = false;
           combined.p99_ns = std::max(combined.p99_ns, latest.p99_ns());
-          combined.p99_is_bound = streams_.size() > 1;
         }
+        if (!every_p99) combined.p99_ns = 0;
+        combined.p99_is_bound = counted > 1;
         // Still under mu_, which guards lost_count_.
         if (all_done) {
           if (lost_count_ == agents_.size()) return UnavailableError(LostSummary());

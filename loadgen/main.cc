@@ -64,15 +64,14 @@ void DrawProgress(const sluice::loadgen::Progress& progress, double live_rate) {
 
 // The --json=FILE output, opened before the run so that a path that cannot be written fails
 // before any load, and written at its end. An existing file keeps its content until then; a file
-// this run created is removed again if the run ends without a result.
+// this run created is removed again if the run ends without a result written whole.
 class JsonFile {
  public:
   JsonFile() = default;
   JsonFile(const JsonFile&) = delete;
   JsonFile& operator=(const JsonFile&) = delete;
   ~JsonFile() {
-    if (fd_ < 0) return;
-    close(fd_);
+    if (fd_ >= 0) close(fd_);
     if (created_ && !written_) unlink(path_.c_str());
   }
 
@@ -93,7 +92,6 @@ class JsonFile {
 
   // Replaces the file's content with `text`: false with a message on stderr if it fails.
   bool Write(const std::string& text) {
-    written_ = true;
     struct stat st;
     // Only a regular file is truncated (a FIFO or /dev/stdout is simply written to).
     if (fstat(fd_, &st) == 0 && S_ISREG(st.st_mode) && ftruncate(fd_, 0) != 0) return Fail();
@@ -109,6 +107,7 @@ class JsonFile {
       std::fprintf(stderr, "loadgen: cannot write %s: %s\n", path_.c_str(), std::strerror(errno));
       return false;
     }
+    written_ = true;
     return true;
   }
 

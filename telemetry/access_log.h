@@ -11,11 +11,11 @@
 //   auto log = AccessLog::Open({.path = "/var/log/sluice.log"});   // StatusOr
 //   hooks.Subscribe(std::make_shared<AsyncListener>(std::move(*log)));
 //
-// Each batch goes to the file in one write(2). A write that fails (a full disk, /dev/full, an
-// I/O error) loses the lines it did not write: they are counted (lines_lost(), write_failures()),
-// and reported with the error's text through AccessLogOptions::report (stderr by default): the
-// first failure at once, later ones at most once a minute, and what was lost since the last
-// report when the log is destroyed.
+// Each batch goes to the file with write(2) (one call, unless the kernel takes part of it). A write
+// that fails (a full disk, /dev/full, an I/O error) loses the lines it did not write: they are
+// counted (lines_lost(), write_failures()), and reported with the error's text through
+// AccessLogOptions::report (stderr by default): the first failure at once, later ones at most once
+// a minute, and what was lost since the last report when the log is destroyed.
 //
 // Thread contract: a SnapshotConsumer, used by one AsyncListener thread. The counters may be
 // read from any thread.

@@ -133,7 +133,11 @@ def _tools_dir() -> str:
 def _load(args, repo):
     path = _find_input(args.scenario, repo)
     shown = os.path.relpath(path, repo) if path.startswith(repo + os.sep) else path
-    scenario = load_scenario(path, shown, source_root=repo)
+    # files[].source is read from each side's own tree: the checkout's only when no side is
+    # built from a ref (a ref's worktree may have files the checkout lacks, and the reverse).
+    refs = [getattr(args, n, None) for n in ("ref", "baseline", "branch")]
+    from_refs = any(r and r != build.WORKTREE for r in refs)
+    scenario = load_scenario(path, shown, source_root=None if from_refs else repo)
     scenario.path = path
     try:
         session.apply_overrides(scenario, args.iterations, args.duration, args.warmup,

@@ -84,9 +84,12 @@ class ProcessTreeSampler:
 
     def start(self) -> None:
         self._out = open(self.out_path, "w", encoding="utf-8")
+        # Its notes ("pid N has exited", at the end of every iteration) go next to its samples,
+        # not onto the driver's progress line.
+        self._err = open(self.out_path + ".stderr", "w", encoding="utf-8")
         self._proc = subprocess.Popen([self.tool, f"--pid={self.root_pid}",
                                        f"--interval-ms={self.interval_ms}"], stdout=self._out,
-                                      stdin=subprocess.DEVNULL)
+                                      stderr=self._err, stdin=subprocess.DEVNULL)
 
     def stop(self) -> None:
         """Ends the sampling (the sampler also ends by itself once the tree is gone)."""
@@ -98,6 +101,7 @@ class ProcessTreeSampler:
             self._proc.kill()
             self._proc.wait()
         self._out.close()
+        self._err.close()
         self._parse()
 
     def _parse(self) -> None:
