@@ -43,10 +43,33 @@ using tls::X509Ptr;
 // the terminal): an encrypted key fails with the library's error instead.
 int NoPassphrase(char*, int, int, void*) { return 0; }
 
+// The code says whose fault a failure is: the path the user gave (NOT_FOUND, INVALID_ARGUMENT: a
+// server reports those as bad input) or the system's state at the time (RESOURCE_EXHAUSTED for
+// no space, descriptors or memory; UNAVAILABLE for an I/O error and anything else).
 Status FileError(std::string_view what, const std::string& path, int err) {
   std::string text = std::string(what) + " " + Quoted(path) + ": " + std::strerror(err);
-  if (err == ENOENT || err == ENOTDIR) return NotFoundError(text);
-  return InvalidArgumentError(text);
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+      return NotFoundError(text);
+    case EACCES:
+    case EPERM:
+    case EISDIR:
+    case ELOOP:
+    case ENAMETOOLONG:
+    case EROFS:
+    case ETXTBSY:
+    case ENXIO:
+      return InvalidArgumentError(text);
+    case ENOSPC:
+    case EDQUOT:
+    case EMFILE:
+    case ENFILE:
+    case ENOMEM:
+      return ResourceExhaustedError(text);
+    default:
+      return UnavailableError(text);
+  }
 }
 
 StatusOr<std::string> ReadFile(std::string_view what, const std::string& path) {

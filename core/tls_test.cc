@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -624,6 +625,22 @@ TEST_F(TlsFilesTest, UnparsableFilesAreInvalidArgumentsWithTheLibrarysText) {
       TlsContext::CreateClient({.ca_file = Path("garbage.pem")});
   ASSERT_FALSE(bad_ca.ok());
   EXPECT_EQ(bad_ca.status().code(), StatusCode::kInvalidArgument) << bad_ca.status().ToString();
+}
+
+// A file that cannot be opened for want of descriptors is the system's state, not the user's
+// input: a server reports it as a failure to start (exit 1), not as a bad file (exit 2).
+TEST_F(TlsFilesTest, NoDescriptorLeftIsResourceExhaustedNotBadInput) {
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit none = saved;
+  none.rlim_cur = 0;  // every open() now fails with EMFILE
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &none), 0);
+  StatusOr<std::shared_ptr<TlsContext>> context = Server("chain.pem", "leaf.key");
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  ASSERT_FALSE(context.ok());
+  EXPECT_EQ(context.status().code(), StatusCode::kResourceExhausted) << context.status().ToString();
+  EXPECT_TRUE(Contains(context.status().message(), Path("chain.pem")))
+      << context.status().ToString();
 }
 
 TEST_F(TlsFilesTest, MismatchedKeyIsRejectedNamingBothFiles) {
