@@ -14,6 +14,7 @@ import sys
 import traceback
 
 from tools.driver import build
+from tools.driver import children
 from tools.driver import environment
 from tools.driver import micro
 from tools.driver import report
@@ -555,6 +556,16 @@ def main(argv=None) -> int:
     if getattr(args, "retries", None) is not None and args.retries < 0:
         p.error("--retries must be at least 0")
     progress = Progress(quiet=False)
+    children.handle_sigint()
+    try:
+        return _main(args, progress)
+    finally:
+        # Whatever the way out: no process the driver started outlives it.
+        children.stop_all()
+        children.restore_sigint()
+
+
+def _main(args, progress) -> int:
     try:
         return args.func(args, progress)
     except (UsageError, ScenarioError, micro.MicroError) as e:

@@ -19,6 +19,7 @@ import subprocess
 import time
 from typing import Callable, Dict, List, Optional
 
+from tools.driver import children
 from tools.driver import environment
 
 WORKTREE = "WORKTREE"
@@ -103,15 +104,21 @@ def bazel_build(tree: str, flags: List[str], targets: List[str], log_path: str,
         log.write("$ " + " ".join(cmd) + f"\n# in {tree}\n")
         log.flush()
         try:
-            proc = subprocess.Popen(cmd, cwd=tree, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=_bazel_env())
+            # SIGTERM: the client cancels the build and exits (its third SIGINT would kill the
+            # Bazel server, and a Ctrl-C on the terminal has sent it one already).
+            proc = children.start(cmd, group=False, stop_timeout=30, cwd=tree, stdout=log,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  env=_bazel_env())
         except OSError as e:
             raise BuildError(f"cannot run bazel: {e.strerror} (install bazel-bootstrap; "
                              "./bazelw does it)") from None
-        while proc.poll() is None:
-            if on_tick:
-                on_tick(time.monotonic() - started)
-            time.sleep(0.5)
+        try:
+            while proc.poll() is None:
+                if on_tick:
+                    on_tick(time.monotonic() - started)
+                time.sleep(0.5)
+        finally:  # it has ended, unless the build was cut short (Ctrl-C)
+            children.stop(proc)
     if proc.returncode != 0:
         raise BuildError(f"bazel build failed (exit {proc.returncode}) in {tree}:\n"
                          + tail(log_path, 25) + f"\n(whole log: {log_path})")

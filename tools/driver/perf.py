@@ -18,6 +18,8 @@ import subprocess
 import time
 from typing import Dict, List, Optional
 
+from tools.driver import children
+
 
 def perf_available() -> Optional[str]:
     """None if `perf` can count syscall tracepoints here, else why not."""
@@ -38,19 +40,15 @@ class _Attached:
         self.log_path = log_path
         self.started = time.time()
         self._log = open(log_path, "w", encoding="utf-8")
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
+        # SIGINT: perf writes what it has and exits.
+        self.proc = children.start(cmd, group=False, stop_signal=signal.SIGINT, stop_timeout=30,
+                                   stdout=self._log, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL)
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        status = children.stop(self.proc)
         self._log.close()
-        return self.proc.returncode
+        return status
 
 
 class SyscallCounter(_Attached):

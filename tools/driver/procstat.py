@@ -13,9 +13,10 @@ Thread contract: start() once, stop() once, from one thread; samples and window(
 import bisect
 import dataclasses
 import os
-import signal
 import subprocess
 from typing import Dict, List, Optional, Tuple
+
+from tools.driver import children
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -87,19 +88,15 @@ class ProcessTreeSampler:
         # Its notes ("pid N has exited", at the end of every iteration) go next to its samples,
         # not onto the driver's progress line.
         self._err = open(self.out_path + ".stderr", "w", encoding="utf-8")
-        self._proc = subprocess.Popen([self.tool, f"--pid={self.root_pid}",
-                                       f"--interval-ms={self.interval_ms}"], stdout=self._out,
-                                      stderr=self._err, stdin=subprocess.DEVNULL)
+        self._proc = children.start([self.tool, f"--pid={self.root_pid}",
+                                     f"--interval-ms={self.interval_ms}"], group=False,
+                                    stdout=self._out, stderr=self._err, stdin=subprocess.DEVNULL)
 
     def stop(self) -> None:
         """Ends the sampling (the sampler also ends by itself once the tree is gone)."""
-        if self._proc.poll() is None:
-            self._proc.send_signal(signal.SIGTERM)
-        try:
-            self._proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+        if self._proc is None:  # it never started
+            return
+        children.stop(self._proc, 10)
         self._out.close()
         self._err.close()
         self._parse()

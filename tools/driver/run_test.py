@@ -16,7 +16,9 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 import unittest
+import uuid
 
 # The markers of a sanitizer report are those the server tests of servers/http2 look for. Their
 # module imports its sibling h2_harness by name; the runfiles root is the working directory.
@@ -50,6 +52,48 @@ def write_scenario(directory, name, body):
     return path
 
 
+# Every process a driver started inherits its environment: a marker there finds them all (the
+# wrappers and shells of a scenario, and what those started, included).
+MARKER = "SLUICE_BENCH_TEST_MARKER"
+
+
+def survivors(marker):
+    """(pid, command line) of every live process whose environment holds the marker."""
+    needle = f"{MARKER}={marker}".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if needle not in f.read().split(b"\0"):  # a zombie's is empty
+                    continue
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                found.append((int(name), f.read().replace(b"\0", b" ").decode(errors="replace")))
+        except OSError:  # gone meanwhile
+            pass
+    return found
+
+
+def survivors_after(marker, timeout=5.0):
+    """survivors(marker) once none are left, or when `timeout` has passed (a process sent
+    SIGKILL a moment ago may still be on its way out)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = survivors(marker)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def kill_survivors(marker):
+    for pid, _ in survivors(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 class DriverTest(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
@@ -62,6 +106,37 @@ class DriverTest(unittest.TestCase):
         self.assertNotIn("Traceback", err)
         self.assertNotIn("internal error", err)
         return code, out, err
+
+    def start_bench(self, *args, loadgen=None):
+        """The driver's CLI as a process of its own, its output piped; (the process, the marker
+        in its environment, see survivors()). Whatever it leaves behind is killed after the
+        test."""
+        marker = uuid.uuid4().hex
+        env = dict(os.environ, PYTHONPATH=os.getcwd(),
+                   SLUICE_BENCH_TOOLS=os.path.join(os.getcwd(), "tools"), **{MARKER: marker})
+        proc = subprocess.Popen(
+            [sys.executable, "-B", "-m", "tools.driver", args[0], "--repo", self.dir,
+             "--loadgen", loadgen or LOADGEN, *args[1:]], cwd=self.dir, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(kill_survivors, marker)
+
+        def end():
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+        self.addCleanup(end)
+        return proc, marker
+
+    def wait_for_file(self, path, proc, timeout=60.0):
+        """Polls for `path` while the driver runs; fails if the driver exits or time runs out."""
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(path):
+            if proc.poll() is not None:
+                self.fail(f"the driver exited ({proc.returncode}) before {path} appeared:\n"
+                          + proc.communicate()[1])
+            if time.monotonic() > deadline:
+                self.fail(f"{path} did not appear within {timeout:g} s")
+            time.sleep(0.02)
 
     def load(self, out_dir, name):
         with open(os.path.join(out_dir, name), encoding="utf-8") as f:
@@ -439,13 +514,8 @@ class DriverTest(unittest.TestCase):
             variants: {{a: {{}}, b: {{}}}}
             """)
         out_dir = os.path.join(self.dir, "out")
-        env = dict(os.environ, PYTHONPATH=os.getcwd(),
-                   SLUICE_BENCH_TOOLS=os.path.join(os.getcwd(), "tools"))
-        proc = subprocess.Popen(
-            [sys.executable, "-B", "-m", "tools.driver", "compare", "--repo", self.dir,
-             "--loadgen", LOADGEN, "--variant", "a", "--variant", "b", "--iterations", "3",
-             scenario, "--out", out_dir], cwd=self.dir, env=env, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True)
+        proc, marker = self.start_bench("compare", "--variant", "a", "--variant", "b",
+                                        "--iterations", "3", scenario, "--out", out_dir)
         finished, lines = 0, []
         for line in proc.stderr:  # the driver logs a row as each iteration ends
             lines.append(line)
@@ -470,6 +540,73 @@ class DriverTest(unittest.TestCase):
         with open(os.path.join(out_dir, "report.md"), encoding="utf-8") as f:
             self.assertIn("INTERRUPTED: partial results", f.read())
         self.assertIn("INTERRUPTED", rest_out)
+        # The third iteration's server, its sampler, the load run and the agent: all gone.
+        self.assertEqual(survivors_after(marker), [])
+
+    def test_ctrl_c_while_the_local_agent_starts_leaves_no_process_behind(self):
+        # The agent (in a session of its own, out of reach of a terminal's Ctrl-C) is held
+        # before it listens, so the Ctrl-C falls into the driver's wait for it.
+        held = os.path.join(self.dir, "agent-held")
+        wrapper = os.path.join(self.dir, "held-loadgen")
+        with open(wrapper, "w", encoding="utf-8") as f:
+            f.write(f'#!/bin/sh\nif [ "$1" = agent ]; then touch {held}; sleep 120; fi\n'
+                    f'exec {LOADGEN} "$@"\n')
+        os.chmod(wrapper, 0o755)
+        scenario = write_scenario(self.dir, "agent.yaml", f"""\
+            server:
+              command: {SERVER}
+              args: ["--port={{port}}"]
+            load:
+              path: /plaintext
+            iterations: 1
+            """)
+        proc, marker = self.start_bench("run", scenario, "--out", os.path.join(self.dir, "out"),
+                                        loadgen=wrapper)
+        self.wait_for_file(held, proc)
+        # The marker finds the held agent (so an empty list below means something).
+        self.assertTrue(any("held-loadgen agent" in cmd for _, cmd in survivors(marker)),
+                        survivors(marker))
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 130, err)
+        self.assertNotIn("Traceback", err)
+        self.assertIn("bench: no iteration had finished: no result written", err)
+        self.assertEqual(survivors_after(marker), [])
+
+    def test_ctrl_c_again_and_again_while_an_iteration_stops_its_server_leaves_none(self):
+        # The server (a shell with the test server in the background) says when it gets the
+        # driver's SIGTERM, then lingers: the driver waits stop_timeout before SIGKILL, and the
+        # Ctrl-Cs fall into that wait.
+        stopping = os.path.join(self.dir, "stopping")
+        scenario = write_scenario(self.dir, "linger.yaml", f"""\
+            server:
+              command: /bin/sh
+              args: ["-c", "{SERVER} --port={{port}} & trap 'touch {stopping}' TERM; wait; wait;
+                     exec sleep 120"]
+              stop_timeout: 3s
+            load:
+              path: /plaintext
+              args: [-c, "1"]
+            warmup: 100ms
+            duration: 500ms
+            iterations: 2
+            """)
+        proc, marker = self.start_bench("run", scenario, "--out", os.path.join(self.dir, "out"))
+        self.wait_for_file(stopping, proc)
+        # The lingering shell (or the sleep it becomes) is there, found by the marker.
+        self.assertTrue(any("sleep 120" in cmd for _, cmd in survivors(marker)),
+                        survivors(marker))
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)  # a third one a moment later, still inside the 3 s wait
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 130, err)
+        self.assertNotIn("Traceback", err)
+        # The iteration that was stopping is not kept, as any that had not finished.
+        self.assertIn("bench: interrupted before any of 2 iterations finished: no result "
+                      "written", err)
+        self.assertEqual(survivors_after(marker), [])
 
     def test_a_server_that_cannot_start_is_reported(self):
         scenario = write_scenario(self.dir, "nostart.yaml", """\

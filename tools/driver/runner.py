@@ -29,6 +29,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from tools.driver import children
 from tools.driver import perf
 from tools.driver import probe
 from tools.driver import procstat
@@ -104,31 +105,30 @@ class Agents:
         env = dict(os.environ, LOADGEN_TOKEN=self.token)
         cmd = _taskset(cpus) + [loadgen, "agent", "--listen", f"{HOST}:0", "--max-duration",
                                 "1h"]
-        self.local = subprocess.Popen(cmd, stdout=self._stdout, stderr=self._stderr, env=env,
-                                      stdin=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            self._stdout.seek(0)
-            m = re.search(r"agent listening address=(\S+)", self._stdout.read())
-            if m:
-                self.addresses = [m.group(1)]
-                progress.log(f"local load agent on {self.addresses[0]}"
-                             + (f" (CPUs {cpus})" if cpus else ""))
-                return
-            if self.local.poll() is not None:
-                break
-            time.sleep(0.02)
+        self.local = children.start(cmd, group=True, stdout=self._stdout, stderr=self._stderr,
+                                    env=env, stdin=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                self._stdout.seek(0)
+                m = re.search(r"agent listening address=(\S+)", self._stdout.read())
+                if m:
+                    self.addresses = [m.group(1)]
+                    progress.log(f"local load agent on {self.addresses[0]}"
+                                 + (f" (CPUs {cpus})" if cpus else ""))
+                    return
+                if self.local.poll() is not None:
+                    break
+                time.sleep(0.02)
+        except BaseException:  # Ctrl-C while it starts: it must not outlive the driver
+            self.stop()
+            raise
         self.stop()
         raise RunError("the local loadgen agent did not start:\n" + tail(stderr_path, 10))
 
     def stop(self) -> None:
-        if self.local and self.local.poll() is None:
-            self.local.send_signal(signal.SIGTERM)
-            try:
-                self.local.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.local.kill()
-                self.local.wait()
+        if self.local:
+            children.stop(self.local, 10)
 
 
 def excerpt(path: str, head: int = 6, last: int = 12) -> str:
@@ -148,7 +148,7 @@ def excerpt(path: str, head: int = 6, last: int = 12) -> str:
 
 class Server:
     def __init__(self, cmd: List[str], cwd: str, env: Dict[str, str], ready: str,
-                 port: Optional[int]):
+                 port: Optional[int], stop_timeout: float = 10.0):
         self.stdout_path = os.path.join(cwd, "server.stdout")
         self.stderr_path = os.path.join(cwd, "server.stderr")
         self._stderr = open(self.stderr_path, "w", encoding="utf-8")
@@ -161,9 +161,9 @@ class Server:
         self._stdout_closed = False
         self.started = time.perf_counter()
         try:
-            self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                         stderr=self._stderr, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+            self.proc = children.start(cmd, group=True, stop_timeout=stop_timeout, cwd=cwd,
+                                       env=env, stdout=subprocess.PIPE, stderr=self._stderr,
+                                       stdin=subprocess.DEVNULL)
         except OSError as e:
             self._stderr.close()
             raise IterationFailed(f"cannot start the server {cmd[0]}: {e.strerror}") from None
@@ -237,28 +237,12 @@ class Server:
         return ("\n--- server stderr ---\n" + text) if text else ""
 
     def stop(self, timeout: float) -> Optional[int]:
-        """SIGTERM to the whole process group, then SIGKILL. The exit status."""
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                self.proc.wait()
-        else:
-            try:  # children may outlive a crashed master
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        """SIGTERM to the whole process group, then SIGKILL (children may outlive a crashed
+        master: what is left of the group is killed too). The exit status."""
+        status = children.stop(self.proc, timeout)
         self._reader.join(timeout=5)
         self._stderr.close()
-        return self.proc.returncode
+        return status
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,9 +284,8 @@ class Helper:
         self.log_path = os.path.join(it_dir, f"helper-{self.name}.log")
         self._log = open(self.log_path, "w", encoding="utf-8")
         try:
-            self.proc = subprocess.Popen(cmd, cwd=it_dir, stdout=self._log,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+            self.proc = children.start(cmd, group=True, cwd=it_dir, stdout=self._log,
+                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         except OSError as e:
             self._log.close()
             raise IterationFailed(f"helper {self.name}: cannot start {cmd[0]}: "
@@ -325,15 +308,7 @@ class Helper:
                               f"{self.timeout:g} s")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-            except ProcessLookupError:
-                pass
+        children.stop(self.proc, 10)
         self._log.close()
 
 
@@ -438,7 +413,8 @@ def run_iteration(session, side: Side, index: int, profile: bool = False, attemp
         env = dict(os.environ, **server_cfg["env"])
 
         session.progress.status(f"[{side.label} {index}] {side.name}: starting the server")
-        server = Server(cmd, it_dir, env, server_cfg["ready"], port)
+        server = Server(cmd, it_dir, env, server_cfg["ready"], port,
+                        parse_duration(server_cfg["stop_timeout"]))
         sampler = procstat.ProcessTreeSampler(session.tool("proc_sampler"), server.proc.pid,
                                               os.path.join(it_dir, "samples.txt"))
         sampler.start()
@@ -475,22 +451,26 @@ def run_iteration(session, side: Side, index: int, profile: bool = False, attemp
         record["status"] = "failed"
         record["error"] = str(e)
     finally:
-        if server is not None:
-            if server.alive():
-                record["exit_status"] = server.stop(parse_duration(server_cfg["stop_timeout"]))
-            else:
-                record["exit_status"] = server.stop(0)
-                if record["status"] == "ok":
-                    record["status"] = "failed"
-                    record["error"] = (f"the server exited with status {server.proc.returncode} "
-                                       "during the run" + server.stderr_tail())
-            record["server_stderr_tail"] = tail(server.stderr_path, 20)
-        if sampler is not None:
-            sampler.stop()
-            record["sampler_cpu_pct"] = sampler.own_cpu_pct
-        for h in helpers:
-            h.stop()
-        record["finished_unix"] = time.time()
+        # A Ctrl-C (the first or another one) takes effect once everything is stopped.
+        with children.sigint_deferred():
+            if server is not None:
+                if server.alive():
+                    record["exit_status"] = server.stop(
+                        parse_duration(server_cfg["stop_timeout"]))
+                else:
+                    record["exit_status"] = server.stop(0)
+                    if record["status"] == "ok":
+                        record["status"] = "failed"
+                        record["error"] = (f"the server exited with status "
+                                           f"{server.proc.returncode} during the run"
+                                           + server.stderr_tail())
+                record["server_stderr_tail"] = tail(server.stderr_path, 20)
+            if sampler is not None:
+                sampler.stop()
+                record["sampler_cpu_pct"] = sampler.own_cpu_pct
+            for h in helpers:
+                h.stop()
+            record["finished_unix"] = time.time()
     if load is not None and record["status"] == "ok":
         record.update(_metrics(load, sampler))
     if sampler is not None and sampler.samples:
@@ -588,25 +568,32 @@ def _run_load(session, side: Side, server: Server, it_dir: str, port: int, profi
     out_path, err_path = os.path.join(it_dir, "load.stdout"), os.path.join(it_dir, "load.stderr")
     started = time.monotonic()
     budget = warmup + duration + 60
-    with open(out_path, "w") as out, open(err_path, "w") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, stdin=subprocess.DEVNULL)
-        died = False
-        while proc.poll() is None:
-            elapsed = time.monotonic() - started
-            session.progress.status(f"[{side.label} {record['index']}] {side.name}: load "
-                                    f"{min(elapsed, warmup + duration + 1):.0f}/"
-                                    f"{warmup + duration + 1:.0f} s")
-            if not server.alive() and not died:
-                died = True
-                proc.send_signal(signal.SIGINT)  # the controller stops its agents
-            if elapsed > budget:
-                proc.kill()
-                proc.wait()
-                raise IterationFailed(f"the load run did not end within {budget:.0f} s")
-            time.sleep(0.1)
-    for attached in (counter, profiler):
-        if attached:
-            attached.stop()
+    try:
+        with open(out_path, "w") as out, open(err_path, "w") as err:
+            # SIGINT: the controller stops its agents' run.
+            proc = children.start(cmd, group=False, stop_signal=signal.SIGINT, stdout=out,
+                                  stderr=err, env=env, stdin=subprocess.DEVNULL)
+            try:
+                died = False
+                while proc.poll() is None:
+                    elapsed = time.monotonic() - started
+                    session.progress.status(f"[{side.label} {record['index']}] {side.name}: "
+                                            f"load {min(elapsed, warmup + duration + 1):.0f}/"
+                                            f"{warmup + duration + 1:.0f} s")
+                    if not server.alive() and not died:
+                        died = True
+                        proc.send_signal(signal.SIGINT)
+                    if elapsed > budget:
+                        children.stop(proc, 0)
+                        raise IterationFailed(f"the load run did not end within "
+                                              f"{budget:.0f} s")
+                    time.sleep(0.1)
+            finally:  # it has ended, unless the load was cut short (Ctrl-C)
+                children.stop(proc, 10)
+    finally:
+        for attached in (counter, profiler):
+            if attached:
+                attached.stop()
     if not server.alive():
         raise IterationFailed(f"the server exited with status {server.proc.returncode} "
                               "during the load run" + server.stderr_tail())

@@ -197,14 +197,16 @@ class Session:
         sides = self._build_sides(specs)
         components = environment.fingerprint_components(data, env, self.loadgen_sha256)
         fp = {"hash": environment.fingerprint(components), "components": components}
-        self.agents = runner.Agents(self.loadgen, data["load"]["agents"],
-                                    data["load"].get("cpus"), self.run_dir, self.progress)
         records: Dict[str, List[Dict[str, Any]]] = {s.label: [] for s in sides}
         by_label = {s.label: s for s in sides}
         order = stats.interleaved_order([s.label for s in sides], data["iterations"])
         if self.options.profile:
             order += [(data["iterations"] + 1, s.label) for s in sides]
         interrupted, previous_handler = False, None
+        # A Ctrl-C while the local agent starts stops it (runner.Agents); from here on, the
+        # finally below does.
+        self.agents = runner.Agents(self.loadgen, data["load"]["agents"],
+                                    data["load"].get("cpus"), self.run_dir, self.progress)
         try:
             # Every iteration names this run and its place in it, so that pairing by round
             # (ran_in_rounds) reads the order they ran in, not wall-clock times a clock step

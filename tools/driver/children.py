@@ -1,0 +1,212 @@
+"""Every process the driver starts (servers, peers, helpers, agents, load runs, samplers, perf,
+Bazel), registered from the instant it exists until it has been reaped, so that none outlives
+the driver, however it ends and however often Ctrl-C is pressed.
+
+- start(): subprocess.Popen with SIGINT deferred, so that a Ctrl-C cannot fall between the
+  process coming to exist and its registration (it takes effect right after).
+- stop(): ends one process: its stop signal (SIGTERM unless told otherwise) to its process group
+  when it leads one (servers, peers, helpers and the local agent run in sessions of their own,
+  out of reach of the terminal's Ctrl-C), else to it alone; a bounded wait; then SIGKILL. What
+  is left in its group once it has ended is killed too. SIGINT is deferred meanwhile; stopping a
+  process again, or one that has ended, is harmless.
+- stop_all(): stops everything still registered, all at once (one bounded wait), with SIGINT
+  ignored: the driver's last act (__main__.main), whatever the way out.
+- Ctrl-C: main() installs handle_sigint(): the first Ctrl-C raises KeyboardInterrupt, the ones
+  after it only say that the driver is stopping already (stopping its processes and writing
+  what finished must not be cut short; every wait of it is bounded).
+
+Thread contract: processes are started and stopped from the main thread (Python runs signal
+handlers there only; elsewhere the deferral does nothing).
+"""
+
+import contextlib
+import dataclasses
+import os
+import signal
+import subprocess
+import threading
+import time
+from typing import List, Optional
+
+# How long to wait for a process that was sent SIGKILL (one in the kernel's uninterruptible
+# sleep may take a while; the driver does not wait for it forever).
+_KILL_WAIT_S = 5.0
+
+
+@dataclasses.dataclass(eq=False)
+class _Child:
+    proc: subprocess.Popen
+    group: bool             # leads a process group (and session) of its own
+    stop_signal: int
+    stop_timeout: float     # seconds from the stop signal to SIGKILL
+
+
+_lock = threading.Lock()
+_children: List[_Child] = []    # in the order started
+_interrupted = False            # the first Ctrl-C has raised KeyboardInterrupt
+_previous_handler = None
+
+
+@contextlib.contextmanager
+def sigint_deferred():
+    """A Ctrl-C inside the block takes effect when the block ends, as the handler in force
+    before it would have it (KeyboardInterrupt, by default)."""
+    held = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
+        installed = True
+    except ValueError:  # not the main thread, where no handler runs anyway
+        installed = False
+    try:
+        yield
+    finally:
+        if installed:
+            if previous is None:  # a handler not installed from Python: take it as the default
+                previous = signal.SIG_DFL
+            signal.signal(signal.SIGINT, previous)
+            if held:
+                if callable(previous):
+                    previous(signal.SIGINT, held[0])
+                elif previous == signal.SIG_DFL:
+                    os.kill(os.getpid(), signal.SIGINT)
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        previous = None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _on_sigint(signum, frame):
+    global _interrupted
+    if _interrupted:
+        try:  # not through sys.stderr: the interrupted code may be inside a write to it
+            os.write(2, b"\nbench: stopping already (ending the processes it started, keeping "
+                        b"what finished); please wait\n")
+        except OSError:
+            pass
+        return
+    _interrupted = True
+    raise KeyboardInterrupt
+
+
+def handle_sigint() -> None:
+    """Installs the driver's SIGINT handler (see the module comment) until restore_sigint()."""
+    global _interrupted, _previous_handler
+    _interrupted = False
+    _previous_handler = signal.signal(signal.SIGINT, _on_sigint)
+
+
+def restore_sigint() -> None:
+    """Puts back the SIGINT handler that handle_sigint() replaced."""
+    global _previous_handler
+    if _previous_handler is not None:
+        signal.signal(signal.SIGINT, _previous_handler)
+        _previous_handler = None
+
+
+def start(cmd: List[str], group: bool, stop_signal: int = signal.SIGTERM,
+          stop_timeout: float = 10.0, **popen) -> subprocess.Popen:
+    """subprocess.Popen(cmd, **popen), registered before a Ctrl-C can take effect. group: in a
+    session (so a process group) of its own. OSError as from Popen (nothing is registered)."""
+    with sigint_deferred():
+        proc = subprocess.Popen(cmd, start_new_session=group, **popen)
+        with _lock:
+            _children.append(_Child(proc, group, stop_signal, stop_timeout))
+    return proc
+
+
+def _registered(proc: subprocess.Popen) -> Optional[_Child]:
+    with _lock:
+        for child in _children:
+            if child.proc is proc:
+                return child
+    return None
+
+
+def _forget(child: _Child) -> None:
+    with _lock:
+        if child in _children:
+            _children.remove(child)
+
+
+def _send(child: _Child, sig: int) -> None:
+    if child.group:
+        try:
+            os.killpg(child.proc.pid, sig)
+            return
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        child.proc.send_signal(sig)  # does nothing once it has been reaped
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _kill(child: _Child) -> None:
+    _send(child, signal.SIGKILL)
+    try:
+        child.proc.wait(timeout=_KILL_WAIT_S)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _clear_group(child: _Child) -> None:
+    """SIGKILL to what is left in the group of a leader that has ended (the children of a
+    crashed master, a shell's background job)."""
+    if child.group and child.proc.returncode is not None:
+        try:
+            os.killpg(child.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def stop(proc: subprocess.Popen, timeout: Optional[float] = None) -> Optional[int]:
+    """Ends `proc` (see the module comment): its exit status, None if it would not die.
+    timeout: seconds from the stop signal to SIGKILL (default: the one given to start())."""
+    with sigint_deferred():
+        child = _registered(proc) or _Child(proc, False, signal.SIGTERM, 10.0)
+        if proc.poll() is None:
+            _send(child, child.stop_signal)
+            try:
+                proc.wait(timeout=child.stop_timeout if timeout is None else timeout)
+            except subprocess.TimeoutExpired:
+                _kill(child)
+        _clear_group(child)
+        _forget(child)
+    return proc.returncode
+
+
+def stop_all() -> int:
+    """Stops every process still registered, the last started first, all at once; the number
+    that were still running."""
+    with _sigint_ignored():
+        with _lock:
+            left = list(reversed(_children))
+        running = [c for c in left if c.proc.poll() is None]
+        for child in running:
+            _send(child, child.stop_signal)
+        signalled = time.monotonic()
+        for child in running:
+            try:
+                child.proc.wait(timeout=max(0.0, signalled + child.stop_timeout
+                                            - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _kill(child)
+        for child in left:
+            _clear_group(child)
+            _forget(child)
+    return len(running)
+
+
+def running() -> List[int]:
+    """The pids of the registered processes that have not ended (for tests)."""
+    with _lock:
+        return [c.proc.pid for c in _children if c.proc.poll() is None]
