@@ -60,6 +60,7 @@ Status FileError(std::string_view what, const std::string& path, int err) {
     case EROFS:
     case ETXTBSY:
     case ENXIO:
+    case EXDEV:  // a rename onto a mount point
       return InvalidArgumentError(text);
     case ENOSPC:
     case EDQUOT:
@@ -101,6 +102,12 @@ StatusOr<std::string> ReadFile(std::string_view what, const std::string& path) {
 // sees a partial file.
 Status WriteFileAtomically(std::string_view what, const std::string& path,
                            std::string_view contents) {
+  // A directory is the user's mistake: say so, rather than whatever rename(2) would (EISDIR, or
+  // EXDEV when the directory is a mount point).
+  struct stat existing;
+  if (stat(path.c_str(), &existing) == 0 && S_ISDIR(existing.st_mode)) {
+    return FileError(what, path, EISDIR);
+  }
   const std::string temporary = path + ".tmp." + std::to_string(getpid());
   const int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return FileError(what, path, errno);
