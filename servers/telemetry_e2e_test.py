@@ -401,6 +401,31 @@ class TelemetryEndToEnd(unittest.TestCase):
             return (sample(families, "sluice_telemetry_otlp_export_failures_total") or 0) > 0
         wait_for(dropped, what="a failed export to be counted")
 
+    def test_a_collector_that_never_answers_delays_a_stopping_server_about_a_second(self):
+        # It accepts (the kernel's backlog does) and never reads or answers: every post waits
+        # for an answer until the per-attempt timeout, and then is retried. At exit the posts
+        # under way and the last metrics export get one second in all (8 to 10 s before).
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        self.addCleanup(silent.close)
+        s = self.start("--telemetry=listener", "--tracing-ratio=1", "--metrics",
+                       f"--otlp-endpoint=http://127.0.0.1:{silent.getsockname()[1]}")
+        for _ in range(20):
+            self.assertEqual(s.curl("/plaintext"), 200)
+
+        def retrying():  # a first attempt timed out (2 s): the posts are in their retries
+            families = list(text_string_to_metric_families(s.metrics_text()))
+            return (sample(families, "sluice_telemetry_otlp_export_failures_total") or 0) > 0
+        wait_for(retrying, what="a post to time out")
+        started = time.monotonic()
+        code, err = s.stop()
+        elapsed = time.monotonic() - started
+        self.servers.remove(s)
+        self.assertEqual(code, 0, err)
+        # One second of shutdown budget, plus the server's own stop; generous for sanitizers.
+        self.assertLess(elapsed, 5.0, err)
+
     def test_https_and_h2_spans_and_a_json_access_log(self):
         log = os.path.join(self.tmp, "access.log")
         s = self.start("--tls-self-signed", "--telemetry=listener", "--tracing-ratio=1",

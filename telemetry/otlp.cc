@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <array>
 #include <cerrno>
 #include <charconv>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -452,8 +454,33 @@ StatusOr<OtlpEndpoint> ParseOtlpEndpoint(std::string_view url) {
 
 namespace {
 
-// Connects to the endpoint (non-blocking, bounded by `deadline`); the fd, or why not.
-StatusOr<int> Connect(const OtlpEndpoint& endpoint, Clock::time_point deadline) {
+// Milliseconds from now until `deadline` for poll, rounded up (rounded down, a wait would end
+// just before its deadline and find it not yet passed).
+int PollMillis(Clock::time_point deadline) {
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<int64_t>(left, 0, INT_MAX));
+}
+
+// Until `fd` is ready for `events` or `deadline` passes: OK, DEADLINE_EXCEEDED, or UNAVAILABLE if
+// poll fails (HttpPost's wait; a sender's also wakes for Cancel).
+Status WaitUntil(int fd, short events, Clock::time_point deadline, const OtlpEndpoint& endpoint) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int n = poll(&p, 1, PollMillis(deadline));
+    if (n > 0) return OkStatus();
+    if (n < 0 && errno != EINTR) {
+      return UnavailableError(std::string("OTLP poll: ") + std::strerror(errno));
+    }
+    if (Clock::now() >= deadline) {
+      return DeadlineExceededError("OTLP " + endpoint.authority + ": timed out");
+    }
+  }
+}
+
+// Connects to the endpoint (non-blocking; `wait(fd, events)` waits for the connection, as
+// PostOn's does); the fd, or why not.
+template <typename Wait>
+StatusOr<int> Connect(const OtlpEndpoint& endpoint, const Wait& wait) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -476,11 +503,9 @@ StatusOr<int> Connect(const OtlpEndpoint& endpoint, Clock::time_point deadline) 
     return UnavailableError("OTLP " + endpoint.authority + ": " + std::strerror(connect_errno));
   }
   if (rc != 0) {
-    const int wait_ms = static_cast<int>(std::max<int64_t>(
-        0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count()));
-    pollfd p{fd, POLLOUT, 0};
-    if (poll(&p, 1, wait_ms) <= 0) {
+    if (Status st = wait(fd, POLLOUT); !st.ok()) {
       close(fd);
+      if (st.code() != StatusCode::kDeadlineExceeded) return st;
       return DeadlineExceededError("OTLP " + endpoint.authority + ": connect timed out");
     }
     int err = 0;
@@ -523,20 +548,12 @@ struct PostOutcome {
   bool stale = false;
 };
 
+// `wait(fd, events)` blocks until the socket is ready: OK, or why the POST must end
+// (DEADLINE_EXCEEDED, UNAVAILABLE).
+template <typename Wait>
 PostOutcome PostOn(int fd, const OtlpEndpoint& endpoint, std::string_view path,
                    std::string_view content_type, std::string_view body, bool keep_alive,
-                   Clock::time_point deadline) {
-  auto remaining_ms = [&deadline]() -> int {
-    return static_cast<int>(std::max<int64_t>(
-        0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count()));
-  };
-  auto wait = [&](short events) -> Status {
-    pollfd p{fd, events, 0};
-    const int n = poll(&p, 1, remaining_ms());
-    if (n == 0) return DeadlineExceededError("OTLP " + endpoint.authority + ": timed out");
-    if (n < 0) return UnavailableError(std::string("OTLP poll: ") + std::strerror(errno));
-    return OkStatus();
-  };
+                   const Wait& wait) {
   PostOutcome outcome;
   // The head, then the body where it is (one sendmsg for both; the body is not copied).
   std::string head;
@@ -569,7 +586,7 @@ PostOutcome PostOn(int fd, const OtlpEndpoint& endpoint, std::string_view path,
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (Status st = wait(POLLOUT); !st.ok()) {
+      if (Status st = wait(fd, POLLOUT); !st.ok()) {
         outcome.status = st;
         return outcome;
       }
@@ -616,7 +633,7 @@ PostOutcome PostOn(int fd, const OtlpEndpoint& endpoint, std::string_view path,
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (Status st = wait(POLLIN); !st.ok()) {
+      if (Status st = wait(fd, POLLIN); !st.ok()) {
         outcome.status = st;
         return outcome;
       }
@@ -646,9 +663,10 @@ StatusOr<int> HttpPost(const OtlpEndpoint& endpoint, std::string_view path,
                        std::string_view content_type, std::string_view body,
                        std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
-  StatusOr<int> fd = Connect(endpoint, deadline);
+  auto wait = [&](int fd, short events) { return WaitUntil(fd, events, deadline, endpoint); };
+  StatusOr<int> fd = Connect(endpoint, wait);
   if (!fd.ok()) return fd.status();
-  PostOutcome outcome = PostOn(*fd, endpoint, path, content_type, body, false, deadline);
+  PostOutcome outcome = PostOn(*fd, endpoint, path, content_type, body, false, wait);
   close(*fd);
   return outcome.status;
 }
@@ -850,19 +868,67 @@ std::string MetricsJson(const MetricsSnapshot& m, int64_t now_unix_ns,
 }
 
 OtlpSender::OtlpSender(OtlpEndpoint endpoint, OtlpOptions options)
-    : endpoint_(std::move(endpoint)), options_(std::move(options)) {}
+    : endpoint_(std::move(endpoint)),
+      options_(std::move(options)),
+      wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+
+void OtlpSender::Cancel() {
+  int64_t unset = 0;
+  shutdown_deadline_.compare_exchange_strong(
+      unset, (Clock::now() + options_.shutdown_timeout).time_since_epoch().count());
+  cancelled_.store(true);
+  if (wake_fd_ >= 0) {
+    const uint64_t one = 1;
+    (void)!write(wake_fd_, &one, sizeof(one));
+  }
+}
+
+OtlpSender::Clock::time_point OtlpSender::ShutdownDeadline() const {
+  return Clock::time_point(Clock::duration(shutdown_deadline_.load()));
+}
+
+Status OtlpSender::Wait(int fd, short events, Clock::time_point deadline) const {
+  for (;;) {
+    const bool cancelled = cancelled_.load();
+    const Clock::time_point until = cancelled ? std::min(deadline, ShutdownDeadline()) : deadline;
+    // Until cancelled, the wake fd too (or, without one, a look at cancelled_ every 20 ms).
+    pollfd p[2] = {{fd, events, 0}, {cancelled ? -1 : wake_fd_, POLLIN, 0}};
+    int wait_ms = PollMillis(until);
+    if (!cancelled && wake_fd_ < 0) wait_ms = std::min(wait_ms, 20);
+    const int n = poll(p, 2, wait_ms);
+    if (n < 0 && errno != EINTR) {
+      return UnavailableError(std::string("OTLP poll: ") + std::strerror(errno));
+    }
+    if (n > 0 && p[0].revents != 0) return OkStatus();
+    if (Clock::now() >= until) {
+      return DeadlineExceededError(
+          "OTLP " + endpoint_.authority +
+          (until < deadline ? ": no answer by the shutdown deadline" : ": timed out"));
+    }
+    // Woken by Cancel: again, against the shutdown deadline.
+  }
+}
+
+void OtlpSender::Sleep(Clock::duration duration) const {
+  const auto until = Clock::now() + duration;
+  while (!cancelled_.load() && Clock::now() < until) {
+    pollfd p{wake_fd_, POLLIN, 0};  // ignored by poll when -1: then a look every 20 ms
+    poll(&p, 1, wake_fd_ >= 0 ? PollMillis(until) : std::min(PollMillis(until), 20));
+  }
+}
 
 StatusOr<int> OtlpSender::Post(std::string_view path, std::string_view content_type,
                                std::string_view body) {
   const auto deadline = Clock::now() + options_.timeout;
+  auto wait = [this, deadline](int fd, short events) { return Wait(fd, events, deadline); };
   for (int fresh = 0; fresh < 2; ++fresh) {
     const bool reused = fd_ >= 0;
     if (!reused) {
-      StatusOr<int> fd = Connect(endpoint_, deadline);
+      StatusOr<int> fd = Connect(endpoint_, wait);
       if (!fd.ok()) return fd.status();
       fd_ = *fd;
     }
-    PostOutcome outcome = PostOn(fd_, endpoint_, path, content_type, body, true, deadline);
+    PostOutcome outcome = PostOn(fd_, endpoint_, path, content_type, body, true, wait);
     if (!outcome.reusable) {
       close(fd_);
       fd_ = -1;
@@ -876,14 +942,16 @@ StatusOr<int> OtlpSender::Post(std::string_view path, std::string_view content_t
 
 OtlpSender::~OtlpSender() {
   if (fd_ >= 0) close(fd_);
+  if (wake_fd_ >= 0) close(wake_fd_);
 }
 
 bool OtlpSender::Send(std::string_view path, std::string_view content_type, std::string_view body,
                       uint64_t items) {
   auto backoff = options_.backoff;
-  // A cancelled sender still makes one attempt (the last export at shutdown), never a retry.
-  for (int attempt = 1; attempt <= options_.max_attempts && (attempt == 1 || !cancelled_.load());
-       ++attempt) {
+  for (int attempt = 1; attempt <= options_.max_attempts; ++attempt) {
+    // A cancelled sender makes one attempt (the last export at shutdown) while the shutdown
+    // deadline has not passed, never a retry.
+    if (cancelled_.load() && (attempt > 1 || Clock::now() >= ShutdownDeadline())) break;
     StatusOr<int> status = Post(path, content_type, body);
     if (status.ok() && *status >= 200 && *status < 300) {
       batches_sent_.fetch_add(1, std::memory_order_relaxed);
@@ -893,11 +961,7 @@ bool OtlpSender::Send(std::string_view path, std::string_view content_type, std:
     attempts_failed_.fetch_add(1, std::memory_order_relaxed);
     if (status.ok() && !Retryable(*status)) break;  // the collector refused the data itself
     if (attempt < options_.max_attempts) {
-      const auto until = Clock::now() + backoff;
-      while (Clock::now() < until && !cancelled_.load()) {
-        std::this_thread::sleep_for(
-            std::min<Clock::duration>(until - Clock::now(), std::chrono::milliseconds(20)));
-      }
+      Sleep(backoff);
       backoff *= 2;
     }
   }
@@ -937,6 +1001,7 @@ OtlpSpanExporter::OtlpSpanExporter(const OtlpEndpoint& endpoint, const OtlpOptio
 }
 
 OtlpSpanExporter::~OtlpSpanExporter() {
+  Cancel();
   Idle();
   {
     MutexLock lock(&mu_);
@@ -946,6 +1011,10 @@ OtlpSpanExporter::~OtlpSpanExporter() {
   for (const std::unique_ptr<Slot>& slot : slots_) {
     if (slot->thread.joinable()) slot->thread.join();
   }
+}
+
+void OtlpSpanExporter::Cancel() {
+  for (const std::unique_ptr<Slot>& slot : slots_) slot->sender.Cancel();
 }
 
 void OtlpSpanExporter::Post(size_t index) {
@@ -1070,7 +1139,7 @@ OtlpMetricExporter::OtlpMetricExporter(OtlpEndpoint endpoint, OtlpOptions option
 }
 
 OtlpMetricExporter::~OtlpMetricExporter() {
-  sender_.Cancel();  // retries stop; the last export gets one attempt
+  Cancel();  // the export under way and the last one: shutdown_timeout in all, no retries
   {
     MutexLock lock(&mu_);
     stop_ = true;
@@ -1099,7 +1168,7 @@ void OtlpMetricExporter::Run() {
     }
     ExportNow();
   }
-  // One last export, one attempt (the process is stopping).
+  // One last export, one attempt within the shutdown deadline (the process is stopping).
   ExportNow();
 }
 

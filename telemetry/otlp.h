@@ -10,7 +10,11 @@
 //
 // Delivery: each batch is one POST with a timeout; a connection failure or a 429/502/503/504
 // answer is retried with exponential backoff (doubling from `backoff`, at most `max_attempts`
-// tries), other answers are final. A batch that cannot be delivered is dropped and counted. Up to
+// tries), other answers are final. A batch that cannot be delivered is dropped and counted.
+// Shutdown (Cancel, or an exporter's destruction) ends the retries: the posts under way and those
+// started after it (the last batches, the last metrics export) get `shutdown_timeout` in all, one
+// attempt each, so a collector that accepts connections but never answers delays a stopping
+// process by that much, not by the retries' timeouts. Up to
 // `max_in_flight` span batches are posted at once, each on a kept connection of its own, so that
 // spans go on being encoded while the collector answers. Memory is bounded by the AsyncListener's
 // queue and those batches (spans) and by one snapshot (metrics): an unreachable or slow collector
@@ -20,8 +24,8 @@
 // a message.
 //
 // Thread contract: the span exporter is called on its AsyncListener's thread and posts from threads
-// of its own (one per batch in flight); the metric exporter owns its thread. Counters are
-// thread-safe.
+// of its own (one per batch in flight); the metric exporter owns its thread. Counters and Cancel
+// are thread-safe.
 #ifndef SLUICE_TELEMETRY_OTLP_H_
 #define SLUICE_TELEMETRY_OTLP_H_
 
@@ -71,6 +75,10 @@ struct OtlpOptions {
   // stops the encoding of spans for a collector's whole round trip, during which the queue fills
   // at the request rate.
   int max_in_flight = 4;
+  // Once shutdown begins (Cancel, or the exporter's destruction), the posts under way and those
+  // started after it get this long in all, from the first Cancel: one attempt each, no retries.
+  // A collector that answers is done well within it; a silent one costs this much at exit.
+  std::chrono::milliseconds shutdown_timeout{1000};
 };
 
 struct OtlpCounters {
@@ -150,28 +158,49 @@ std::string MetricsJson(const MetricsSnapshot& metrics, int64_t now_unix_ns,
                         std::string_view service_name);
 
 // The POST-with-retries both exporters use, over a connection it keeps while the collector
-// does (a kept connection found closed is replaced once, within the same attempt). Send is
-// called by one thread at a time (its exporter's).
+// does (a kept connection found closed is replaced once, within the same attempt).
+//
+// Thread contract: Send is called by one thread at a time (its exporter's), which alone opens,
+// uses and closes the connection. Cancel and counters are thread-safe: Cancel never touches the
+// connection; it makes an eventfd readable that every wait of Send (connect, send, answer, retry
+// sleep) polls along with the socket, so a Send blocked there wakes at once and goes on against
+// the shutdown deadline.
 class OtlpSender {
  public:
   OtlpSender(OtlpEndpoint endpoint, OtlpOptions options);
   ~OtlpSender();
   OtlpSender(const OtlpSender&) = delete;
   OtlpSender& operator=(const OtlpSender&) = delete;
-  // True if delivered. `items` is what the batch holds, for the counters.
+  // True if delivered. `items` is what the batch holds, for the counters. Once cancelled: one
+  // attempt, ending by the shutdown deadline; none once that has passed (dropped at once).
   bool Send(std::string_view path, std::string_view content_type, std::string_view body,
             uint64_t items);
   OtlpCounters counters() const;
   const OtlpOptions& options() const { return options_; }
-  // Ends the retry sleeps early (shutdown).
-  void Cancel() { cancelled_.store(true); }
+  // Shutdown: the shutdown deadline is options().shutdown_timeout after the first call. A Send
+  // under way is woken (a retry sleep ends, and it makes no further attempt; a connect, send or
+  // wait for the answer goes on until the shutdown deadline at the latest); later Sends get one
+  // attempt before that deadline. Any thread, any number of times.
+  void Cancel();
 
  private:
+  using Clock = std::chrono::steady_clock;
   StatusOr<int> Post(std::string_view path, std::string_view content_type, std::string_view body);
+  // The shutdown deadline; meaningful once cancelled_ is seen true.
+  Clock::time_point ShutdownDeadline() const;
+  // Until `fd` is ready for `events`: OK; DEADLINE_EXCEEDED at `deadline`, or once cancelled at
+  // the shutdown deadline if that is earlier; UNAVAILABLE if poll fails.
+  Status Wait(int fd, short events, Clock::time_point deadline) const;
+  // Sleeps for `duration`, or until cancelled.
+  void Sleep(Clock::duration duration) const;
 
   const OtlpEndpoint endpoint_;
   const OtlpOptions options_;
   int fd_ = -1;  // the kept connection, or none
+  // Readable from the first Cancel on (never read: it stays so). -1 if it could not be made;
+  // waits then look at cancelled_ every 20 ms instead.
+  const int wake_fd_;
+  std::atomic<int64_t> shutdown_deadline_{0};  // Clock ticks; set before cancelled_
   std::atomic<bool> cancelled_{false};
   std::atomic<uint64_t> batches_sent_{0}, items_sent_{0}, batches_dropped_{0}, items_dropped_{0},
       attempts_failed_{0};
@@ -180,8 +209,15 @@ class OtlpSender {
 class OtlpSpanExporter : public SnapshotConsumer {
  public:
   [[nodiscard]] static StatusOr<std::unique_ptr<OtlpSpanExporter>> Create(OtlpOptions options);
-  // Waits for the posts in flight, then stops the posting threads.
+  // Cancels, waits for the posts in flight (shutdown_timeout at most), then stops the posting
+  // threads.
   ~OtlpSpanExporter() override;
+  // Shutdown begins (OtlpSender::Cancel for every connection): the posts in flight end within
+  // shutdown_timeout, delivered or dropped, without retries; batches handed over later get one
+  // attempt within what is left of it. Thread-safe. An AsyncListener that owns the exporter
+  // waits for its posts (Idle) before it destroys it: its owner calls this first to bound that
+  // wait too.
+  void Cancel();
   // In protobuf, each span is encoded as it is added, read where it was queued; in JSON, the
   // batch is collected (SnapshotConsumer's default) and encoded whole. Consume posts a batch given
   // whole; it is not meant to be mixed with Add within one batch. EndBatch and Consume hand the
@@ -245,9 +281,12 @@ class OtlpMetricExporter {
  public:
   [[nodiscard]] static StatusOr<std::unique_ptr<OtlpMetricExporter>> Create(
       OtlpOptions options, const HttpServerMetrics* metrics);
-  // Sends a last export, then stops the thread.
+  // Cancels, sends a last export (within what is left of shutdown_timeout), then stops the thread.
   ~OtlpMetricExporter();
   OtlpCounters counters() const { return sender_.counters(); }
+  // Shutdown begins: the export under way, if any, and the last one get shutdown_timeout in all,
+  // without retries (OtlpSender::Cancel). Thread-safe; the destructor calls it.
+  void Cancel() { sender_.Cancel(); }
 
  private:
   OtlpMetricExporter(OtlpEndpoint endpoint, OtlpOptions options, const HttpServerMetrics* metrics);

@@ -9,8 +9,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <string>
@@ -167,6 +171,98 @@ class Receiver {
   size_t hold_until_ = 0;
   size_t unanswered_ = 0;
   size_t most_unanswered_ = 0;
+};
+
+// A collector on 127.0.0.1 that accepts connections and never answers. It reads what it is sent,
+// at most `read_limit` bytes a connection (then nothing more, so that a larger body fills the
+// socket's buffers and the sender waits to send), and keeps every connection open until the
+// client closes it.
+class SilentCollector {
+ public:
+  explicit SilentCollector(size_t read_limit = SIZE_MAX) : read_limit_(read_limit) {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    socklen_t len = sizeof(a);
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    listen(fd_, 16);
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~SilentCollector() {
+    stop_ = true;
+    thread_.join();
+    close(fd_);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  // Whether `n` request heads have arrived (each on a connection of its own: a POST waits for its
+  // answer), waiting for them 10 s at most.
+  bool WaitForHeads(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return arrived_.wait_for(lock, std::chrono::seconds(10), [&] { return heads_ >= n; });
+  }
+  // Whether a connection has sent read_limit bytes (the collector reads no more of it), waiting
+  // 10 s at most.
+  bool WaitForAFullConnection() {
+    std::unique_lock<std::mutex> lock(mu_);
+    return arrived_.wait_for(lock, std::chrono::seconds(10), [&] { return full_ > 0; });
+  }
+
+ private:
+  struct Connection {
+    explicit Connection(int fd) : fd(fd) {}
+    int fd;
+    size_t read = 0;
+    bool head = false;  // its request head has arrived
+    std::string start;  // the first bytes, until the head ends
+  };
+
+  void Run() {
+    std::vector<Connection> conns;
+    char buf[65536];
+    while (!stop_) {
+      std::vector<pollfd> fds{{fd_, POLLIN, 0}};
+      for (const Connection& c : conns) {
+        fds.push_back({c.fd, static_cast<short>(c.read < read_limit_ ? POLLIN : 0), 0});
+      }
+      if (poll(fds.data(), fds.size(), 20) <= 0) continue;
+      if (fds[0].revents & POLLIN) {
+        if (const int c = accept(fds[0].fd, nullptr, nullptr); c >= 0) conns.emplace_back(c);
+      }
+      for (size_t i = conns.size(); i-- > 0;) {
+        Connection& c = conns[i];
+        if (i + 1 >= fds.size() || fds[i + 1].revents == 0) continue;
+        const ssize_t n = read(c.fd, buf, std::min(sizeof(buf), read_limit_ - c.read));
+        if (n <= 0) {  // the client gave up
+          close(c.fd);
+          conns.erase(conns.begin() + static_cast<ptrdiff_t>(i));
+          continue;
+        }
+        c.read += static_cast<size_t>(n);
+        if (!c.head) c.start.append(buf, static_cast<size_t>(n));
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!c.head && c.start.find("\r\n\r\n") != std::string::npos) {
+          c.head = true;
+          ++heads_;
+        }
+        if (c.read >= read_limit_) ++full_;
+        arrived_.notify_all();
+      }
+    }
+    for (const Connection& c : conns) close(c.fd);
+  }
+
+  const size_t read_limit_;
+  int fd_;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::condition_variable arrived_;
+  size_t heads_ = 0;  // guarded by mu_
+  size_t full_ = 0;   // guarded by mu_
+  std::thread thread_;
 };
 
 OtlpEndpoint Endpoint(const std::string& url) {
@@ -335,6 +431,171 @@ TEST(Otlp, ASilentCollectorTimesOut) {
   const auto took = std::chrono::steady_clock::now() - t0;
   EXPECT_EQ(s.status().code(), StatusCode::kDeadlineExceeded);
   EXPECT_LT(took, std::chrono::milliseconds(5000));  // without the timeout: never
+}
+
+// Options for a collector that never answers: an attempt would wait 30 s and be retried, so that
+// only the shutdown deadline can end a post soon.
+OtlpOptions SilentOptions(const std::string& url) {
+  OtlpOptions o;
+  o.endpoint = url;
+  o.timeout = std::chrono::seconds(30);
+  o.max_attempts = 4;
+  o.shutdown_timeout = std::chrono::milliseconds(300);
+  return o;
+}
+
+// The shutdown timeout, with room for sanitizers on a busy host; without it: minutes.
+constexpr std::chrono::seconds kPromptly{5};
+
+// Whether thread `tid` of this process is asleep (state S), waiting 10 s at most. A sender's
+// thread sleeps only in poll: once the collector has what it will get, that is the wait for the
+// socket that Cancel must wake (not a look at cancelled_ before the next one).
+bool AsleepSoon(pid_t tid) {
+  const std::string path = "/proc/self/task/" + std::to_string(tid) + "/stat";
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < until) {
+    std::ifstream in(path);
+    const std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t name_end = stat.rfind(')');  // "tid (name) S ..."
+    if (name_end != std::string::npos && name_end + 2 < stat.size() && stat[name_end + 2] == 'S') {
+      return true;
+    }
+    std::this_thread::yield();
+  }
+  return false;
+}
+
+TEST(Otlp, CancelWakesASendWaitingForAnAnswerAndGivesItTheShutdownTimeout) {
+  SilentCollector collector;
+  const OtlpOptions options = SilentOptions(collector.url());
+  OtlpSender sender(Endpoint(collector.url()), options);
+  std::atomic<bool> delivered{true};
+  std::atomic<pid_t> tid{0};
+  std::thread post([&] {
+    tid = gettid();
+    delivered = sender.Send("/v1/traces", "application/json", "{}", 2);
+  });
+  EXPECT_TRUE(collector.WaitForHeads(1));  // the POST went out; its answer never comes
+  EXPECT_TRUE(AsleepSoon(tid));
+  const auto t0 = std::chrono::steady_clock::now();
+  sender.Cancel();
+  post.join();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(took, options.shutdown_timeout);  // woken, not cut short: a late answer may still come
+  EXPECT_LT(took, kPromptly);
+  EXPECT_FALSE(delivered);
+  const OtlpCounters c = sender.counters();
+  EXPECT_EQ(c.attempts_failed, 1u);  // no retry once cancelled
+  EXPECT_EQ(c.batches_dropped, 1u);
+  EXPECT_EQ(c.items_dropped, 2u);
+}
+
+TEST(Otlp, CancelWakesASendBlockedOnACollectorThatStoppedReading) {
+  SilentCollector collector(/*read_limit=*/64 << 10);
+  OtlpSender sender(Endpoint(collector.url()), SilentOptions(collector.url()));
+  const std::string body(32 << 20, 'x');  // far more than the sockets' buffers hold
+  std::atomic<bool> delivered{true};
+  std::atomic<pid_t> tid{0};
+  std::thread post([&] {
+    tid = gettid();
+    delivered = sender.Send("/v1/traces", "application/x-protobuf", body, 1);
+  });
+  EXPECT_TRUE(collector.WaitForAFullConnection());  // reads no more
+  EXPECT_TRUE(AsleepSoon(tid));                     // the sender waits to send the rest
+  const auto t0 = std::chrono::steady_clock::now();
+  sender.Cancel();
+  post.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, kPromptly);
+  EXPECT_FALSE(delivered);
+  EXPECT_EQ(sender.counters().batches_dropped, 1u);
+}
+
+TEST(Otlp, ExportersPostingToASilentCollectorAreDestroyedWithinTheShutdownTimeout) {
+  SilentCollector collector;
+  OtlpOptions options = SilentOptions(collector.url());
+  options.metrics_interval = std::chrono::milliseconds(20);
+  HttpServerMetrics metrics;
+  auto spans = OtlpSpanExporter::Create(options);
+  ASSERT_TRUE(spans.ok());
+  auto metric_exporter = OtlpMetricExporter::Create(options, &metrics);
+  ASSERT_TRUE(metric_exporter.ok());
+  const ExchangeSnapshot batch[2] = {Span(), Span()};
+  (*spans)->Consume(batch);
+  (*spans)->Consume(batch);  // two posts in flight, on two connections
+  // Both, and the metric exporter's first export, wait for answers that never come.
+  EXPECT_TRUE(collector.WaitForHeads(3));
+  const auto t0 = std::chrono::steady_clock::now();
+  spans->reset();            // its posts in flight end by the shutdown deadline
+  metric_exporter->reset();  // its export under way and its last one too
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, kPromptly);
+}
+
+TEST(Otlp, CancelledExportersCountWhatASilentCollectorNeverAnsweredAsDropped) {
+  SilentCollector collector;
+  OtlpOptions options = SilentOptions(collector.url());
+  options.metrics_interval = std::chrono::milliseconds(20);
+  HttpServerMetrics metrics;
+  auto spans = OtlpSpanExporter::Create(options);
+  ASSERT_TRUE(spans.ok());
+  auto metric_exporter = OtlpMetricExporter::Create(options, &metrics);
+  ASSERT_TRUE(metric_exporter.ok());
+  OtlpSpanExporter& span_exporter = **spans;
+  OtlpMetricExporter& metric = **metric_exporter;
+  const ExchangeSnapshot batch[2] = {Span(), Span()};
+  span_exporter.Consume(batch);
+  span_exporter.Consume(batch);
+  EXPECT_TRUE(collector.WaitForHeads(3));
+  const auto t0 = std::chrono::steady_clock::now();
+  span_exporter.Cancel();
+  metric.Cancel();
+  span_exporter.Idle();  // the posts in flight end by the shutdown deadline
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, kPromptly);
+  OtlpCounters c = span_exporter.counters();
+  EXPECT_EQ(c.batches_sent, 0u);
+  EXPECT_EQ(c.batches_dropped, 2u);
+  EXPECT_EQ(c.items_dropped, 4u);
+  EXPECT_EQ(c.attempts_failed, 2u);
+  // A batch handed over once the shutdown deadline has passed is dropped without an attempt.
+  span_exporter.Consume(batch);
+  span_exporter.Idle();
+  c = span_exporter.counters();
+  EXPECT_EQ(c.batches_dropped, 3u);
+  EXPECT_EQ(c.attempts_failed, 2u);
+  // The metric export under way ends by its own deadline (Cancel came a moment later).
+  const auto until = std::chrono::steady_clock::now() + kPromptly;
+  while (metric.counters().batches_dropped == 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_GE(metric.counters().batches_dropped, 1u);
+  EXPECT_EQ(metric.counters().attempts_failed, 1u);
+  EXPECT_EQ(metric.counters().batches_sent, 0u);
+}
+
+// What a server's telemetry goes through when it stops: the AsyncListener that owns the span
+// exporter hands over what is queued and waits for the posts in flight (the exporter's Idle)
+// before it destroys the exporter. Cancelled first, that wait ends by the shutdown deadline too.
+TEST(Otlp, AnAsyncListenerOwningACancelledSpanExporterStopsWithinTheShutdownTimeout) {
+  SilentCollector collector;
+  auto created = OtlpSpanExporter::Create(SilentOptions(collector.url()));
+  ASSERT_TRUE(created.ok());
+  OtlpSpanExporter* const exporter = created->get();
+  auto listener = std::make_unique<AsyncListener>(
+      std::move(*created), AsyncListenerOptions{.batch = 2, .sampled_only = true});
+  ExchangeRecord r;
+  r.method = "GET";
+  r.route = "/";
+  r.scheme = "http";
+  r.protocol_version = "1.1";
+  r.status = 200;
+  r.trace.sampled = true;
+  listener->OnRequestStop(r);
+  listener->OnRequestStop(r);  // a whole batch: handed over at once
+  EXPECT_TRUE(collector.WaitForHeads(1));
+  listener->OnRequestStop(r);  // handed over as the listener stops
+  const auto t0 = std::chrono::steady_clock::now();
+  exporter->Cancel();
+  listener.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, kPromptly);
 }
 
 // A span exporter that posts to `receiver` in `protocol`.
@@ -625,6 +886,18 @@ TEST(Otlp, SpanExporterWithOneBatchInFlightPostsOneAtATime) {
   EXPECT_EQ(receiver.most_unanswered(), 1u);
   EXPECT_EQ(receiver.posts().size(), 3u);
   EXPECT_EQ(receiver.connections(), 1);
+}
+
+TEST(Otlp, ACancelledSpanExporterStillDeliversToACollectorThatAnswers) {
+  Receiver receiver;
+  auto exporter = ExporterTo(receiver);
+  ASSERT_NE(exporter, nullptr);
+  exporter->Cancel();  // the last batches of a stopping process
+  const ExchangeSnapshot spans[2] = {Span(), Span()};
+  exporter->Consume(spans);
+  exporter->Idle();
+  EXPECT_EQ(receiver.posts().size(), 1u);
+  EXPECT_EQ(exporter->counters().items_sent, 2u);
 }
 
 TEST(Otlp, SpanExporterRefusesNoBatchesInFlight) {

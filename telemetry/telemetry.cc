@@ -82,7 +82,12 @@ StatusOr<std::unique_ptr<Telemetry>> Telemetry::Create(TelemetryOptions options)
 }
 
 Telemetry::~Telemetry() {
-  // The exporters go first (each drains or gives up within its timeout), then the instruments.
+  // Shutdown begins for both exporters at once: what they have under way and their last exports
+  // get OtlpOptions::shutdown_timeout in all, not their retries (the span listener waits for the
+  // posts in flight before it destroys its exporter, which would be too late to cancel them).
+  if (span_exporter_) span_exporter_->Cancel();
+  if (metric_exporter_) metric_exporter_->Cancel();
+  // The exporters go first (each drains or gives up within that time), then the instruments.
   access_log_.reset();
   spans_.reset();
   metric_exporter_.reset();

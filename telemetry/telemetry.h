@@ -119,7 +119,7 @@ class Telemetry {
   std::shared_ptr<HttpServerMetrics> metrics_;
   std::shared_ptr<Tracer> tracer_;
   std::shared_ptr<AsyncListener> spans_;  // sampled spans -> OTLP
-  const OtlpSpanExporter* span_exporter_ = nullptr;
+  OtlpSpanExporter* span_exporter_ = nullptr;  // owned by spans_
   std::shared_ptr<AsyncListener> access_log_;
   std::unique_ptr<OtlpMetricExporter> metric_exporter_;
   // The instruments, in the order both hook styles call them (the tracer first: the others read
