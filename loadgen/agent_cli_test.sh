@@ -2,7 +2,8 @@
 # The distributed mode at the process level: two `loadgen agent` processes on 127.0.0.1:0 and a
 # `loadgen --agents` controller against the plaintext sample server (also on port 0). Checks the
 # listening line, the merged summary and JSON against the server's work, the exit codes for a
-# wrong or missing token and an unreachable agent, and that the agents exit 0 on SIGTERM.
+# wrong or missing token and an unreachable agent, an agent frozen mid-run (SIGSTOP), and that the
+# agents exit 0 on SIGTERM.
 # Usage: agent_cli_test.sh PATH_TO_LOADGEN PATH_TO_PLAINTEXT_SERVER
 set -u
 loadgen="$1"
@@ -90,6 +91,39 @@ if [[ "$code" != 1 || "$out" != "loadgen agent: cannot listen on $agent1: Addres
   fail "agent on a port in use exited $code, want 1 and one line; output: $out"
 else
   echo "ok: agent --listen $agent1 (in use) -> 1"
+fi
+
+# An agent that stops answering mid-run (SIGSTOP: its kernel keeps the connection open and
+# acknowledges what the controller sends) is lost once it has said nothing for 5 s, not when its
+# stream's deadline passes (its max duration, 20 s here, plus 30 s): the other agent's result is
+# merged, the frozen one named, exit 1.
+SECONDS=0
+"$loadgen" --agents "$agent1,$agent2" --token t0ken -c 2 -d 2s "http://$server/plaintext" \
+  >"$work/frozen.out" 2>&1 &
+controller_pid=$!
+pids+=($controller_pid)
+# Frozen once its load is under way (its connections to the server are up), so that StartRun
+# has been answered long before: the run starts a second after every agent accepted it.
+for _ in $(seq 1 200); do
+  ss -Htnp state established "( dport = :${server##*:} )" | grep -q "pid=$agent2_pid," && break
+  sleep 0.05
+done
+kill -STOP "$agent2_pid"
+wait "$controller_pid"
+code=$?
+took=$SECONDS
+kill -CONT "$agent2_pid"
+out="$(cat "$work/frozen.out")"
+if [[ "$code" != 1 ]]; then
+  fail "controller with a frozen agent exited $code, want 1: $out"
+elif ((took > 20)); then
+  fail "controller with a frozen agent took ${took} s: $out"
+elif [[ "$out" != *"loadgen: agent $agent2 was lost mid-run: stopped answering: no progress for 5."* ]]; then
+  fail "frozen agent not named: $out"
+elif [[ "$out" != *"Agents: 1 ($agent1), results merged"* || "$out" != *"PARTIAL RESULT: 1 of 2 agents lost"* ]]; then
+  fail "partial result of the other agent: $out"
+else
+  echo "ok: agent $agent2 frozen mid-run -> lost after ${took} s, exit 1"
 fi
 
 # SIGTERM: the agents stop and exit 0.

@@ -120,7 +120,9 @@ StatusOr<LoadSpec> LoadSpecFromProto(const v1::LoadSpec& proto) {
   spec.insecure = proto.insecure();
   if (!proto.transport().empty()) {
     StatusOr<IoBackend> transport = ParseIoBackend(proto.transport());
-    if (!transport.ok()) return InvalidArgumentError("spec.transport: " + transport.status().message());
+    if (!transport.ok()) {
+      return InvalidArgumentError("spec.transport: " + transport.status().message());
+    }
     spec.transport = *transport;
   }
   return spec;
@@ -132,6 +134,7 @@ void RunResultToProto(const RunResult& result, v1::RunResultProto* out) {
   out->set_requests_completed(result.requests_completed);
   out->set_requests_failed(result.requests_failed);
   out->set_requests_unfinished(result.requests_unfinished);
+  out->set_requests_unsent(result.requests_unsent);
   for (size_t code = 0; code < result.status_codes.size(); ++code) {
     if (result.status_codes[code] != 0) {
       (*out->mutable_status_codes())[static_cast<uint32_t>(code)] = result.status_codes[code];
@@ -163,6 +166,7 @@ StatusOr<RunResult> RunResultFromProto(const v1::RunResultProto& proto) {
   result.requests_completed = proto.requests_completed();
   result.requests_failed = proto.requests_failed();
   result.requests_unfinished = proto.requests_unfinished();
+  result.requests_unsent = proto.requests_unsent();
   for (const auto& [code, count] : proto.status_codes()) {
     if (code < 100 || code >= result.status_codes.size()) {
       return InvalidArgumentError("result.status_codes: code " + std::to_string(code) +

@@ -65,6 +65,7 @@ RunResult FullResult() {
   r.requests_completed = 990;
   r.requests_failed = 7;
   r.requests_unfinished = 3;
+  r.requests_unsent = 11;
   r.status_codes[200] = 900;
   r.status_codes[404] = 80;
   r.status_codes[503] = 10;
@@ -154,6 +155,7 @@ TEST(AgentConvert, RunResultRoundTripsEveryField) {
   EXPECT_EQ(back->requests_completed, r.requests_completed);
   EXPECT_EQ(back->requests_failed, r.requests_failed);
   EXPECT_EQ(back->requests_unfinished, r.requests_unfinished);
+  EXPECT_EQ(back->requests_unsent, r.requests_unsent);
   EXPECT_EQ(back->status_codes, r.status_codes);
   EXPECT_EQ(back->bytes_written, r.bytes_written);
   EXPECT_EQ(back->bytes_read, r.bytes_read);
@@ -195,6 +197,8 @@ TEST(AgentConvert, MergingConvertedResultsEqualsMergingTheOriginals) {
   EXPECT_TRUE(via_proto.corrected_latency == direct.corrected_latency);
   EXPECT_TRUE(via_proto.connect_latency == direct.connect_latency);
   EXPECT_EQ(via_proto.requests_completed, direct.requests_completed);
+  EXPECT_EQ(via_proto.requests_unsent, direct.requests_unsent);
+  EXPECT_EQ(via_proto.requests_unsent, 22u);
   EXPECT_EQ(via_proto.duration, direct.duration);
   EXPECT_EQ(via_proto.start_unix_ns, direct.start_unix_ns);
   EXPECT_EQ(via_proto.latency.ValueAtPercentile(99.9), direct.latency.ValueAtPercentile(99.9));

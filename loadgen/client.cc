@@ -205,6 +205,17 @@ void Client::FillPipeline(int64_t now) {
   }
 }
 
+uint64_t Client::MeasuredBacklog(int64_t until) const {
+  if (!paced_) return 0;
+  // Request k of the backlog is intended at next_intended_ns_ + k * interval_ns_.
+  const int64_t first = std::max(next_intended_ns_, w_->plan().measure_start_ns);
+  if (first >= until) return 0;
+  auto steps_before = [this](int64_t t) {  // requests intended before t
+    return t <= next_intended_ns_ ? 0 : (t - next_intended_ns_ + interval_ns_ - 1) / interval_ns_;
+  };
+  return static_cast<uint64_t>(steps_before(until) - steps_before(first));
+}
+
 bool Client::Flush() {
   if (flush_pending_) return false;
   const uint64_t generation = generation_;

@@ -63,6 +63,9 @@ class Client {
   bool paced() const { return paced_; }
   // Constant rate: the intended send time of the next request.
   int64_t next_intended_ns() const { return next_intended_ns_; }
+  // Constant rate: the requests of this connection's schedule intended in the measured period
+  // before `until` and not sent yet (its backlog); 0 in a closed loop.
+  uint64_t MeasuredBacklog(int64_t until) const;
 
   // The time the worker's pacer holds for this client (0: none). The worker's.
   int64_t pacer_at = 0;

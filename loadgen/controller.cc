@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <thread>
 #include <utility>
@@ -154,6 +155,12 @@ class Session {
       agent.start_at = system_clock::time_point(std::chrono::duration_cast<system_clock::duration>(
           nanoseconds(response.start_at_unix_ns())));
     }
+    {
+      // Silence is measured from here: an agent that froze once it accepted the run never sends
+      // its first message.
+      MutexLock lock(&mu_);
+      for (Stream& stream : streams_) stream.last_heard = steady_clock::now();
+    }
     for (size_t i = 0; i < agents_.size(); ++i) {
       Agent* agent = agents_[i].get();
       agent->watch_context = std::make_unique<grpc::ClientContext>();
@@ -166,7 +173,9 @@ class Session {
   }
 
   // Follows the streams until every agent's run ended or was lost, calling the hooks. A lost
-  // agent is recorded (Lose) and the others go on; UNAVAILABLE when every agent was lost.
+  // agent is recorded (Lose) and the others go on; UNAVAILABLE when every agent was lost. An
+  // agent silent for options_.silence_timeout is lost too and its stream cancelled, so no agent
+  // holds the run beyond that.
   Status Follow(const ControllerHooks& hooks) {
     bool stop_sent = false;
     steady_clock::time_point next_tick = steady_clock::now() + options_.progress_interval;
@@ -176,11 +185,15 @@ class Session {
       double live_rate = 0;
       size_t counted = 0;     // agents whose counts are in `combined`
       bool every_p99 = true;  // each of those that completed requests has sent its p99
+      std::vector<grpc::ClientContext*> to_cancel;
+      std::optional<Status> outcome;  // set once every agent's run ended or was lost
       {
         MutexLock lock(&mu_);
         if (steady_clock::now() < next_tick) cv_.WaitWithDeadline(&mu_, next_tick);
+        const steady_clock::time_point now = steady_clock::now();
         for (size_t i = 0; i < streams_.size(); ++i) {
           const Stream& stream = streams_[i];
+          // A lost agent's stream is over or cancelled: nothing more to wait for.
           if (!agents_[i]->lost.empty()) continue;
           if (stream.final_seen && stream.latest.state() == v1::RUN_STATE_FAILED) {
             Lose(i, "the run failed: " + stream.latest.error());
@@ -188,9 +201,16 @@ class Session {
             Lose(i, "failed mid-run: " + Describe(stream.status));
           } else if (stream.done && !stream.final_seen) {
             Lose(i, "ended its progress stream before the run ended");
+          } else if (!stream.done && now - stream.last_heard >= options_.silence_timeout) {
+            Lose(i, "stopped answering: no progress for " +
+                        FormatLatency(static_cast<double>((now - stream.last_heard).count())) +
+                        " (its process stopped or hung, its host unreachable, or its stream "
+                        "stalled)");
+            agents_[i]->silent = true;
+            to_cancel.push_back(agents_[i]->watch_context.get());
           }
-          all_done = all_done && stream.done;
           if (!agents_[i]->lost.empty()) continue;  // its counts are not in the result
+          all_done = all_done && stream.done;
           const v1::RunProgress& latest = stream.latest;
           combined.elapsed = std::max(combined.elapsed, nanoseconds(latest.elapsed_ns()));
           combined.requests_completed += latest.completed();
@@ -210,10 +230,12 @@ class Session {
         combined.p99_is_bound = counted > 1;
         // Still under mu_, which guards lost_count_.
         if (all_done) {
-          if (lost_count_ == agents_.size()) return UnavailableError(LostSummary());
-          return OkStatus();
+          outcome = lost_count_ == agents_.size() ? UnavailableError(LostSummary()) : OkStatus();
         }
       }
+      // A silent agent's watcher then ends at once (CANCELLED), whatever the agent does.
+      for (grpc::ClientContext* context : to_cancel) context->TryCancel();
+      if (outcome.has_value()) return *outcome;
       if (steady_clock::now() >= next_tick) {
         next_tick += options_.progress_interval;
         if (hooks.on_progress) hooks.on_progress(combined, live_rate);
@@ -295,6 +317,8 @@ class Session {
     std::unique_ptr<grpc::ClientContext> watch_context;
     std::thread watcher;
     std::string lost;  // why it was lost (empty: not lost); under mu_
+    // Lost because it stopped answering: StopRun would only wait for its deadline. Under mu_.
+    bool silent = false;
   };
 
   // What a watcher thread has seen of its agent's stream.
@@ -304,6 +328,8 @@ class Session {
     bool done = false;
     grpc::Status status;
     RateSampler sampler;
+    // When the last message came (or the watch started).
+    steady_clock::time_point last_heard;
   };
 
   void Prepare(grpc::ClientContext* context, nanoseconds timeout) const {
@@ -321,6 +347,7 @@ class Session {
     while (reader->Read(&message)) {
       MutexLock lock(&mu_);
       Stream& stream = streams_[index];
+      stream.last_heard = steady_clock::now();
       stream.latest = message;
       if (message.state() == v1::RUN_STATE_RUNNING) stream.sampler.Add(ToProgress(message));
       if (Ended(message.state())) stream.final_seen = true;
@@ -346,10 +373,14 @@ class Session {
     return out;
   }
 
-  // Best effort: StopRun to every agent that started a run.
+  // Best effort: StopRun to every agent that started a run and has not stopped answering.
   void StopAll() {
     for (auto& agent : agents_) {
       if (agent->run_id.empty()) continue;
+      {
+        MutexLock lock(&mu_);
+        if (agent->silent) continue;
+      }
       v1::StopRunRequest request;
       request.set_run_id(agent->run_id);
       v1::StopRunResponse response;
@@ -458,8 +489,10 @@ Distributed runs (a gRPC control plane, authenticated by a shared token; plainte
       --agents-cert F, --agents-key F
                         a client certificate and key (PEM), for agents with --tls-client-ca
                         (TLS needs a loadgen built with --config=openssl: gRPC's TLS is OpenSSL's)
-An agent lost mid-run (killed, unreachable, failed) does not stop the others: the summary merges
-the agents that finished, names the lost ones and why, and the exit status is 1.
+An agent lost mid-run (killed, unreachable, failed, or silent for 5 s: stopped or hung, its host
+gone, its stream stalled; agents report every second) does not stop the others: the summary
+merges the agents that finished (a partial result), names the lost ones and why, and the exit
+status is 1. What a lost agent did is discarded.
 )";
 }
 

@@ -16,10 +16,12 @@
 //   sluice::StatusOr<sluice::loadgen::ControllerResult> result =
 //       sluice::loadgen::RunOnAgents(options, {});
 //
-// An agent that fails (unreachable, refuses the run, its stream breaks, its result is unreadable)
-// fails the whole run: the other agents are stopped and RunOnAgents returns UNAVAILABLE naming the
-// agent and what it said. A result an agent cut short by its own max duration is merged, and
-// reported in ControllerResult::agents.
+// An agent that cannot start the run (unreachable, refuses it) fails the whole run before any
+// load: the agents already started are stopped and RunOnAgents returns UNAVAILABLE naming the
+// agent and what it said. An agent lost mid-run (its stream breaks, it stops answering for
+// ControllerOptions::silence_timeout, its result is unreadable) costs only its own data: the
+// others run to their end and their merged result names it in ControllerResult::lost. A result an
+// agent cut short by its own max duration is merged, and reported in ControllerResult::agents.
 //
 // Thread-safety: stateless functions; RunOnAgents may be called from several threads at once
 // (each call has its own channels and threads).
@@ -35,9 +37,9 @@
 #include <vector>
 
 #include "core/status.h"
-#include "loadgen/grpc_tls.h"
 #include "loadgen/engine.h"
 #include "loadgen/flags.h"
+#include "loadgen/grpc_tls.h"
 
 namespace sluice::loadgen {
 
@@ -81,6 +83,11 @@ struct ControllerOptions {
   std::chrono::nanoseconds call_timeout = std::chrono::seconds(10);
   // How often on_progress is called.
   std::chrono::nanoseconds progress_interval = std::chrono::milliseconds(250);
+  // An agent whose progress stream brings nothing for this long (an agent sends a message every
+  // second, from StartRun to the run's end) is lost: its process stopped or hung, its host
+  // unreachable, or the stream stalled. Without this bound the controller would wait for the
+  // stream's deadline: the agent's max duration (10 minutes by default) and more.
+  std::chrono::nanoseconds silence_timeout = std::chrono::seconds(5);
 };
 
 struct ControllerHooks {
@@ -101,8 +108,8 @@ struct AgentReport {
   std::string stop_reason;
 };
 
-// An agent whose run was lost mid-way (its process died, its host went away, its stream broke, or
-// its result could not be fetched): its data is not in the merged result.
+// An agent whose run was lost mid-way (its process died or stopped answering, its host went away,
+// its stream broke, or its result could not be fetched): its data is not in the merged result.
 struct LostAgent {
   std::string agent;
   std::string reason;

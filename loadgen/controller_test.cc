@@ -7,12 +7,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "loadgen/agent.grpc.pb.h"
 #include "loadgen/agent.h"
 #include "loadgen/flags.h"
 #include "servers/server.h"
@@ -153,6 +156,85 @@ class TestAgent {
 
  private:
   std::unique_ptr<LoadAgentService> service_;
+  AgentServer server_;
+};
+
+// An agent that accepts a run, sends one progress message and then says nothing more, as a
+// process stopped with SIGSTOP does (its kernel keeps the connection open and acknowledges what
+// the controller sends). Its WatchRun returns once the controller cancels the call.
+//
+// Thread-safe: gRPC calls the handlers on its own threads.
+class SilentAgentService final : public v1::LoadAgent::Service {
+ public:
+  grpc::Status StartRun(grpc::ServerContext*, const v1::StartRunRequest* request,
+                        v1::StartRunResponse* response) override {
+    response->set_run_id("silent-run");
+    response->set_start_at_unix_ns(request->start_at_unix_ns());
+    response->set_max_duration_ms(600'000);  // the agent's default: 10 minutes
+    return grpc::Status::OK;
+  }
+  grpc::Status WatchRun(grpc::ServerContext* context, const v1::WatchRunRequest*,
+                        grpc::ServerWriter<v1::RunProgress>* writer) override {
+    v1::RunProgress message;
+    message.set_state(v1::RUN_STATE_RUNNING);
+    message.set_completed(7);
+    writer->Write(message);
+    // As the real agent's handlers: look for the cancellation now and then.
+    while (!context->IsCancelled() && !shutting_down_.load()) {
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    if (context->IsCancelled()) watch_cancelled_.store(true);
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "shutting down");
+  }
+  grpc::Status StopRun(grpc::ServerContext*, const v1::StopRunRequest*,
+                       v1::StopRunResponse*) override {
+    stop_calls_.fetch_add(1);
+    return grpc::Status::OK;
+  }
+  grpc::Status GetResult(grpc::ServerContext*, const v1::GetResultRequest*,
+                         v1::RunResultProto*) override {
+    result_calls_.fetch_add(1);
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "silent");
+  }
+
+  void Shutdown() { shutting_down_.store(true); }
+  bool watch_cancelled() const { return watch_cancelled_.load(); }
+  // Whether the handler saw the controller cancel its WatchRun within `within` (it looks every
+  // 10 ms).
+  bool WatchCancelledWithin(std::chrono::nanoseconds within) const {
+    const steady_clock::time_point until = steady_clock::now() + within;
+    while (!watch_cancelled() && steady_clock::now() < until) {
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    return watch_cancelled();
+  }
+  int stop_calls() const { return stop_calls_.load(); }
+  int result_calls() const { return result_calls_.load(); }
+
+ private:
+  std::atomic<bool> shutting_down_{false};
+  std::atomic<bool> watch_cancelled_{false};
+  std::atomic<int> stop_calls_{0};
+  std::atomic<int> result_calls_{0};
+};
+
+// SilentAgentService behind a gRPC server on 127.0.0.1:0.
+class SilentAgent {
+ public:
+  SilentAgent() {
+    StatusOr<AgentServer> server = StartAgentServer("127.0.0.1:0", &service_);
+    EXPECT_TRUE(server.ok()) << server.status().ToString();
+    if (server.ok()) server_ = std::move(server).value();
+  }
+  ~SilentAgent() {
+    service_.Shutdown();
+    if (server_.server != nullptr) server_.server->Shutdown(system_clock::now() + seconds(5));
+  }
+  const std::string& address() const { return server_.address; }
+  const SilentAgentService& service() const { return service_; }
+
+ private:
+  SilentAgentService service_;
   AgentServer server_;
 };
 
@@ -322,6 +404,76 @@ TEST_F(ControllerTest, LosingEveryAgentFailsTheRunNamingEach) {
   EXPECT_THAT(result.status().message(), HasSubstr("every agent was lost"));
   EXPECT_THAT(result.status().message(), HasSubstr("agent " + a.address() + " failed mid-run"));
   EXPECT_THAT(result.status().message(), HasSubstr("agent " + b.address() + " failed mid-run"));
+}
+
+// An agent that accepted the run and then stopped answering is lost after the silence timeout,
+// not after its stream's deadline (its max duration, 10 minutes, and more): the other agent's run
+// goes to its end and its result is merged; the silent one is not asked for a result it cannot
+// give.
+TEST_F(ControllerTest, AnAgentThatStopsAnsweringIsLostAfterTheSilenceTimeout) {
+  TestAgent a;
+  SilentAgent silent;
+  ControllerOptions options = Options({"-c", "2", "-d", "2s"}, {&a});
+  options.agents.push_back(silent.address());
+  options.silence_timeout = seconds(1);
+  const steady_clock::time_point began = steady_clock::now();
+  StatusOr<ControllerResult> result = RunOnAgents(options, {});
+  const auto took = steady_clock::now() - began;
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_GE(took, seconds(2));  // a ran to its end
+  EXPECT_LT(took, seconds(20));
+  ASSERT_EQ(result->lost.size(), 1u);
+  EXPECT_EQ(result->lost[0].agent, silent.address());
+  EXPECT_THAT(result->lost[0].reason, HasSubstr("stopped answering: no progress for 1."));
+  EXPECT_EQ(result->lost[0].requests_reported, 7u);
+  ASSERT_EQ(result->agents.size(), 1u);
+  EXPECT_EQ(result->agents[0].agent, a.address());
+  EXPECT_FALSE(result->agents[0].partial);
+  EXPECT_GT(result->merged.requests_completed, 0u);
+  EXPECT_EQ(result->merged.requests_completed, result->agents[0].requests_completed);
+  EXPECT_TRUE(silent.service().WatchCancelledWithin(seconds(5)));
+  EXPECT_EQ(silent.service().result_calls(), 0);
+}
+
+// A stop requested once an agent was lost to silence goes to the others only: StopRun to a
+// frozen agent would only wait for its deadline.
+TEST_F(ControllerTest, AStopAfterAnAgentFellSilentStopsOnlyTheOthers) {
+  TestAgent a;
+  SilentAgent silent;
+  ControllerOptions options = Options({"-c", "2", "-d", "30s"}, {&a});
+  options.agents.push_back(silent.address());
+  options.silence_timeout = seconds(1);
+  ControllerHooks hooks;
+  hooks.should_stop = [&] { return silent.service().watch_cancelled(); };
+  const steady_clock::time_point began = steady_clock::now();
+  StatusOr<ControllerResult> result = RunOnAgents(options, hooks);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_LT(steady_clock::now() - began, seconds(15));
+  ASSERT_EQ(result->lost.size(), 1u);
+  EXPECT_EQ(result->lost[0].agent, silent.address());
+  ASSERT_EQ(result->agents.size(), 1u);
+  EXPECT_TRUE(result->agents[0].partial);
+  EXPECT_THAT(result->agents[0].stop_reason, HasSubstr("StopRun"));
+  EXPECT_EQ(silent.service().stop_calls(), 0);
+  EXPECT_EQ(silent.service().result_calls(), 0);
+}
+
+// A request count has no duration to bound the wait: an only agent that falls silent fails the
+// run once the timeout has passed, naming it.
+TEST_F(ControllerTest, ASilentOnlyAgentFailsARequestCountRunAfterTheSilenceTimeout) {
+  SilentAgent silent;
+  ControllerOptions options = Options({"-c", "1", "-n", "1000000000"}, {});
+  options.agents.push_back(silent.address());
+  options.silence_timeout = seconds(1);
+  const steady_clock::time_point began = steady_clock::now();
+  StatusOr<ControllerResult> result = RunOnAgents(options, {});
+  EXPECT_LT(steady_clock::now() - began, seconds(15));
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(result.status().message(),
+              HasSubstr("every agent was lost; agent " + silent.address() + " stopped answering"));
+  EXPECT_TRUE(silent.service().WatchCancelledWithin(seconds(5)));
+  EXPECT_EQ(silent.service().result_calls(), 0);
 }
 
 TEST_F(ControllerTest, AnUnreachableAgentFailsBeforeAnyLoad) {

@@ -237,6 +237,12 @@ StatusOr<RunResult> Engine::Run(ProgressCallback on_progress,
     MutexLock lock(&mu_);
     workers_.clear();
   }
+  if (spec_.requests != 0) {
+    // A -n run intends no more requests than it has tickets for: the backlog of its schedule
+    // beyond the tickets left was never owed.
+    const uint64_t claimed = std::min(plan_->tickets_issued.load(), spec_.requests);
+    result.requests_unsent = std::min(result.requests_unsent, spec_.requests - claimed);
+  }
   result.start_unix_ns = start_unix_ns + spec_.warmup.count();
   return result;
 }

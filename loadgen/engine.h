@@ -25,8 +25,10 @@
 // Accounting: every request sent ends as exactly one of completed (a response was parsed),
 // failed (its connection timed out, was closed by the server or failed, or a response on it was
 // malformed) or unfinished (still in flight when the run ended after its drain time), so
-// sent == completed + failed + unfinished. Requests whose (intended) send time falls in the
-// warmup are not counted anywhere.
+// sent == completed + failed + unfinished. At a constant rate, the requests intended before the
+// end but still behind schedule when the drain time ended are unsent (never sent, so not in that
+// sum; a -n run counts at most the requests it had left). Requests whose (intended) send time
+// falls in the warmup are not counted anywhere.
 //
 //   sluice::loadgen::LoadSpec spec;
 //   spec.address = "127.0.0.1:8080";

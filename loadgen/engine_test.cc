@@ -485,6 +485,64 @@ TEST(Engine, ConstantRateCorrectsForCoordinatedOmission) {
   EXPECT_LT(uncorrected_p99, 100'000'000u) << "uncorrected p99 " << uncorrected_p99;
   EXPECT_GE(r.latency.max(), 1'000'000'000u);
   EXPECT_GE(r.corrected_latency.max(), 1'000'000'000u);
+  // The backlog behind the stall went out: nothing the schedule intended was left unsent.
+  EXPECT_EQ(r.requests_unsent, 0u);
+  EXPECT_EQ(r.requests_sent, 600u);
+}
+
+// A server that holds every answer: at pipeline 1 the connection's first request is its only
+// one, and the schedule's backlog grows for the whole run. What the drain time could not send is
+// unsent, so sent + unsent is exactly what the schedule intended; with a timeout shorter than the
+// run, each reconnect sends one more of the backlog, and the sum still holds.
+TEST(Engine, ConstantRateCountsTheBacklogItNeverSentAsUnsent) {
+  for (const std::chrono::nanoseconds timeout : {std::chrono::nanoseconds(std::chrono::hours(1)),
+                                                 std::chrono::nanoseconds(milliseconds(250))}) {
+    SCOPED_TRACE(testing::Message() << "timeout " << timeout.count() << " ns");
+    RawServer server({.stall_request = 1, .stall_for = std::chrono::hours(1)});
+    LoadSpec spec = SpecFor(server.port());
+    spec.connections = 1;
+    spec.rate = 100;  // intended at start + k * 10 ms
+    spec.duration = seconds(1);
+    spec.timeout = timeout;
+    const RunResult r = RunOrDie(spec);
+    ExpectBalanced(r);
+    EXPECT_EQ(r.requests_completed, 0u);
+    // k = 0..99 are intended before the end, start + 1 s.
+    EXPECT_EQ(r.requests_sent + r.requests_unsent, 100u);
+    EXPECT_GE(r.requests_unsent, 80u);
+    if (timeout > seconds(1)) {
+      EXPECT_EQ(r.requests_sent, 1u);
+      EXPECT_EQ(r.requests_unfinished, 1u);
+      EXPECT_EQ(r.requests_unsent, 99u);
+    } else {
+      EXPECT_EQ(r.requests_failed, r.errors.timeout);
+      EXPECT_GE(r.errors.timeout, 2u);
+    }
+  }
+}
+
+// A -n run stopped while behind schedule owes no more than the requests it had left.
+TEST(Engine, AStoppedConstantRateRequestRunCountsAtMostItsRequestsLeftUnsent) {
+  RawServer server({.stall_request = 1, .stall_for = std::chrono::hours(1)});
+  LoadSpec spec = SpecFor(server.port());
+  spec.connections = 1;
+  spec.rate = 100;
+  spec.requests = 10;
+  spec.timeout = std::chrono::hours(1);
+  StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(spec);
+  ASSERT_TRUE(engine.ok());
+  Engine* e = engine->get();
+  // Stopped 300 ms in: 30 requests were intended by then, the first one sent and held.
+  StatusOr<RunResult> result = e->Run(
+      [e](const Progress& p) {
+        if (p.elapsed >= milliseconds(300)) e->Stop();
+      },
+      milliseconds(10));
+  ASSERT_TRUE(result.ok());
+  ExpectBalanced(*result);
+  EXPECT_EQ(result->requests_sent, 1u);
+  EXPECT_EQ(result->requests_unfinished, 1u);
+  EXPECT_EQ(result->requests_unsent, 9u);
 }
 
 // A run whose connections come up is not given up on, however long nothing completes.

@@ -172,7 +172,7 @@ Load:
                         is measured from each request's intended send time (corrected) and from
                         its actual send. Requests intended before -d ends but behind schedule
                         still go out after it, within the drain time (so their delay is
-                        measured, not hidden)
+                        measured, not hidden); those still not sent then are counted unsent
       --pipeline N      HTTP/1.1: requests in flight per connection, written together (default 1)
       --timeout D       per-request timeout; the connection is closed and reopened (default 2s).
                         Also bounds connecting and the TLS handshake; when -d ends, answers still

@@ -237,9 +237,17 @@ std::string FormatSummary(const CliOptions& options, const RunResult& result,
   }
   if (!codes.empty()) out += "    " + codes + "\n";
   out += Printf("  Requests: %" PRIu64 " sent, %" PRIu64 " completed, %" PRIu64 " failed, %" PRIu64
-                " unfinished\n",
+                " unfinished",
                 result.requests_sent, result.requests_completed, result.requests_failed,
                 result.requests_unfinished);
+  if (result.requests_unsent > 0) {
+    // The worst latencies of the run, and in none of the figures above.
+    out += Printf("; %" PRIu64
+                  " unsent (intended before the end, still behind schedule when the "
+                  "drain time ended)",
+                  result.requests_unsent);
+  }
+  out += "\n";
   const ErrorCounts& e = result.errors;
   out += Printf("  Errors: connect %" PRIu64 ", read %" PRIu64 ", write %" PRIu64
                 ", timeout %" PRIu64 ", bad response %" PRIu64 "\n",
@@ -290,7 +298,8 @@ std::string FormatJson(const CliOptions& options, const RunResult& result) {
   out += ",\"requests\":{\"sent\":" + std::to_string(result.requests_sent) +
          ",\"completed\":" + std::to_string(result.requests_completed) +
          ",\"failed\":" + std::to_string(result.requests_failed) +
-         ",\"unfinished\":" + std::to_string(result.requests_unfinished) + "}";
+         ",\"unfinished\":" + std::to_string(result.requests_unfinished) +
+         ",\"unsent\":" + std::to_string(result.requests_unsent) + "}";
   out += ",\"status_codes\":{";
   bool first = true;
   for (size_t code = 100; code < result.status_codes.size(); ++code) {

@@ -9,6 +9,7 @@ namespace sluice::loadgen {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(Report, Base64MatchesRfc4648Vectors) {
   EXPECT_EQ(Base64Encode(""), "");
@@ -86,6 +87,20 @@ TEST(Report, SummaryShowsBothLatenciesAtAConstantRate) {
   EXPECT_THAT(text, HasSubstr("2xx - 2"));
   EXPECT_THAT(text, HasSubstr("503 - 1"));
   EXPECT_THAT(text, HasSubstr("99.99%"));
+}
+
+TEST(Report, SummaryAndJsonCountRequestsTheScheduleNeverSent) {
+  CliOptions options;
+  options.url = "http://127.0.0.1:1/";
+  options.spec.rate = 100;
+  RunResult r = SampleResult();
+  EXPECT_THAT(FormatSummary(options, r, {}), Not(HasSubstr("unsent")));
+  EXPECT_THAT(FormatJson(options, r), HasSubstr("\"unfinished\":0,\"unsent\":0}"));
+  r.requests_unsent = 97;
+  EXPECT_THAT(FormatSummary(options, r, {}),
+              HasSubstr("3 sent, 3 completed, 0 failed, 0 unfinished; 97 unsent (intended before "
+                        "the end, still behind schedule when the drain time ended)\n"));
+  EXPECT_THAT(FormatJson(options, r), HasSubstr("\"unfinished\":0,\"unsent\":97}"));
 }
 
 TEST(Report, RateSamplerSkipsWarmupAndSamplesWholeWindows) {

@@ -24,6 +24,7 @@ void RunResult::Merge(const RunResult& other) {
   requests_completed += other.requests_completed;
   requests_failed += other.requests_failed;
   requests_unfinished += other.requests_unfinished;
+  requests_unsent += other.requests_unsent;
   for (size_t i = 0; i < status_codes.size(); ++i) status_codes[i] += other.status_codes[i];
   bytes_written += other.bytes_written;
   bytes_read += other.bytes_read;

@@ -40,6 +40,11 @@ struct RunResult {
   uint64_t requests_completed = 0;
   uint64_t requests_failed = 0;
   uint64_t requests_unfinished = 0;
+  // Constant rate: measured requests intended before the end (of the duration, or a stop) that
+  // were still behind schedule, never sent, when the drain time ended. Not sent, so not in the
+  // accounting above: sent + unsent is every measured request the schedule intended. Like the
+  // unfinished ones they are in no latency histogram, though they waited longest.
+  uint64_t requests_unsent = 0;
   // Completed responses by status code (100..599; index = code).
   std::array<uint64_t, 600> status_codes{};
   // Request and response bytes (heads and bodies) of the measured period.

@@ -88,6 +88,9 @@ void Worker::Begin() {
   }
   if (spec_.requests == 0) {
     const int64_t end = plan_->measure_start_ns + spec_.duration.count();
+    // Known now: the pacer's timerfd is exact, the end timer may fire a little late, and what is
+    // intended from the end on must not go out meanwhile.
+    send_until_ns_ = end;
     end_timer_ = loop()->RunAfter(nanoseconds(std::max<int64_t>(0, end - now)), [this, end] {
       end_timer_ = 0;
       BeginStop(end);
@@ -100,7 +103,7 @@ void Worker::Begin() {
 void Worker::BeginStop(int64_t send_until) {
   if (stopping_ || finished_) return;
   stopping_ = true;
-  send_until_ns_ = send_until;
+  send_until_ns_ = std::min(send_until_ns_, send_until);
   drain_timer_ =
       loop()->RunAfter(std::min<nanoseconds>(nanoseconds(timeout_ns_), kMaxDrain), [this] {
         drain_timer_ = 0;
@@ -178,6 +181,9 @@ void Worker::Finish(int64_t now) {
   finish_ns_ = now;
   for (auto& c : connections_) {
     result_.requests_unfinished += c->MeasuredInFlight();
+    // What the schedule still owed when the drain time ended (a -n run's tickets cap it: the
+    // engine's part).
+    if (send_until_ns_ != INT64_MAX) result_.requests_unsent += c->MeasuredBacklog(send_until_ns_);
     c->Abandon();
   }
   for (EventLoop::TimerId* t : {&end_timer_, &drain_timer_, &sweep_timer_}) {

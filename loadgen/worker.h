@@ -14,7 +14,8 @@
 //
 // Accounting (the engine's contract): a client reports every request it sends (RecordSent) and
 // ends each one exactly once: RecordCompletion, RecordFailure, or left in flight at Finish, where
-// the worker counts it unfinished.
+// the worker counts it unfinished. At a constant rate, Finish also counts each client's backlog
+// intended before the end but never sent (Client::MeasuredBacklog) as unsent.
 #ifndef SLUICE_LOADGEN_WORKER_H_
 #define SLUICE_LOADGEN_WORKER_H_
 
@@ -128,7 +129,8 @@ class Worker : private IoHandler {
   int64_t timeout_ns() const { return timeout_ns_; }
   // Every request of a -n run was claimed: the run ends because its work is done.
   bool all_requests_claimed() const { return tickets_exhausted_; }
-  // Nothing intended from here on is sent (INT64_MAX until BeginStop).
+  // Nothing intended from here on is sent: a duration run's end from Begin on, an earlier stop's
+  // time from BeginStop on, INT64_MAX until then in a -n run.
   int64_t send_until_ns() const { return send_until_ns_; }
   // The run ended for this worker: a late callback must only clean up.
   bool finished() const { return finished_; }
@@ -215,7 +217,7 @@ class Worker : private IoHandler {
   bool finished_ = false;
   bool tearing_down_ = false;
   int64_t finish_ns_ = 0;
-  // Set by BeginStop: nothing intended from here on is sent.
+  // Set by Begin (a duration run's end) and BeginStop: nothing intended from here on is sent.
   int64_t send_until_ns_ = INT64_MAX;
   EventLoop::TimerId end_timer_ = 0;
   EventLoop::TimerId drain_timer_ = 0;
