@@ -29,6 +29,20 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// A listening socket on 127.0.0.1, port 0; its port in `port`.
+int ListenOnLoopback(uint16_t* port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  *port = ntohs(a.sin_port);
+  listen(fd, 16);
+  return fd;
+}
+
 // A collector on 127.0.0.1 that answers each POST with the next status given (200 when none
 // left), or not at all (0), and keeps what it was sent (path, Content-Type, body). It serves each
 // connection on a thread of its own and keeps it open for the next POST unless `close_after_each`,
@@ -44,15 +58,7 @@ class Receiver {
 
   explicit Receiver(std::vector<int> statuses = {}, bool close_after_each = false)
       : statuses_(statuses.begin(), statuses.end()), close_after_each_(close_after_each) {
-    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-    socklen_t len = sizeof(a);
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    listen(fd_, 16);
+    fd_ = ListenOnLoopback(&port_);
     thread_ = std::thread([this] { Run(); });
   }
   ~Receiver() {
@@ -180,15 +186,7 @@ class Receiver {
 class SilentCollector {
  public:
   explicit SilentCollector(size_t read_limit = SIZE_MAX) : read_limit_(read_limit) {
-    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-    socklen_t len = sizeof(a);
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    listen(fd_, 16);
+    fd_ = ListenOnLoopback(&port_);
     thread_ = std::thread([this] { Run(); });
   }
   ~SilentCollector() {
