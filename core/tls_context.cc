@@ -60,7 +60,7 @@ Status FileError(std::string_view what, const std::string& path, int err) {
     case EROFS:
     case ETXTBSY:
     case ENXIO:
-    case EXDEV:  // a rename onto a mount point
+    case EBUSY:  // a rename onto a mount point (a bind-mounted file)
       return InvalidArgumentError(text);
     case ENOSPC:
     case EDQUOT:
@@ -102,10 +102,11 @@ StatusOr<std::string> ReadFile(std::string_view what, const std::string& path) {
 // sees a partial file.
 Status WriteFileAtomically(std::string_view what, const std::string& path,
                            std::string_view contents) {
-  // A directory is the user's mistake: say so, rather than whatever rename(2) would (EISDIR, or
-  // EXDEV when the directory is a mount point).
+  // A directory is the user's mistake: said as such up front, with or without a trailing '/'
+  // (with one, the temporary file would land inside it and the rename fail with whatever the
+  // mounts make of it). lstat: a symbolic link is replaced, as rename(2) does, whatever it names.
   struct stat existing;
-  if (stat(path.c_str(), &existing) == 0 && S_ISDIR(existing.st_mode)) {
+  if (path.ends_with('/') || (lstat(path.c_str(), &existing) == 0 && S_ISDIR(existing.st_mode))) {
     return FileError(what, path, EISDIR);
   }
   const std::string temporary = path + ".tmp." + std::to_string(getpid());

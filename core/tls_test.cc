@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -630,17 +631,41 @@ TEST_F(TlsFilesTest, UnparsableFilesAreInvalidArgumentsWithTheLibrarysText) {
 // A file that cannot be opened for want of descriptors is the system's state, not the user's
 // input: a server reports it as a failure to start (exit 1), not as a bad file (exit 2).
 TEST_F(TlsFilesTest, NoDescriptorLeftIsResourceExhaustedNotBadInput) {
+  // Once first, so that the library's own start-up (which may open files) is behind us.
+  ASSERT_TRUE(Server("chain.pem", "leaf.key").ok());
   rlimit saved{};
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
-  rlimit none = saved;
-  none.rlim_cur = 0;  // every open() now fails with EMFILE
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &none), 0);
+  // Every descriptor below a small limit taken, so that the next open() fails with EMFILE
+  // (a limit of 0 would do too, but also refuse the descriptors other threads may want).
+  rlimit small = saved;
+  small.rlim_cur = std::min<rlim_t>(saved.rlim_cur, 256);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &small), 0);
+  std::vector<int> taken;
+  for (int fd; (fd = dup(STDERR_FILENO)) >= 0;) taken.push_back(fd);
+  const int dup_errno = errno;
   StatusOr<std::shared_ptr<TlsContext>> context = Server("chain.pem", "leaf.key");
+  for (int fd : taken) close(fd);
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  ASSERT_EQ(dup_errno, EMFILE);
   ASSERT_FALSE(context.ok());
   EXPECT_EQ(context.status().code(), StatusCode::kResourceExhausted) << context.status().ToString();
   EXPECT_TRUE(Contains(context.status().message(), Path("chain.pem")))
       << context.status().ToString();
+}
+
+// A certificate to write where a directory is, named with or without a trailing '/', is the
+// user's mistake (a server exits 2), whatever rename(2) would have said.
+TEST_F(TlsFilesTest, WritingTheCertificateOverADirectoryIsInvalidArgument) {
+  const std::string directory = Path("a-directory");
+  ASSERT_TRUE(mkdir(directory.c_str(), 0755) == 0 || errno == EEXIST);
+  for (const std::string& path : {directory, directory + "/"}) {
+    StatusOr<std::shared_ptr<TlsContext>> context =
+        TlsContext::CreateServer({.self_signed = true, .self_signed_certificate_file = path});
+    ASSERT_FALSE(context.ok()) << path;
+    EXPECT_EQ(context.status().code(), StatusCode::kInvalidArgument) << context.status().ToString();
+    EXPECT_TRUE(Contains(context.status().message(), "Is a directory"))
+        << context.status().ToString();
+  }
 }
 
 TEST_F(TlsFilesTest, MismatchedKeyIsRejectedNamingBothFiles) {

@@ -104,10 +104,16 @@ controller_pid=$!
 pids+=($controller_pid)
 # Frozen once its load is under way (its connections to the server are up), so that StartRun
 # has been answered long before: the run starts a second after every agent accepted it.
+command -v ss >/dev/null || fail "ss (iproute2) is needed to see the agent's connections"
+loading=0
 for _ in $(seq 1 200); do
-  ss -Htnp state established "( dport = :${server##*:} )" | grep -q "pid=$agent2_pid," && break
+  if ss -Htnp state established "( dport = :${server##*:} )" | grep -q "pid=$agent2_pid,"; then
+    loading=1
+    break
+  fi
   sleep 0.05
 done
+((loading)) || fail "agent $agent2 opened no connection to the server within 10 s"
 kill -STOP "$agent2_pid"
 wait "$controller_pid"
 code=$?

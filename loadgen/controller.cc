@@ -179,6 +179,7 @@ class Session {
   Status Follow(const ControllerHooks& hooks) {
     bool stop_sent = false;
     steady_clock::time_point next_tick = steady_clock::now() + options_.progress_interval;
+    steady_clock::time_point last_pass = steady_clock::now();
     while (true) {
       bool all_done = true;
       Progress combined;
@@ -191,6 +192,12 @@ class Session {
         MutexLock lock(&mu_);
         if (steady_clock::now() < next_tick) cv_.WaitWithDeadline(&mu_, next_tick);
         const steady_clock::time_point now = steady_clock::now();
+        if (now - last_pass > options_.silence_timeout / 2) {
+          // The controller itself was held (stopped with Ctrl-Z, starved): its agents' messages
+          // may wait unread in its watchers, so their silence is not judged from before.
+          for (Stream& stream : streams_) stream.last_heard = std::max(stream.last_heard, now);
+        }
+        last_pass = now;
         for (size_t i = 0; i < streams_.size(); ++i) {
           const Stream& stream = streams_[i];
           // A lost agent's stream is over or cancelled: nothing more to wait for.

@@ -90,7 +90,7 @@ void Worker::Begin() {
     const int64_t end = plan_->measure_start_ns + spec_.duration.count();
     // Known now: the pacer's timerfd is exact, the end timer may fire a little late, and what is
     // intended from the end on must not go out meanwhile.
-    send_until_ns_ = end;
+    send_until_ns_ = std::min(send_until_ns_, end);
     end_timer_ = loop()->RunAfter(nanoseconds(std::max<int64_t>(0, end - now)), [this, end] {
       end_timer_ = 0;
       BeginStop(end);

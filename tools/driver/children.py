@@ -9,7 +9,8 @@ the driver, however it ends and however often Ctrl-C is pressed.
   out of reach of the terminal's Ctrl-C), else to it alone; a bounded wait; then SIGKILL. What
   is left in its group once it has ended is killed too. SIGINT is deferred meanwhile; stopping a
   process again, or one that has ended, is harmless.
-- stop_all(): stops everything still registered, all at once (one bounded wait), with SIGINT
+- stop_all(): stops everything still registered, all at once (one bounded wait for the stop
+  signals, then SIGKILL to every straggler and one more bounded wait), with SIGINT
   ignored: the driver's last act (__main__.main), whatever the way out.
 - Ctrl-C: main() installs handle_sigint(): the first Ctrl-C raises KeyboardInterrupt, the ones
   after it only say that the driver is stopping already (stopping its processes and writing
@@ -194,12 +195,22 @@ def stop_all() -> int:
         for child in running:
             _send(child, child.stop_signal)
         signalled = time.monotonic()
+        stragglers = []
         for child in running:
             try:
                 child.proc.wait(timeout=max(0.0, signalled + child.stop_timeout
                                             - time.monotonic()))
             except subprocess.TimeoutExpired:
-                _kill(child)
+                stragglers.append(child)
+        # SIGKILL to all of them first, then one wait for them together.
+        for child in stragglers:
+            _send(child, signal.SIGKILL)
+        killed = time.monotonic()
+        for child in stragglers:
+            try:
+                child.proc.wait(timeout=max(0.0, killed + _KILL_WAIT_S - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
         for child in left:
             _clear_group(child)
             _forget(child)

@@ -570,8 +570,11 @@ def _run_load(session, side: Side, server: Server, it_dir: str, port: int, profi
     budget = warmup + duration + 60
     try:
         with open(out_path, "w") as out, open(err_path, "w") as err:
-            # SIGINT: the controller stops its agents' run.
-            proc = children.start(cmd, group=False, stop_signal=signal.SIGINT, stdout=out,
+            # In the driver's process group, so a terminal's Ctrl-C reaches it too: loadgen takes
+            # the first signal of each kind as "stop" (the controller then stops its agents' run)
+            # and a second one of the same kind as "die". The driver's stop is SIGTERM, so that it
+            # never turns the terminal's SIGINT into a kill before StopRun went out.
+            proc = children.start(cmd, group=False, stop_signal=signal.SIGTERM, stdout=out,
                                   stderr=err, env=env, stdin=subprocess.DEVNULL)
             try:
                 died = False
