@@ -8,6 +8,7 @@ a sanitized server here too.
     run_test.py TEST_SERVER LOADGEN
 """
 
+import glob
 import json
 import os
 import re
@@ -107,7 +108,7 @@ class DriverTest(unittest.TestCase):
         self.assertNotIn("internal error", err)
         return code, out, err
 
-    def start_bench(self, *args, loadgen=None):
+    def start_bench(self, *args, loadgen=None, session=False):
         """The driver's CLI as a process of its own, its output piped; (the process, the marker
         in its environment, see survivors()). Whatever it leaves behind is killed after the
         test."""
@@ -117,7 +118,7 @@ class DriverTest(unittest.TestCase):
         proc = subprocess.Popen(
             [sys.executable, "-B", "-m", "tools.driver", args[0], "--repo", self.dir,
              "--loadgen", loadgen or LOADGEN, *args[1:]], cwd=self.dir, env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=session)
         self.addCleanup(kill_survivors, marker)
 
         def end():
@@ -541,6 +542,48 @@ class DriverTest(unittest.TestCase):
             self.assertIn("INTERRUPTED: partial results", f.read())
         self.assertIn("INTERRUPTED", rest_out)
         # The third iteration's server, its sampler, the load run and the agent: all gone.
+        self.assertEqual(survivors_after(marker), [])
+
+    def test_ctrl_c_from_a_terminal_lets_the_load_run_end_as_it_would_alone(self):
+        # A terminal's Ctrl-C goes to the driver's whole process group, the load run included.
+        # That run must end as one Ctrl-C ends it, printing its (partial) summary after stopping
+        # its agents' run, and not be killed by the driver's own stop signal right after (which,
+        # with remote agents, would leave them running).
+        scenario = write_scenario(self.dir, "terminal.yaml", f"""\
+            server:
+              command: {SERVER}
+              args: ["--port={{port}}"]
+            load:
+              path: /plaintext
+              args: [-c, "1"]
+            warmup: 100ms
+            duration: 3s
+            iterations: 2
+            """)
+        out_dir = os.path.join(self.dir, "out")
+        proc, marker = self.start_bench("run", scenario, "--out", out_dir, session=True)
+        agent_log = os.path.join(out_dir, "agent.stderr")
+
+        def accepted():
+            try:
+                with open(agent_log, encoding="utf-8") as f:
+                    return f.read().count(" accepted: ")
+            except FileNotFoundError:
+                return 0
+        deadline = time.monotonic() + 120
+        while accepted() < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(accepted(), 2, "the second iteration's run never started")
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal does
+        _, err = proc.communicate(timeout=120)
+        self.assertEqual(proc.returncode, 130, err)
+        self.assertNotIn("Traceback", err)
+        self.assertIn("bench: interrupted after 1 of 2 iterations", err)
+        loads = sorted(glob.glob(os.path.join(out_dir, "iterations", "*", "load.stdout")))
+        self.assertEqual(len(loads), 2, loads)
+        with open(loads[-1], encoding="utf-8") as f:
+            summary = f.read()
+        self.assertIn("Requests:", summary)  # it ended itself, summary and all
         self.assertEqual(survivors_after(marker), [])
 
     def test_ctrl_c_while_the_local_agent_starts_leaves_no_process_behind(self):
