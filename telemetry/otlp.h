@@ -21,7 +21,9 @@
 // costs dropped spans, never a blocked loop or unbounded growth.
 //
 // Only http:// endpoints (a collector on the host or the local network); https:// is refused with
-// a message.
+// a message. A host name is resolved (getaddrinfo) at each new connection, outside the timeouts
+// and out of Cancel's reach: with a resolver that does not answer, a post and a stop take the
+// resolver's own timeouts too. An IP literal avoids that.
 //
 // Thread contract: the span exporter is called on its AsyncListener's thread and posts from threads
 // of its own (one per batch in flight); the metric exporter owns its thread. Counters and Cancel
@@ -51,7 +53,7 @@
 namespace sluice::telemetry {
 
 struct OtlpEndpoint {
-  std::string host;  // what to connect to (an IP literal or "localhost")
+  std::string host;  // what to connect to: an IP literal or a host name
   uint16_t port = 4318;
   std::string base_path;  // before /v1/traces, without a trailing '/'
   std::string authority;  // the Host header
