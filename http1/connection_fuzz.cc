@@ -20,9 +20,8 @@
 #include <string>
 #include <string_view>
 
-#include "core/event_loop.h"
-#include "core/memory_pool.h"
 #include "core/memory_transport.h"
+#include "http/fuzz_connection.h"
 #include "http/fuzz_dispatcher.h"
 #include "http1/connection.h"
 
@@ -31,67 +30,17 @@ namespace {
 
 using http::FuzzCheck;
 
-class Program {
- public:
-  Program(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  bool done() const { return at_ >= size_; }
-  uint8_t Byte() { return at_ < size_ ? data_[at_++] : 0; }
-  std::string_view Bytes(size_t n) {
-    n = std::min(n, size_ - std::min(at_, size_));
-    std::string_view out(reinterpret_cast<const char*>(data_ + at_), n);
-    at_ += n;
-    return out;
-  }
+size_t ThrowBodySize(const http::Request& req) { return req.query() == "late" ? 20000 : 10; }
 
- private:
-  const uint8_t* const data_;
-  const size_t size_;
-  size_t at_ = 0;
-};
-
-class Client {
+class Client final : public http::FuzzConnectionHarness<Connection, ConnectionCounters> {
  public:
-  explicit Client(bool reads) : reads_(reads) {
-    auto loop = EventLoop::Create();
-    FuzzCheck(loop.ok(), "event loop");
-    loop_ = std::move(*loop);
-    auto transport = std::make_unique<MemoryTransport>(loop_.get(), &pool_);
-    transport_ = transport.get();
-    conn_ = std::make_shared<Connection>(std::move(transport), ConnectionOptions{}, &dispatcher_,
+  explicit Client(bool reads) : FuzzConnectionHarness(reads, &ThrowBodySize) {
+    conn_ = std::make_shared<Connection>(TakeTransport(), ConnectionOptions{}, &dispatcher_,
                                          &counters_);
   }
 
-  void Run(Program& p) {
-    loop_->Post([this, &p] {
-      conn_->Start();
-      Execute(p);
-      Deliver();
-      Drain();
-      transport_->client_out().Complete();  // the client is done
-      Drain();
-      conn_->Abort();
-      Drain();
-      StopAfterPostedTasks(2);
-    });
-    loop_->Run();
-    conn_.reset();
-    Status clean = pool_.CheckClean();
-    if (!clean.ok()) std::fprintf(stderr, "%s\n", clean.ToString().c_str());
-    FuzzCheck(clean.ok(), "pool blocks outstanding after the connection ended");
-  }
-
-  // What the connection posted while it ended (the release of a deferred exchange's hold on
-  // it, its last reference) runs in a later pass: stop only after `rounds` more passes.
-  void StopAfterPostedTasks(int rounds) {
-    if (rounds == 0) {
-      loop_->Stop();
-      return;
-    }
-    loop_->Post([this, rounds] { StopAfterPostedTasks(rounds - 1); });
-  }
-
  private:
-  void Execute(Program& p) {
+  void Execute(http::FuzzProgram& p) override {
     while (!p.done()) {
       const uint8_t op = p.Byte();
       const uint8_t arg = op >> 4;
@@ -149,18 +98,7 @@ class Client {
     }
   }
 
-  void Deliver() {
-    if (pending_.empty()) return;
-    PipeWriter& w = transport_->client_out();
-    if (w.Write(pending_).ok()) {
-      FlushResult r;
-      (void)w.Flush(&r, [](FlushResult) {});  // runs the connection's pass now
-    }
-    pending_.clear();
-    if (reads_) Drain();
-  }
-
-  void Drain() {
+  void Drain() override {
     PipeReader& in = transport_->client_in();
     ReadResult read;
     if (!in.Read(&read, nullptr)) return;
@@ -172,15 +110,6 @@ class Client {
     (void)in.AdvanceTo(read.buffer.size());
   }
 
-  const bool reads_;
-  MemoryPool pool_{MemoryPoolOptions{.block_size = 4096, .diagnostic = true}};
-  http::FuzzDispatcher dispatcher_{
-      [](const http::Request& req) -> size_t { return req.query() == "late" ? 20000 : 10; }};
-  ConnectionCounters counters_;
-  std::unique_ptr<EventLoop> loop_;
-  MemoryTransport* transport_ = nullptr;
-  std::shared_ptr<Connection> conn_;
-  std::string pending_;
   bool started_ = false;
 };
 
@@ -189,7 +118,7 @@ class Client {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  sluice::http1::Program program(data + 1, size - 1);
+  sluice::http::FuzzProgram program(data + 1, size - 1);
   sluice::http1::Client client((data[0] & 1) == 0);
   client.Run(program);
   return 0;

@@ -24,9 +24,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/event_loop.h"
-#include "core/memory_pool.h"
 #include "core/memory_transport.h"
+#include "http/fuzz_connection.h"
 #include "http/fuzz_dispatcher.h"
 #include "http2/connection.h"
 #include "http2/frame.h"
@@ -37,73 +36,15 @@ namespace {
 
 using http::FuzzCheck;
 
-// The input, read from the front; past its end every read is zero.
-class Program {
- public:
-  Program(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  bool done() const { return at_ >= size_; }
-  uint8_t Byte() { return at_ < size_ ? data_[at_++] : 0; }
-  uint32_t U32() {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) v = v << 8 | Byte();
-    return v;
-  }
-  std::string_view Bytes(size_t n) {
-    n = std::min(n, size_ - std::min(at_, size_));
-    std::string_view out(reinterpret_cast<const char*>(data_ + at_), n);
-    at_ += n;
-    return out;
-  }
+size_t ThrowBodySize(const http::Request&) { return 20000; }
 
- private:
-  const uint8_t* const data_;
-  const size_t size_;
-  size_t at_ = 0;
-};
-
-class Client {
+class Client final : public http::FuzzConnectionHarness<Connection, ConnectionCounters> {
  public:
-  Client(OutputStrategy strategy, bool reads) : reads_(reads) {
-    auto loop = EventLoop::Create();
-    FuzzCheck(loop.ok(), "event loop");
-    loop_ = std::move(*loop);
-    auto transport = std::make_unique<MemoryTransport>(loop_.get(), &pool_);
-    transport_ = transport.get();
+  Client(OutputStrategy strategy, bool reads) : FuzzConnectionHarness(reads, &ThrowBodySize) {
     ConnectionOptions options;
     options.output.strategy = strategy;
-    conn_ = std::make_shared<Connection>(std::move(transport), options, &dispatcher_, &counters_,
-                                         &pool_);
-  }
-
-  // Runs the whole program as one task of the connection's loop.
-  void Run(Program& p) {
-    loop_->Post([this, &p] {
-      conn_->Start();
-      Execute(p);
-      Deliver();
-      Drain();
-      // The client is done: it closes its side. The connection ends its streams and closes.
-      transport_->client_out().Complete();
-      Drain();
-      conn_->Abort();
-      Drain();
-      StopAfterPostedTasks(2);
-    });
-    loop_->Run();
-    conn_.reset();
-    Status clean = pool_.CheckClean();
-    if (!clean.ok()) std::fprintf(stderr, "%s\n", clean.ToString().c_str());
-    FuzzCheck(clean.ok(), "pool blocks outstanding after the connection ended");
-  }
-
-  // What the connection posted while it ended (the release of a deferred exchange's hold on
-  // it, its last reference) runs in a later pass: stop only after `rounds` more passes.
-  void StopAfterPostedTasks(int rounds) {
-    if (rounds == 0) {
-      loop_->Stop();
-      return;
-    }
-    loop_->Post([this, rounds] { StopAfterPostedTasks(rounds - 1); });
+    conn_ =
+        std::make_shared<Connection>(TakeTransport(), options, &dispatcher_, &counters_, &pool_);
   }
 
  private:
@@ -113,7 +54,7 @@ class Client {
     return next_stream_ - 2 > back ? next_stream_ - 2 - back : 1;
   }
 
-  void Execute(Program& p) {
+  void Execute(http::FuzzProgram& p) override {
     std::string out(kClientPreface);
     AppendSettings({}, &out);
     pending_ += out;
@@ -224,17 +165,6 @@ class Client {
     return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
   }
 
-  void Deliver() {
-    if (pending_.empty()) return;
-    PipeWriter& w = transport_->client_out();
-    if (w.Write(pending_).ok()) {
-      FlushResult r;
-      (void)w.Flush(&r, [](FlushResult) {});  // runs the connection's pass now
-    }
-    pending_.clear();
-    if (reads_) Drain();
-  }
-
   void NoteSetting(uint16_t id, uint32_t value) {
     if (id == static_cast<uint16_t>(SettingId::kMaxFrameSize) && value >= kMinMaxFrameSize &&
         value <= kMaxMaxFrameSize) {
@@ -243,7 +173,7 @@ class Client {
   }
 
   // Reads and checks what the server wrote: every frame decodes.
-  void Drain() {
+  void Drain() override {
     PipeReader& in = transport_->client_in();
     ReadResult read;
     if (!in.Read(&read, nullptr)) return;
@@ -278,15 +208,7 @@ class Client {
     received_.erase(0, at);
   }
 
-  const bool reads_;
-  MemoryPool pool_{MemoryPoolOptions{.block_size = 4096, .diagnostic = true}};
-  http::FuzzDispatcher dispatcher_{[](const http::Request&) -> size_t { return 20000; }};
-  ConnectionCounters counters_;
-  std::unique_ptr<EventLoop> loop_;
-  MemoryTransport* transport_ = nullptr;
-  std::shared_ptr<Connection> conn_;
   HpackEncoder encoder_;
-  std::string pending_;
   std::string received_;
   uint32_t next_stream_ = 1;
   uint32_t max_frame_size_ = kMinMaxFrameSize;  // the largest valid one the client announced
@@ -302,7 +224,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static constexpr OutputStrategy kStrategies[] = {
       OutputStrategy::kTwoLocks, OutputStrategy::kSingleLock, OutputStrategy::kQueue,
       OutputStrategy::kSingleLock};
-  Program program(data + 1, size - 1);
+  sluice::http::FuzzProgram program(data + 1, size - 1);
   Client client(kStrategies[data[0] & 3], (data[0] & 4) == 0);
   client.Run(program);
   return 0;
