@@ -7,7 +7,8 @@ the driver, however it ends and however often Ctrl-C is pressed.
 - stop(): ends one process: its stop signal (SIGTERM unless told otherwise) to its process group
   when it leads one (servers, peers, helpers and the local agent run in sessions of their own,
   out of reach of the terminal's Ctrl-C), else to it alone; a bounded wait; then SIGKILL. What
-  is left in its group once it has ended is killed too. SIGINT is deferred meanwhile; stopping a
+  is left in its group once it has ended is killed too, before it is reaped (until then its
+  pid, the group's id, cannot be another process's). SIGINT is deferred meanwhile; stopping a
   process again, or one that has ended, is harmless.
 - stop_all(): stops everything still registered, all at once (one bounded wait for the stop
   signals, then SIGKILL to every straggler and one more bounded wait), with SIGINT
@@ -151,21 +152,87 @@ def _send(child: _Child, sig: int) -> None:
         pass
 
 
+def _state(proc: subprocess.Popen) -> str:
+    """"running"; "ended", not reaped yet (a zombie: its pid, so its group's id, is still its
+    own, not to be given to a process started since); or "reaped". It does not reap `proc`."""
+    if proc.returncode is not None:
+        return "reaped"
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # reaped already, though not through proc
+        return "reaped"
+    return "running" if info is None else "ended"
+
+
+def ended(proc: subprocess.Popen) -> bool:
+    """Whether `proc` has ended, without reaping it (see _state()): what a caller that stops it
+    later asks instead of proc.poll(), so that its group is still its own at the stop."""
+    return _state(proc) != "running"
+
+
+def _wait_ended(proc: subprocess.Popen, timeout: float) -> bool:
+    """Waits up to `timeout` seconds for `proc` to end, without reaping it (as ended()):
+    whether it has. Polls as subprocess.Popen.wait() does with a timeout."""
+    deadline = time.monotonic() + timeout
+    delay = 0.0005
+    while not ended(proc):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        delay = min(delay * 2, remaining, 0.05)
+        time.sleep(delay)
+    return True
+
+
 def _kill(child: _Child) -> None:
     _send(child, signal.SIGKILL)
+    _wait_ended(child.proc, _KILL_WAIT_S)
+
+
+def _group_outlived_its_leader(pid: int) -> bool:
+    """Whether the group `pid` names is still the one whose leader, reaped already by someone
+    else (a poll() of the caller's, before the stop), had that pid.
+
+    Linux frees a pid only once no process has it as its pid, group or session: while anything
+    is left in the leader's group, no new process can be given the pid. So a process with that
+    pid now means the group had emptied and the pid been reused: the group found is not ours.
+    No process with it but a group of that id: the leader's group, unless, in the moment since
+    the leader was reaped, its group emptied, the pids wrapped round, a new process was given
+    this one, made a group of it and ended, leaving members behind. That group is killed all
+    the same: not to kill would leave what a crashed master left behind running (what the
+    group kill is for), against a chance far smaller than any other in a driver's run."""
     try:
-        child.proc.wait(timeout=_KILL_WAIT_S)
-    except subprocess.TimeoutExpired:
+        os.killpg(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False  # gone: nothing left to kill (or nothing that could be)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
         pass
+    return False
 
 
 def _clear_group(child: _Child) -> None:
-    """SIGKILL to what is left in the group of a leader that has ended (the children of a
-    crashed master, a shell's background job)."""
-    if child.group and child.proc.returncode is not None:
+    """Once child.proc has ended: SIGKILL to what is left in its group (the children of a
+    crashed master, a shell's background job), then reaps it (its exit status in returncode).
+    In that order: until the leader is reaped, its pid is its own, so the kill cannot reach a
+    group of a process started since. A process that has not ended (that would not die after
+    SIGKILL) is left as it is."""
+    proc = child.proc
+    state = _state(proc)
+    if state == "running":
+        return
+    if child.group and (state == "ended" or _group_outlived_its_leader(proc.pid)):
         try:
-            os.killpg(child.proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
+            pass
+    if proc.returncode is None:
+        try:
+            proc.wait(timeout=_KILL_WAIT_S)  # at once: it has ended
+        except subprocess.TimeoutExpired:
             pass
 
 
@@ -174,11 +241,9 @@ def stop(proc: subprocess.Popen, timeout: Optional[float] = None) -> Optional[in
     timeout: seconds from the stop signal to SIGKILL (default: the one given to start())."""
     with sigint_deferred():
         child = _registered(proc) or _Child(proc, False, signal.SIGTERM, 10.0)
-        if proc.poll() is None:
+        if not ended(proc):
             _send(child, child.stop_signal)
-            try:
-                proc.wait(timeout=child.stop_timeout if timeout is None else timeout)
-            except subprocess.TimeoutExpired:
+            if not _wait_ended(proc, child.stop_timeout if timeout is None else timeout):
                 _kill(child)
         _clear_group(child)
         _forget(child)
@@ -191,26 +256,21 @@ def stop_all() -> int:
     with _sigint_ignored():
         with _lock:
             left = list(reversed(_children))
-        running = [c for c in left if c.proc.poll() is None]
+        running = [c for c in left if not ended(c.proc)]
         for child in running:
             _send(child, child.stop_signal)
         signalled = time.monotonic()
         stragglers = []
         for child in running:
-            try:
-                child.proc.wait(timeout=max(0.0, signalled + child.stop_timeout
-                                            - time.monotonic()))
-            except subprocess.TimeoutExpired:
+            if not _wait_ended(child.proc, max(0.0, signalled + child.stop_timeout
+                                               - time.monotonic())):
                 stragglers.append(child)
         # SIGKILL to all of them first, then one wait for them together.
         for child in stragglers:
             _send(child, signal.SIGKILL)
         killed = time.monotonic()
         for child in stragglers:
-            try:
-                child.proc.wait(timeout=max(0.0, killed + _KILL_WAIT_S - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
+            _wait_ended(child.proc, max(0.0, killed + _KILL_WAIT_S - time.monotonic()))
         for child in left:
             _clear_group(child)
             _forget(child)
@@ -220,4 +280,4 @@ def stop_all() -> int:
 def running() -> List[int]:
     """The pids of the registered processes that have not ended (for tests)."""
     with _lock:
-        return [c.proc.pid for c in _children if c.proc.poll() is None]
+        return [c.proc.pid for c in _children if not ended(c.proc)]

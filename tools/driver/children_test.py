@@ -1,22 +1,29 @@
 """children: processes registered as they start, stopped with their whole process group, and a
 Ctrl-C that cannot cut a stop short (the driver end to end: run_test.py)."""
 
+import contextlib
 import os
 import signal
 import subprocess
 import time
 import unittest
+from unittest import mock
 
 from tools.driver import children
 
 
-def alive(pid: int) -> bool:
-    """True while `pid` runs (a zombie does not)."""
+def state(pid: int) -> str:
+    """The state /proc gives `pid` ("S", "R", "Z" for a zombie...); "" once it has been reaped."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
     except OSError:
-        return False
+        return ""
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie does not)."""
+    return state(pid) not in ("", "Z")
 
 
 def wait_for(condition, timeout: float = 10.0) -> bool:
@@ -32,6 +39,10 @@ def wait_for(condition, timeout: float = 10.0) -> bool:
 # process's pid and waits for it.
 STUBBORN = ("trap '' TERM; sleep 120 & echo $! > {pidfile}; wait")
 
+# The same, but the shell itself ends on SIGTERM (from when it has written the pid), leaving its
+# background process in its group.
+ABANDONING = ("trap '' TERM; sleep 120 & pid=$!; trap - TERM; echo $pid > {pidfile}; wait")
+
 
 class ChildrenTest(unittest.TestCase):
     def setUp(self):
@@ -41,15 +52,29 @@ class ChildrenTest(unittest.TestCase):
             os.unlink(self.pidfile)
         self.addCleanup(children.stop_all)
 
-    def stubborn(self, group: bool, stop_timeout: float = 10.0):
-        """The STUBBORN shell: (its process, the pid of its background process)."""
-        proc = children.start(["/bin/sh", "-c", STUBBORN.format(pidfile=self.pidfile)],
+    def stubborn(self, group: bool, stop_timeout: float = 10.0, script: str = STUBBORN):
+        """The STUBBORN shell (or `script`): (its process, the pid of its background
+        process)."""
+        proc = children.start(["/bin/sh", "-c", script.format(pidfile=self.pidfile)],
                               group=group, stop_timeout=stop_timeout,
                               stdin=subprocess.DEVNULL)
         self.assertTrue(wait_for(lambda: os.path.exists(self.pidfile)
                                  and os.path.getsize(self.pidfile) > 0))
         with open(self.pidfile, encoding="utf-8") as f:
             return proc, int(f.read())
+
+    @contextlib.contextmanager
+    def killpg_calls(self, proc=None):
+        """Records every os.killpg() inside the block, and still makes it: a list of (pgid,
+        signal, the state of `proc` then, its returncode then)."""
+        calls = []
+        real = os.killpg
+
+        def killpg(pgid, sig):
+            calls.append((pgid, sig, proc and state(proc.pid), proc and proc.returncode))
+            real(pgid, sig)
+        with mock.patch("os.killpg", killpg):
+            yield calls
 
     def test_a_group_that_ignores_sigterm_is_killed_after_the_timeout(self):
         proc, background = self.stubborn(group=True)
@@ -70,6 +95,50 @@ class ChildrenTest(unittest.TestCase):
         self.assertTrue(alive(background))
         self.assertEqual(children.stop(proc), 0)
         self.assertTrue(wait_for(lambda: not alive(background)))
+
+    def test_a_group_is_killed_before_its_leader_is_reaped(self):
+        # The leader ends on SIGTERM, its background process does not: the SIGKILL to the group
+        # comes while the leader is a zombie, its pid (the group's id) still its own.
+        stoppers = {"stop": children.stop, "stop_all": lambda proc: children.stop_all()}
+        for name, stopper in stoppers.items():
+            with self.subTest(name):
+                if os.path.exists(self.pidfile):
+                    os.unlink(self.pidfile)
+                proc, background = self.stubborn(group=True, script=ABANDONING)
+                with self.killpg_calls(proc) as calls:
+                    stopper(proc)
+                self.assertEqual([call[:2] for call in calls],
+                                 [(proc.pid, signal.SIGTERM), (proc.pid, signal.SIGKILL)])
+                self.assertEqual(calls[1][2:], ("Z", None))  # ended, not reaped
+                self.assertEqual(proc.returncode, -signal.SIGTERM)  # reaped then, by Popen
+                self.assertEqual(state(proc.pid), "")
+                self.assertTrue(wait_for(lambda: not alive(background)))
+                self.assertEqual(children.running(), [])
+
+    def test_a_leader_reaped_by_someone_else_is_no_reason_to_kill_a_group_not_its_own(self):
+        # Its group is gone: nothing is sent but the probe.
+        proc = children.start(["/bin/sh", "-c", "exit 3"], group=True)
+        self.assertEqual(proc.wait(timeout=10), 3)
+        with self.killpg_calls() as calls:
+            self.assertEqual(children.stop(proc), 3)
+        self.assertEqual(calls, [(proc.pid, 0, None, None)])
+        # A group of that id, but a process holds the pid again (so the leader's group had
+        # emptied and the pid was given to another): not killed.
+        proc = children.start(["/bin/sh", "-c", "exit 4"], group=True)
+        self.assertEqual(proc.wait(timeout=10), 4)
+        probes = []
+        with mock.patch("os.killpg", lambda pgid, sig: probes.append(("killpg", pgid, sig))), \
+                mock.patch("os.kill", lambda pid, sig: probes.append(("kill", pid, sig))):
+            self.assertEqual(children.stop(proc), 4)
+        self.assertEqual(probes, [("killpg", proc.pid, 0), ("kill", proc.pid, 0)])
+
+    def test_a_process_without_a_group_of_its_own_is_signalled_alone(self):
+        proc, background = self.stubborn(group=False, stop_timeout=0.2)
+        self.addCleanup(lambda: alive(background) and os.kill(background, signal.SIGKILL))
+        with self.killpg_calls(proc) as calls:
+            self.assertEqual(children.stop(proc), -signal.SIGKILL)
+        self.assertEqual(calls, [])
+        self.assertTrue(alive(background))  # in this test's group: not the driver's to kill
 
     def test_stop_all_ends_every_registered_process(self):
         first, background = self.stubborn(group=True, stop_timeout=0.5)

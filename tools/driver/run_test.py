@@ -139,6 +139,35 @@ class DriverTest(unittest.TestCase):
                 self.fail(f"{path} did not appear within {timeout:g} s")
             time.sleep(0.02)
 
+    def start_interrupted(self, *args, session=False, **scenario):
+        """The driver's CLI, `args` (the command and its options), on a scenario that a test
+        interrupts while it measures: the test server under one connection's load, 100 ms of
+        warmup, then `scenario`'s keys (YAML values). (the process, its marker, its output
+        directory), as start_bench()."""
+        path = write_scenario(self.dir, "interrupt.yaml", textwrap.dedent(f"""\
+            server:
+              command: {SERVER}
+              args: ["--port={{port}}"]
+            load:
+              path: /plaintext
+              args: [-c, "1"]
+            warmup: 100ms
+            """) + "".join(f"{key}: {value}\n" for key, value in scenario.items()))
+        out_dir = os.path.join(self.dir, "out")
+        proc, marker = self.start_bench(*args, path, "--out", out_dir, session=session)
+        return proc, marker, out_dir
+
+    def assert_ended_by_ctrl_c(self, proc, marker, timeout, err_read=""):
+        """The driver, sent Ctrl-C, exits 130 within `timeout` seconds, with no traceback, and
+        leaves no process behind. (its stdout, its stderr after `err_read`, what the test read of
+        it already)."""
+        out, err = proc.communicate(timeout=timeout)
+        err = err_read + err
+        self.assertEqual(proc.returncode, 130, err)
+        self.assertNotIn("Traceback", err)
+        self.assertEqual(survivors_after(marker), [])
+        return out, err
+
     def load(self, out_dir, name):
         with open(os.path.join(out_dir, name), encoding="utf-8") as f:
             return json.load(f)
@@ -503,20 +532,9 @@ class DriverTest(unittest.TestCase):
         self.assertIn("argument --duration: must be longer than 0s", err)
 
     def test_ctrl_c_keeps_the_finished_iterations_as_a_partial_result(self):
-        scenario = write_scenario(self.dir, "interrupt.yaml", f"""\
-            server:
-              command: {SERVER}
-              args: ["--port={{port}}"]
-            load:
-              path: /plaintext
-              args: [-c, "1"]
-            warmup: 100ms
-            duration: 2s
-            variants: {{a: {{}}, b: {{}}}}
-            """)
-        out_dir = os.path.join(self.dir, "out")
-        proc, marker = self.start_bench("compare", "--variant", "a", "--variant", "b",
-                                        "--iterations", "3", scenario, "--out", out_dir)
+        proc, marker, out_dir = self.start_interrupted(
+            "compare", "--variant", "a", "--variant", "b", "--iterations", "3",
+            duration="2s", variants="{a: {}, b: {}}")
         finished, lines = 0, []
         for line in proc.stderr:  # the driver logs a row as each iteration ends
             lines.append(line)
@@ -525,11 +543,9 @@ class DriverTest(unittest.TestCase):
                 if finished == 2:
                     proc.send_signal(signal.SIGINT)  # in the third iteration (2 s of load)
                     break
-        rest_out, rest_err = proc.communicate(timeout=120)
-        err = "".join(lines) + rest_err
+        # The third iteration's server, its sampler, the load run and the agent: all gone.
+        rest_out, err = self.assert_ended_by_ctrl_c(proc, marker, 120, "".join(lines))
         self.assertEqual(finished, 2, err)
-        self.assertEqual(proc.returncode, 130, err)
-        self.assertNotIn("Traceback", err)
         self.assertIn("bench: interrupted after 2 of 6 iterations; the result is partial", err)
         for label in ("A", "B"):
             result = self.load(out_dir, f"result-{label}.json")
@@ -541,27 +557,14 @@ class DriverTest(unittest.TestCase):
         with open(os.path.join(out_dir, "report.md"), encoding="utf-8") as f:
             self.assertIn("INTERRUPTED: partial results", f.read())
         self.assertIn("INTERRUPTED", rest_out)
-        # The third iteration's server, its sampler, the load run and the agent: all gone.
-        self.assertEqual(survivors_after(marker), [])
 
     def test_ctrl_c_from_a_terminal_lets_the_load_run_end_as_it_would_alone(self):
         # A terminal's Ctrl-C goes to the driver's whole process group, the load run included.
         # That run must end as one Ctrl-C ends it, printing its (partial) summary after stopping
         # its agents' run, and not be killed by the driver's own stop signal right after (which,
         # with remote agents, would leave them running).
-        scenario = write_scenario(self.dir, "terminal.yaml", f"""\
-            server:
-              command: {SERVER}
-              args: ["--port={{port}}"]
-            load:
-              path: /plaintext
-              args: [-c, "1"]
-            warmup: 100ms
-            duration: 3s
-            iterations: 2
-            """)
-        out_dir = os.path.join(self.dir, "out")
-        proc, marker = self.start_bench("run", scenario, "--out", out_dir, session=True)
+        proc, marker, out_dir = self.start_interrupted("run", session=True, duration="3s",
+                                                       iterations=2)
         agent_log = os.path.join(out_dir, "agent.stderr")
 
         def accepted():
@@ -575,16 +578,13 @@ class DriverTest(unittest.TestCase):
             time.sleep(0.05)
         self.assertEqual(accepted(), 2, "the second iteration's run never started")
         os.killpg(proc.pid, signal.SIGINT)  # as a terminal does
-        _, err = proc.communicate(timeout=120)
-        self.assertEqual(proc.returncode, 130, err)
-        self.assertNotIn("Traceback", err)
+        _, err = self.assert_ended_by_ctrl_c(proc, marker, 120)
         self.assertIn("bench: interrupted after 1 of 2 iterations", err)
         loads = sorted(glob.glob(os.path.join(out_dir, "iterations", "*", "load.stdout")))
         self.assertEqual(len(loads), 2, loads)
         with open(loads[-1], encoding="utf-8") as f:
             summary = f.read()
         self.assertIn("Requests:", summary)  # it ended itself, summary and all
-        self.assertEqual(survivors_after(marker), [])
 
     def test_ctrl_c_while_the_local_agent_starts_leaves_no_process_behind(self):
         # The agent (in a session of its own, out of reach of a terminal's Ctrl-C) is held
@@ -610,11 +610,8 @@ class DriverTest(unittest.TestCase):
         self.assertTrue(any("held-loadgen agent" in cmd for _, cmd in survivors(marker)),
                         survivors(marker))
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-        self.assertEqual(proc.returncode, 130, err)
-        self.assertNotIn("Traceback", err)
+        _, err = self.assert_ended_by_ctrl_c(proc, marker, 60)
         self.assertIn("bench: no iteration had finished: no result written", err)
-        self.assertEqual(survivors_after(marker), [])
 
     def test_ctrl_c_again_and_again_while_an_iteration_stops_its_server_leaves_none(self):
         # The server (a shell with the test server in the background) says when it gets the
@@ -643,13 +640,10 @@ class DriverTest(unittest.TestCase):
         proc.send_signal(signal.SIGINT)
         time.sleep(0.3)  # a third one a moment later, still inside the 3 s wait
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-        self.assertEqual(proc.returncode, 130, err)
-        self.assertNotIn("Traceback", err)
+        _, err = self.assert_ended_by_ctrl_c(proc, marker, 60)
         # The iteration that was stopping is not kept, as any that had not finished.
         self.assertIn("bench: interrupted before any of 2 iterations finished: no result "
                       "written", err)
-        self.assertEqual(survivors_after(marker), [])
 
     def test_a_server_that_cannot_start_is_reported(self):
         scenario = write_scenario(self.dir, "nostart.yaml", """\

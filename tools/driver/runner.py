@@ -117,7 +117,7 @@ class Agents:
                     progress.log(f"local load agent on {self.addresses[0]}"
                                  + (f" (CPUs {cpus})" if cpus else ""))
                     return
-                if self.local.poll() is not None:
+                if children.ended(self.local):
                     break
                 time.sleep(0.02)
         except BaseException:  # Ctrl-C while it starts: it must not outlive the driver
@@ -188,7 +188,7 @@ class Server:
         self._ready.set()  # stdout closed: the process is gone, wake the waiter
 
     def _poll_port(self) -> None:
-        while self.proc.poll() is None:
+        while not children.ended(self.proc):
             if probe.port_accepts(HOST, self.port):
                 self.port_at = time.perf_counter()
                 if self.ready_mode == "port":
@@ -227,7 +227,7 @@ class Server:
         return None if t is None else (t - self.started) * 1e3
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return not children.ended(self.proc)
 
     def stderr_tail(self) -> str:
         """The server's stderr for an error message: all of it if short, else its first and last
