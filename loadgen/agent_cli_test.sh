@@ -70,6 +70,18 @@ expect 1 "connection attempts failed, none completed; first: UNAVAILABLE: TLS ha
 expect 1 "agent 127.0.0.1:1 did not start the run" --agents 127.0.0.1:1 --token t0ken -n 10 \
   "http://$server/plaintext"
 expect 0 "--agents H:P" --help
+expect 0 "--agents-silence D" --help
+# --agents-silence: a duration in 2s..1h, checked before any agent is asked (exit 2).
+expect 2 "--agents-silence: not a duration" --agents "$agent1" --token t0ken \
+  --agents-silence soon -n 10 "http://$server/plaintext"
+expect 2 "--agents-silence: must be in 2s..1h" --agents "$agent1" --token t0ken \
+  --agents-silence=0s -n 10 "http://$server/plaintext"
+expect 2 "--agents-silence: must be in 2s..1h" --agents "$agent1" --token t0ken \
+  --agents-silence=500ms -n 10 "http://$server/plaintext"
+expect 2 "--agents-silence: must be in 2s..1h" --agents "$agent1" --token t0ken \
+  --agents-silence=2h -n 10 "http://$server/plaintext"
+expect 2 "--agents-silence: only with --agents" --agents-silence 3s -n 10 \
+  "http://$server/plaintext"
 expect 0 "Usage: loadgen agent" agent --help
 expect 2 "--listen HOST:PORT is required" agent --token t0ken
 expect 2 "--token (or LOADGEN_TOKEN) is required" agent --listen 127.0.0.1:0
@@ -94,12 +106,12 @@ else
 fi
 
 # An agent that stops answering mid-run (SIGSTOP: its kernel keeps the connection open and
-# acknowledges what the controller sends) is lost once it has said nothing for 5 s, not when its
-# stream's deadline passes (its max duration, 20 s here, plus 30 s): the other agent's result is
-# merged, the frozen one named, exit 1.
+# acknowledges what the controller sends) is lost once it has said nothing for --agents-silence
+# (3 s here; 5 s by default), not when its stream's deadline passes (its max duration, 20 s here,
+# plus 30 s): the other agent's result is merged, the frozen one named, exit 1.
 SECONDS=0
-"$loadgen" --agents "$agent1,$agent2" --token t0ken -c 2 -d 2s "http://$server/plaintext" \
-  >"$work/frozen.out" 2>&1 &
+"$loadgen" --agents "$agent1,$agent2" --token t0ken --agents-silence 3s -c 2 -d 2s \
+  "http://$server/plaintext" >"$work/frozen.out" 2>&1 &
 controller_pid=$!
 pids+=($controller_pid)
 # Frozen once its load is under way (its connections to the server are up), so that StartRun
@@ -124,7 +136,7 @@ if [[ "$code" != 1 ]]; then
   fail "controller with a frozen agent exited $code, want 1: $out"
 elif ((took > 20)); then
   fail "controller with a frozen agent took ${took} s: $out"
-elif [[ "$out" != *"loadgen: agent $agent2 was lost mid-run: stopped answering: no progress for 5."* ]]; then
+elif [[ "$out" != *"loadgen: agent $agent2 was lost mid-run: stopped answering: no progress for 3."* ]]; then
   fail "frozen agent not named: $out"
 elif [[ "$out" != *"Agents: 1 ($agent1), results merged"* || "$out" != *"PARTIAL RESULT: 1 of 2 agents lost"* ]]; then
   fail "partial result of the other agent: $out"

@@ -414,6 +414,7 @@ StatusOr<std::vector<std::string_view>> ExtractControllerFlags(
   std::vector<std::string_view> rest;
   bool agents_given = false;
   bool token_given = false;
+  bool silence_given = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string_view arg = args[i];
     if (arg == "--") {
@@ -430,7 +431,7 @@ StatusOr<std::vector<std::string_view>> ExtractControllerFlags(
     }
     const bool tls_flag =
         name == "--agents-ca" || name == "--agents-cert" || name == "--agents-key";
-    if (name != "--agents" && name != "--token" && !tls_flag) {
+    if (name != "--agents" && name != "--token" && name != "--agents-silence" && !tls_flag) {
       rest.push_back(arg);
       continue;
     }
@@ -444,6 +445,18 @@ StatusOr<std::vector<std::string_view>> ExtractControllerFlags(
                            : name == "--agents-cert" ? &flags->tls.cert_file
                                                      : &flags->tls.key_file;
       *field = std::string(value);
+      continue;
+    }
+    if (name == "--agents-silence") {
+      StatusOr<nanoseconds> d = ParseDuration(value);
+      if (!d.ok()) return InvalidArgumentError("--agents-silence: " + d.status().message());
+      if (*d < kMinAgentsSilence || *d > kMaxAgentsSilence) {
+        return InvalidArgumentError(
+            "--agents-silence: must be in 2s..1h (agents report every second), got \"" +
+            std::string(value) + "\"");
+      }
+      flags->silence_timeout = *d;
+      silence_given = true;
       continue;
     }
     if (name == "--token") {
@@ -476,6 +489,9 @@ StatusOr<std::vector<std::string_view>> ExtractControllerFlags(
                         !flags->tls.key_file.empty())) {
     return InvalidArgumentError("--agents-ca, --agents-cert and --agents-key: only with --agents");
   }
+  if (silence_given && !agents_given) {
+    return InvalidArgumentError("--agents-silence: only with --agents");
+  }
   if (agents_given && flags->token.empty()) {
     return InvalidArgumentError("--agents: needs --token (or LOADGEN_TOKEN in the environment)");
   }
@@ -496,10 +512,13 @@ Distributed runs (a gRPC control plane, authenticated by a shared token; plainte
       --agents-cert F, --agents-key F
                         a client certificate and key (PEM), for agents with --tls-client-ca
                         (TLS needs a loadgen built with --config=openssl: gRPC's TLS is OpenSSL's)
-An agent lost mid-run (killed, unreachable, failed, or silent for 5 s: stopped or hung, its host
-gone, its stream stalled; agents report every second) does not stop the others: the summary
-merges the agents that finished (a partial result), names the lost ones and why, and the exit
-status is 1. What a lost agent did is discarded.
+      --agents-silence D
+                        an agent whose progress stream brings nothing for D is lost (default 5s,
+                        2s..1h: agents report every second), e.g. 3s, 2500ms, 1m
+An agent lost mid-run (killed, unreachable, failed, or silent for the --agents-silence time:
+stopped or hung, its host gone, its stream stalled) does not stop the others: the summary merges
+the agents that finished (a partial result), names the lost ones and why, and the exit status
+is 1. What a lost agent did is discarded.
 )";
 }
 

@@ -43,19 +43,28 @@
 
 namespace sluice::loadgen {
 
+// The bounds of --agents-silence: agents report every second, so a shorter silence would lose
+// healthy agents; a longer one would no longer catch a frozen agent in any useful time.
+inline constexpr std::chrono::nanoseconds kMinAgentsSilence = std::chrono::seconds(2);
+inline constexpr std::chrono::nanoseconds kMaxAgentsSilence = std::chrono::hours(1);
+
 // The controller's own flags, taken out of the command line before ParseCommandLine sees it.
 struct ControllerFlags {
   std::vector<std::string> agents;
   std::string token;
   ControllerTls tls;  // --agents-ca, --agents-cert, --agents-key
+  // --agents-silence: ControllerOptions::silence_timeout.
+  std::chrono::nanoseconds silence_timeout = std::chrono::seconds(5);
 };
 
-// Removes "--agents A,B" and "--token T" (or "--agents=A,B", "--token=T"), and the TLS flags
-// "--agents-ca F", "--agents-cert F", "--agents-key F", from `args`, up to a
-// "--", and returns the remaining arguments in order. The token may come from `token_from_env`
-// (LOADGEN_TOKEN; null: none) instead. INVALID_ARGUMENT for a flag without a value, an empty or
-// malformed agent list (each must be HOST:PORT), duplicate agents, --agents given twice, a token
-// without --agents, or --agents without a token.
+// Removes "--agents A,B" and "--token T" (or "--agents=A,B", "--token=T"), the TLS flags
+// "--agents-ca F", "--agents-cert F", "--agents-key F", and "--agents-silence D" (a duration as
+// ParseDuration reads it) from `args`, up to a "--", and returns the remaining arguments in
+// order. The token may come from `token_from_env` (LOADGEN_TOKEN; null: none) instead.
+// INVALID_ARGUMENT for a flag without a value, an empty or malformed agent list (each must be
+// HOST:PORT), duplicate agents, --agents given twice, a token, TLS flag or --agents-silence
+// without --agents, --agents without a token, or an --agents-silence that is not a duration in
+// kMinAgentsSilence..kMaxAgentsSilence.
 [[nodiscard]] StatusOr<std::vector<std::string_view>> ExtractControllerFlags(
     const std::vector<std::string_view>& args, const char* token_from_env, ControllerFlags* flags);
 
@@ -86,7 +95,8 @@ struct ControllerOptions {
   // An agent whose progress stream brings nothing for this long (an agent sends a message every
   // second, from StartRun to the run's end) is lost: its process stopped or hung, its host
   // unreachable, or the stream stalled. Without this bound the controller would wait for the
-  // stream's deadline: the agent's max duration (10 minutes by default) and more.
+  // stream's deadline: the agent's max duration (10 minutes by default) and more. The CLI's
+  // --agents-silence.
   std::chrono::nanoseconds silence_timeout = std::chrono::seconds(5);
 };
 

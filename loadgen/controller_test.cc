@@ -13,6 +13,7 @@
 #include <numeric>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "loadgen/agent.grpc.pb.h"
@@ -133,6 +134,64 @@ TEST(ExtractControllerFlags, RejectsBadAgentListsAndMissingTokens) {
               HasSubstr("given twice"));
   EXPECT_THAT(error({"--agents", "a:1", "--token", ""}), HasSubstr("must not be empty"));
   EXPECT_THAT(error({"-c", "1", "--agents"}), HasSubstr("needs a value"));
+}
+
+TEST(ExtractControllerFlags, TakesTheAgentsSilenceAsADuration) {
+  auto silence = [](std::vector<std::string_view> args) {
+    ControllerFlags flags;
+    StatusOr<std::vector<std::string_view>> rest = ExtractControllerFlags(args, "t", &flags);
+    EXPECT_TRUE(rest.ok()) << rest.status().ToString();
+    if (rest.ok()) {
+      EXPECT_THAT(*rest, ElementsAre("-d", "1s", "URL"));
+    }
+    return flags.silence_timeout;
+  };
+  EXPECT_EQ(silence({"--agents", "a:1", "-d", "1s", "URL"}), seconds(5));  // the default
+  EXPECT_EQ(silence({"--agents", "a:1", "--agents-silence", "3s", "-d", "1s", "URL"}), seconds(3));
+  EXPECT_EQ(silence({"--agents-silence=2500ms", "--agents", "a:1", "-d", "1s", "URL"}),
+            milliseconds(2500));
+  EXPECT_EQ(silence({"--agents", "a:1", "--agents-silence=2s", "-d", "1s", "URL"}), seconds(2));
+  EXPECT_EQ(silence({"--agents", "a:1", "--agents-silence=1h", "-d", "1s", "URL"}),
+            std::chrono::hours(1));
+  EXPECT_EQ(silence({"--agents", "a:1", "--agents-silence", "1.5m", "-d", "1s", "URL"}),
+            seconds(90));
+  // After "--", it is the run's argument, not the controller's.
+  ControllerFlags flags;
+  StatusOr<std::vector<std::string_view>> rest =
+      ExtractControllerFlags({"--agents=a:1", "--", "--agents-silence=3s"}, "t", &flags);
+  ASSERT_TRUE(rest.ok()) << rest.status().ToString();
+  EXPECT_THAT(*rest, ElementsAre("--", "--agents-silence=3s"));
+  EXPECT_EQ(flags.silence_timeout, seconds(5));
+}
+
+TEST(ExtractControllerFlags, RejectsABadAgentsSilence) {
+  auto error = [](std::string_view value) {
+    ControllerFlags flags;
+    StatusOr<std::vector<std::string_view>> rest =
+        ExtractControllerFlags({"--agents", "a:1", "--agents-silence", value, "URL"}, "t", &flags);
+    EXPECT_EQ(rest.status().code(), StatusCode::kInvalidArgument) << value;
+    return rest.status().message();
+  };
+  EXPECT_THAT(error("soon"), HasSubstr("--agents-silence: not a duration"));
+  EXPECT_THAT(error(""), HasSubstr("--agents-silence: not a duration"));
+  EXPECT_THAT(error("5x"), HasSubstr("--agents-silence: unknown duration unit \"x\""));
+  EXPECT_THAT(error("-5s"), HasSubstr("--agents-silence: not a duration"));
+  EXPECT_THAT(error("0"), HasSubstr("--agents-silence: must be in 2s..1h"));
+  EXPECT_THAT(error("0s"), HasSubstr("--agents-silence: must be in 2s..1h"));
+  EXPECT_THAT(error("1999ms"), HasSubstr("--agents-silence: must be in 2s..1h"));
+  EXPECT_THAT(error("61m"), HasSubstr("--agents-silence: must be in 2s..1h"));
+  EXPECT_THAT(error("61m"), HasSubstr("got \"61m\""));
+  EXPECT_THAT(error("100000h"), HasSubstr("--agents-silence: must be in 2s..1h"));
+  EXPECT_THAT(error("1000000h"), HasSubstr("--agents-silence: duration too long"));
+
+  ControllerFlags flags;
+  EXPECT_THAT(
+      ExtractControllerFlags({"--agents-silence", "3s", "URL"}, "t", &flags).status().message(),
+      HasSubstr("--agents-silence: only with --agents"));
+  EXPECT_THAT(ExtractControllerFlags({"--agents", "a:1", "--agents-silence"}, "t", &flags)
+                  .status()
+                  .message(),
+              HasSubstr("--agents-silence: needs a value"));
 }
 
 // One agent: its service and its gRPC server on 127.0.0.1:0.
@@ -406,74 +465,90 @@ TEST_F(ControllerTest, LosingEveryAgentFailsTheRunNamingEach) {
   EXPECT_THAT(result.status().message(), HasSubstr("agent " + b.address() + " failed mid-run"));
 }
 
+// Runs with a SilentAgent listed after the test agents, lost once it has said nothing for
+// kSilence.
+class ControllerSilentAgentTest : public ControllerTest {
+ protected:
+  static constexpr std::chrono::seconds kSilence{1};
+
+  struct TimedRun {
+    StatusOr<ControllerResult> result;
+    steady_clock::duration took;
+  };
+
+  // RunOnAgents for `run_flags` on `agents` and then silent_, timed.
+  TimedRun RunWithSilentAgent(std::vector<std::string_view> run_flags,
+                              const std::vector<TestAgent*>& agents,
+                              const ControllerHooks& hooks = {}) {
+    ControllerOptions options = Options(std::move(run_flags), agents);
+    options.agents.push_back(silent_.address());
+    options.silence_timeout = kSilence;
+    const steady_clock::time_point began = steady_clock::now();
+    StatusOr<ControllerResult> result = RunOnAgents(options, hooks);
+    return {std::move(result), steady_clock::now() - began};
+  }
+
+  // The controller cancelled the silent agent's WatchRun and did not ask it for a result it
+  // cannot give.
+  void ExpectSilentAgentCutOff() const {
+    EXPECT_TRUE(silent_.service().WatchCancelledWithin(seconds(5)));
+    EXPECT_EQ(silent_.service().result_calls(), 0);
+  }
+
+  SilentAgent silent_;
+};
+
 // An agent that accepted the run and then stopped answering is lost after the silence timeout,
 // not after its stream's deadline (its max duration, 10 minutes, and more): the other agent's run
-// goes to its end and its result is merged; the silent one is not asked for a result it cannot
-// give.
-TEST_F(ControllerTest, AnAgentThatStopsAnsweringIsLostAfterTheSilenceTimeout) {
+// goes to its end and its result is merged.
+TEST_F(ControllerSilentAgentTest, AnAgentThatStopsAnsweringIsLostAfterTheSilenceTimeout) {
   TestAgent a;
-  SilentAgent silent;
-  ControllerOptions options = Options({"-c", "2", "-d", "2s"}, {&a});
-  options.agents.push_back(silent.address());
-  options.silence_timeout = seconds(1);
-  const steady_clock::time_point began = steady_clock::now();
-  StatusOr<ControllerResult> result = RunOnAgents(options, {});
-  const auto took = steady_clock::now() - began;
-  ASSERT_TRUE(result.ok()) << result.status().ToString();
-  EXPECT_GE(took, seconds(2));  // a ran to its end
-  EXPECT_LT(took, seconds(20));
-  ASSERT_EQ(result->lost.size(), 1u);
-  EXPECT_EQ(result->lost[0].agent, silent.address());
-  EXPECT_THAT(result->lost[0].reason, HasSubstr("stopped answering: no progress for 1."));
-  EXPECT_EQ(result->lost[0].requests_reported, 7u);
-  ASSERT_EQ(result->agents.size(), 1u);
-  EXPECT_EQ(result->agents[0].agent, a.address());
-  EXPECT_FALSE(result->agents[0].partial);
-  EXPECT_GT(result->merged.requests_completed, 0u);
-  EXPECT_EQ(result->merged.requests_completed, result->agents[0].requests_completed);
-  EXPECT_TRUE(silent.service().WatchCancelledWithin(seconds(5)));
-  EXPECT_EQ(silent.service().result_calls(), 0);
+  const TimedRun run = RunWithSilentAgent({"-c", "2", "-d", "2s"}, {&a});
+  ASSERT_TRUE(run.result.ok()) << run.result.status().ToString();
+  EXPECT_GE(run.took, seconds(2));  // a ran to its end
+  EXPECT_LT(run.took, seconds(20));
+  const ControllerResult& result = run.result.value();
+  ASSERT_EQ(result.lost.size(), 1u);
+  EXPECT_EQ(result.lost[0].agent, silent_.address());
+  EXPECT_THAT(result.lost[0].reason, HasSubstr("stopped answering: no progress for 1."));
+  EXPECT_EQ(result.lost[0].requests_reported, 7u);
+  ASSERT_EQ(result.agents.size(), 1u);
+  EXPECT_EQ(result.agents[0].agent, a.address());
+  EXPECT_FALSE(result.agents[0].partial);
+  EXPECT_GT(result.merged.requests_completed, 0u);
+  EXPECT_EQ(result.merged.requests_completed, result.agents[0].requests_completed);
+  ExpectSilentAgentCutOff();
 }
 
 // A stop requested once an agent was lost to silence goes to the others only: StopRun to a
 // frozen agent would only wait for its deadline.
-TEST_F(ControllerTest, AStopAfterAnAgentFellSilentStopsOnlyTheOthers) {
+TEST_F(ControllerSilentAgentTest, AStopAfterAnAgentFellSilentStopsOnlyTheOthers) {
   TestAgent a;
-  SilentAgent silent;
-  ControllerOptions options = Options({"-c", "2", "-d", "30s"}, {&a});
-  options.agents.push_back(silent.address());
-  options.silence_timeout = seconds(1);
   ControllerHooks hooks;
-  hooks.should_stop = [&] { return silent.service().watch_cancelled(); };
-  const steady_clock::time_point began = steady_clock::now();
-  StatusOr<ControllerResult> result = RunOnAgents(options, hooks);
-  ASSERT_TRUE(result.ok()) << result.status().ToString();
-  EXPECT_LT(steady_clock::now() - began, seconds(15));
-  ASSERT_EQ(result->lost.size(), 1u);
-  EXPECT_EQ(result->lost[0].agent, silent.address());
-  ASSERT_EQ(result->agents.size(), 1u);
-  EXPECT_TRUE(result->agents[0].partial);
-  EXPECT_THAT(result->agents[0].stop_reason, HasSubstr("StopRun"));
-  EXPECT_EQ(silent.service().stop_calls(), 0);
-  EXPECT_EQ(silent.service().result_calls(), 0);
+  hooks.should_stop = [&] { return silent_.service().watch_cancelled(); };
+  const TimedRun run = RunWithSilentAgent({"-c", "2", "-d", "30s"}, {&a}, hooks);
+  ASSERT_TRUE(run.result.ok()) << run.result.status().ToString();
+  EXPECT_LT(run.took, seconds(15));
+  const ControllerResult& result = run.result.value();
+  ASSERT_EQ(result.lost.size(), 1u);
+  EXPECT_EQ(result.lost[0].agent, silent_.address());
+  ASSERT_EQ(result.agents.size(), 1u);
+  EXPECT_TRUE(result.agents[0].partial);
+  EXPECT_THAT(result.agents[0].stop_reason, HasSubstr("StopRun"));
+  EXPECT_EQ(silent_.service().stop_calls(), 0);
+  ExpectSilentAgentCutOff();
 }
 
 // A request count has no duration to bound the wait: an only agent that falls silent fails the
 // run once the timeout has passed, naming it.
-TEST_F(ControllerTest, ASilentOnlyAgentFailsARequestCountRunAfterTheSilenceTimeout) {
-  SilentAgent silent;
-  ControllerOptions options = Options({"-c", "1", "-n", "1000000000"}, {});
-  options.agents.push_back(silent.address());
-  options.silence_timeout = seconds(1);
-  const steady_clock::time_point began = steady_clock::now();
-  StatusOr<ControllerResult> result = RunOnAgents(options, {});
-  EXPECT_LT(steady_clock::now() - began, seconds(15));
-  ASSERT_FALSE(result.ok());
-  EXPECT_EQ(result.status().code(), StatusCode::kUnavailable);
-  EXPECT_THAT(result.status().message(),
-              HasSubstr("every agent was lost; agent " + silent.address() + " stopped answering"));
-  EXPECT_TRUE(silent.service().WatchCancelledWithin(seconds(5)));
-  EXPECT_EQ(silent.service().result_calls(), 0);
+TEST_F(ControllerSilentAgentTest, ASilentOnlyAgentFailsARequestCountRunAfterTheSilenceTimeout) {
+  const TimedRun run = RunWithSilentAgent({"-c", "1", "-n", "1000000000"}, {});
+  EXPECT_LT(run.took, seconds(15));
+  ASSERT_FALSE(run.result.ok());
+  EXPECT_EQ(run.result.status().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(run.result.status().message(),
+              HasSubstr("every agent was lost; agent " + silent_.address() + " stopped answering"));
+  ExpectSilentAgentCutOff();
 }
 
 TEST_F(ControllerTest, AnUnreachableAgentFailsBeforeAnyLoad) {

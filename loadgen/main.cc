@@ -207,6 +207,7 @@ int RunDistributed(const CliOptions& options, const sluice::loadgen::ControllerF
   ControllerOptions controller;
   controller.agents = flags.agents;
   controller.token = flags.token;
+  controller.silence_timeout = flags.silence_timeout;
   sluice::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       ControllerCredentials(flags.tls);
   if (!credentials.ok()) {
