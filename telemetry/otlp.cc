@@ -461,62 +461,165 @@ int PollMillis(Clock::time_point deadline) {
   return static_cast<int>(std::clamp<int64_t>(left, 0, INT_MAX));
 }
 
-// Until `fd` is ready for `events` or `deadline` passes: OK, DEADLINE_EXCEEDED, or UNAVAILABLE if
-// poll fails (HttpPost's wait; a sender's also wakes for Cancel).
-Status WaitUntil(int fd, short events, Clock::time_point deadline, const OtlpEndpoint& endpoint) {
+// Until `fd` is ready for `events`: OK; DEADLINE_EXCEEDED once `deadline` passes; UNAVAILABLE if
+// poll fails; CANCELLED, before the deadline, as soon as `wake_fd` (-1: none) is readable. Both
+// HttpPost's wait (no wake fd) and a sender's (its Cancel's eventfd).
+Status WaitUntil(int fd, short events, Clock::time_point deadline, const OtlpEndpoint& endpoint,
+                 int wake_fd = -1) {
   for (;;) {
-    pollfd p{fd, events, 0};
-    const int n = poll(&p, 1, PollMillis(deadline));
-    if (n > 0) return OkStatus();
+    pollfd p[2] = {{fd, events, 0}, {wake_fd, POLLIN, 0}};  // poll ignores a -1 fd
+    const int n = poll(p, 2, PollMillis(deadline));
     if (n < 0 && errno != EINTR) {
       return UnavailableError(std::string("OTLP poll: ") + std::strerror(errno));
     }
+    if (n > 0 && p[0].revents != 0) return OkStatus();
     if (Clock::now() >= deadline) {
       return DeadlineExceededError("OTLP " + endpoint.authority + ": timed out");
     }
+    if (n > 0 && p[1].revents != 0) return CancelledError("OTLP: woken");
   }
 }
 
-// Connects to the endpoint (non-blocking; `wait(fd, events)` waits for the connection, as
-// PostOn's does); the fd, or why not.
-template <typename Wait>
-StatusOr<int> Connect(const OtlpEndpoint& endpoint, const Wait& wait) {
+}  // namespace
+
+// One address, as connect takes it.
+struct OtlpAddress {
+  sockaddr_storage address{};
+  socklen_t size = 0;
+};
+
+namespace {
+
+// The endpoint's addresses: an IP literal's without the resolver (AI_NUMERICHOST first), a host
+// name's from getaddrinfo (blocking: the resolver's own timeouts). UNAVAILABLE naming the host if
+// it has none.
+StatusOr<std::vector<OtlpAddress>> Resolve(const OtlpEndpoint& endpoint) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* found = nullptr;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
   const std::string port = std::to_string(endpoint.port);
-  if (int rc = getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &found); rc != 0) {
-    return UnavailableError("OTLP " + endpoint.authority + ": " + gai_strerror(rc));
-  }
-  const int fd = socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    freeaddrinfo(found);
-    return UnavailableError(std::string("OTLP socket: ") + std::strerror(errno));
-  }
-  const int rc = connect(fd, found->ai_addr, found->ai_addrlen);
-  const int connect_errno = errno;
-  freeaddrinfo(found);
-  if (rc != 0 && connect_errno != EINPROGRESS) {
-    close(fd);
-    return UnavailableError("OTLP " + endpoint.authority + ": " + std::strerror(connect_errno));
+  addrinfo* found = nullptr;
+  int rc = getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &found);
+  if (rc == EAI_NONAME) {  // not an IP literal: a name, for the resolver
+    hints.ai_flags = AI_NUMERICSERV;
+    rc = getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &found);
   }
   if (rc != 0) {
-    if (Status st = wait(fd, POLLOUT); !st.ok()) {
-      close(fd);
-      if (st.code() != StatusCode::kDeadlineExceeded) return st;
-      return DeadlineExceededError("OTLP " + endpoint.authority + ": connect timed out");
+    return UnavailableError("OTLP " + endpoint.authority + ": cannot resolve " + endpoint.host +
+                            ": " + (rc == EAI_SYSTEM ? std::strerror(errno) : gai_strerror(rc)));
+  }
+  std::vector<OtlpAddress> out;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    if ((a->ai_family != AF_INET && a->ai_family != AF_INET6) ||
+        a->ai_addrlen > sizeof(sockaddr_storage)) {
+      continue;
     }
-    int err = 0;
-    socklen_t len = sizeof(err);
-    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-    if (err != 0) {
-      close(fd);
-      return UnavailableError("OTLP " + endpoint.authority + ": " + std::strerror(err));
+    OtlpAddress address;
+    std::memcpy(&address.address, a->ai_addr, a->ai_addrlen);
+    address.size = a->ai_addrlen;
+    out.push_back(address);
+  }
+  freeaddrinfo(found);
+  if (out.empty()) {
+    return UnavailableError("OTLP " + endpoint.authority + ": cannot resolve " + endpoint.host +
+                            ": no IPv4 or IPv6 address");
+  }
+  return out;
+}
+
+// A name that did not resolve is tried again at most this often.
+constexpr std::chrono::seconds kResolveRetry{10};
+
+}  // namespace
+
+// What an exporter's connections share: the addresses, once resolved (then never changed), or why
+// not yet.
+class OtlpAddresses {
+ public:
+  // Resolves now.
+  explicit OtlpAddresses(OtlpEndpoint endpoint) : endpoint_(std::move(endpoint)) {
+    StatusOr<std::vector<OtlpAddress>> found = Resolve(endpoint_);
+    MutexLock lock(&mu_);
+    last_try_ = Clock::now();
+    if (found.ok()) {
+      addresses_ = std::move(*found);
+    } else {
+      failure_ = found.status();
     }
   }
-  return fd;
+
+  // The addresses, or why there are none. A name that did not resolve is tried again here, by
+  // this (a sender's) thread and blocking it, if `may_resolve`, kResolveRetry has passed since the
+  // last try and no other thread is at it; otherwise the last failure, at once.
+  StatusOr<std::vector<OtlpAddress>> Get(bool may_resolve) {
+    {
+      MutexLock lock(&mu_);
+      if (!addresses_.empty()) return addresses_;
+      if (!may_resolve || resolving_ || Clock::now() - last_try_ < kResolveRetry) return failure_;
+      resolving_ = true;
+    }
+    StatusOr<std::vector<OtlpAddress>> found = Resolve(endpoint_);
+    MutexLock lock(&mu_);
+    resolving_ = false;
+    last_try_ = Clock::now();
+    if (!found.ok()) {
+      failure_ = found.status();
+      return failure_;
+    }
+    addresses_ = *found;
+    return found;
+  }
+
+ private:
+  const OtlpEndpoint endpoint_;
+  Mutex mu_;
+  std::vector<OtlpAddress> addresses_ ABSL_GUARDED_BY(mu_);  // empty until resolved; then kept
+  Status failure_ ABSL_GUARDED_BY(mu_);                      // the last resolution's, if it failed
+  Clock::time_point last_try_ ABSL_GUARDED_BY(mu_);
+  bool resolving_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+namespace {
+
+// Connects (non-blocking; `wait(fd, events)` waits for the connection, as PostOn's does) to the
+// first of `addresses` that accepts, starting at `*first` and setting it to the one that did; the
+// fd, or why not. A refusal moves on to the next address; a wait that fails (the deadline) ends
+// the attempt.
+template <typename Wait>
+StatusOr<int> Connect(const OtlpEndpoint& endpoint, std::span<const OtlpAddress> addresses,
+                      size_t* first, const Wait& wait) {
+  Status failed = UnavailableError("OTLP " + endpoint.authority + ": no address");
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    const size_t at = (*first + i) % addresses.size();
+    const OtlpAddress& a = addresses[at];
+    const int fd = socket(a.address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      failed = UnavailableError(std::string("OTLP socket: ") + std::strerror(errno));
+      continue;
+    }
+    int err = 0;
+    if (connect(fd, reinterpret_cast<const sockaddr*>(&a.address), a.size) != 0) {
+      err = errno;
+      if (err == EINPROGRESS) {
+        if (Status st = wait(fd, POLLOUT); !st.ok()) {
+          close(fd);
+          if (st.code() != StatusCode::kDeadlineExceeded) return st;
+          return DeadlineExceededError("OTLP " + endpoint.authority + ": connect timed out");
+        }
+        err = 0;
+        socklen_t len = sizeof(err);
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      }
+    }
+    if (err == 0) {
+      *first = at;
+      return fd;
+    }
+    close(fd);
+    failed = UnavailableError("OTLP " + endpoint.authority + ": " + std::strerror(err));
+  }
+  return failed;
 }
 
 // The value of header `name` (lowercase) in a response head, case-insensitively; empty if none.
@@ -662,9 +765,12 @@ PostOutcome PostOn(int fd, const OtlpEndpoint& endpoint, std::string_view path,
 StatusOr<int> HttpPost(const OtlpEndpoint& endpoint, std::string_view path,
                        std::string_view content_type, std::string_view body,
                        std::chrono::milliseconds timeout) {
+  StatusOr<std::vector<OtlpAddress>> addresses = Resolve(endpoint);  // before the timeout starts
+  if (!addresses.ok()) return addresses.status();
   const auto deadline = Clock::now() + timeout;
   auto wait = [&](int fd, short events) { return WaitUntil(fd, events, deadline, endpoint); };
-  StatusOr<int> fd = Connect(endpoint, wait);
+  size_t first = 0;
+  StatusOr<int> fd = Connect(endpoint, *addresses, &first, wait);
   if (!fd.ok()) return fd.status();
   PostOutcome outcome = PostOn(*fd, endpoint, path, content_type, body, false, wait);
   close(*fd);
@@ -867,9 +973,12 @@ std::string MetricsJson(const MetricsSnapshot& m, int64_t now_unix_ns,
   return out;
 }
 
-OtlpSender::OtlpSender(OtlpEndpoint endpoint, OtlpOptions options)
+OtlpSender::OtlpSender(OtlpEndpoint endpoint, OtlpOptions options,
+                       std::shared_ptr<OtlpAddresses> addresses)
     : endpoint_(std::move(endpoint)),
       options_(std::move(options)),
+      addresses_(addresses != nullptr ? std::move(addresses)
+                                      : std::make_shared<OtlpAddresses>(endpoint_)),
       wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
 
 void OtlpSender::Cancel() {
@@ -888,25 +997,23 @@ OtlpSender::Clock::time_point OtlpSender::ShutdownDeadline() const {
 }
 
 Status OtlpSender::Wait(int fd, short events, Clock::time_point deadline) const {
-  for (;;) {
-    const bool cancelled = cancelled_.load();
-    const Clock::time_point until = cancelled ? std::min(deadline, ShutdownDeadline()) : deadline;
-    // Until cancelled, the wake fd too (or, without one, a look at cancelled_ every 20 ms).
-    pollfd p[2] = {{fd, events, 0}, {cancelled ? -1 : wake_fd_, POLLIN, 0}};
-    int wait_ms = PollMillis(until);
-    if (!cancelled && wake_fd_ < 0) wait_ms = std::min(wait_ms, 20);
-    const int n = poll(p, 2, wait_ms);
-    if (n < 0 && errno != EINTR) {
-      return UnavailableError(std::string("OTLP poll: ") + std::strerror(errno));
-    }
-    if (n > 0 && p[0].revents != 0) return OkStatus();
-    if (Clock::now() >= until) {
-      return DeadlineExceededError(
-          "OTLP " + endpoint_.authority +
-          (until < deadline ? ": no answer by the shutdown deadline" : ": timed out"));
-    }
-    // Woken by Cancel: again, against the shutdown deadline.
+  // Until cancelled, the wake fd too (or, without one, a look at cancelled_ every 20 ms).
+  while (!cancelled_.load()) {
+    const Clock::time_point until =
+        wake_fd_ >= 0 ? deadline : std::min(deadline, Clock::now() + std::chrono::milliseconds(20));
+    Status st = WaitUntil(fd, events, until, endpoint_, wake_fd_);
+    if (st.code() == StatusCode::kCancelled) break;  // woken by Cancel
+    if (st.code() == StatusCode::kDeadlineExceeded && until < deadline) continue;  // a look
+    return st;
   }
+  // Cancelled: again, against the shutdown deadline too.
+  const Clock::time_point until = std::min(deadline, ShutdownDeadline());
+  Status st = WaitUntil(fd, events, until, endpoint_);
+  if (st.code() == StatusCode::kDeadlineExceeded && until < deadline) {
+    return DeadlineExceededError("OTLP " + endpoint_.authority +
+                                 ": no answer by the shutdown deadline");
+  }
+  return st;
 }
 
 void OtlpSender::Sleep(Clock::duration duration) const {
@@ -924,7 +1031,10 @@ StatusOr<int> OtlpSender::Post(std::string_view path, std::string_view content_t
   for (int fresh = 0; fresh < 2; ++fresh) {
     const bool reused = fd_ >= 0;
     if (!reused) {
-      StatusOr<int> fd = Connect(endpoint_, wait);
+      // The addresses kept; once cancelled, a name that has not resolved is not tried again.
+      StatusOr<std::vector<OtlpAddress>> addresses = addresses_->Get(!cancelled_.load());
+      if (!addresses.ok()) return addresses.status();
+      StatusOr<int> fd = Connect(endpoint_, *addresses, &address_, wait);
       if (!fd.ok()) return fd.status();
       fd_ = *fd;
     }
@@ -997,7 +1107,11 @@ OtlpSpanExporter::OtlpSpanExporter(const OtlpEndpoint& endpoint, const OtlpOptio
     MutexLock lock(&mu_);
     posting_.assign(n, false);
   }
-  for (size_t i = 0; i < n; ++i) slots_.push_back(std::make_unique<Slot>(endpoint, options));
+  // Resolved once, here, for every connection.
+  const auto addresses = std::make_shared<OtlpAddresses>(endpoint);
+  for (size_t i = 0; i < n; ++i) {
+    slots_.push_back(std::make_unique<Slot>(endpoint, options, addresses));
+  }
 }
 
 OtlpSpanExporter::~OtlpSpanExporter() {

@@ -21,9 +21,19 @@
 // costs dropped spans, never a blocked loop or unbounded growth.
 //
 // Only http:// endpoints (a collector on the host or the local network); https:// is refused with
-// a message. A host name is resolved (getaddrinfo) at each new connection, outside the timeouts
-// and out of Cancel's reach: with a resolver that does not answer, a post and a stop take the
-// resolver's own timeouts too. An IP literal avoids that.
+// a message. The endpoint's host is resolved once, when the exporter (or an OtlpSender) is created,
+// on the creating thread (a server's start): an IP literal at once, without the resolver; a host
+// name by getaddrinfo, which takes as long as the resolver does (its own timeouts, not ours).
+// Connections go to the addresses kept then (each in turn until one accepts, the last that did
+// first), never through the resolver again: the posts' timeouts, Cancel and shutdown_timeout bound
+// them. A collector that moves to another address is not followed until the exporter is made
+// again. A name that does not resolve leaves the exporter working without addresses: every post
+// fails at once (UNAVAILABLE "cannot resolve ...", counted as a failed attempt; the batch is
+// retried, then dropped and counted as any other) and the name is tried again, by the exporter's
+// own thread, at most once every 10 s; never once shutdown has begun. Such a retry blocks that
+// thread for as long as the resolver takes, outside the timeouts (spans queued meanwhile are
+// dropped and counted), and one under way when shutdown begins delays the stop by what is left of
+// it: only a name that did not resolve at creation can cost that.
 //
 // Thread contract: the span exporter is called on its AsyncListener's thread and posts from threads
 // of its own (one per batch in flight); the metric exporter owns its thread. Counters and Cancel
@@ -100,7 +110,8 @@ struct OtlpCounters {
   }
 };
 
-// One POST on a connection of its own. Returns the HTTP status, or UNAVAILABLE /
+// One POST on a connection of its own. The host is resolved first (an IP literal without the
+// resolver; a name by getaddrinfo, outside `timeout`). Returns the HTTP status, or UNAVAILABLE /
 // DEADLINE_EXCEEDED naming the failure.
 [[nodiscard]] StatusOr<int> HttpPost(const OtlpEndpoint& endpoint, std::string_view path,
                                      std::string_view content_type, std::string_view body,
@@ -159,6 +170,10 @@ std::string_view EncodeSpansProtobuf(std::span<const ExchangeSnapshot> spans,
 std::string MetricsJson(const MetricsSnapshot& metrics, int64_t now_unix_ns,
                         std::string_view service_name);
 
+// The endpoint's addresses, resolved once and kept (see the top of this file); shared by an
+// exporter's connections. Defined in otlp.cc.
+class OtlpAddresses;
+
 // The POST-with-retries both exporters use, over a connection it keeps while the collector
 // does (a kept connection found closed is replaced once, within the same attempt).
 //
@@ -169,7 +184,10 @@ std::string MetricsJson(const MetricsSnapshot& metrics, int64_t now_unix_ns,
 // the shutdown deadline.
 class OtlpSender {
  public:
-  OtlpSender(OtlpEndpoint endpoint, OtlpOptions options);
+  // Resolves the endpoint's host now, on the calling thread (see the top of this file), unless
+  // given `addresses` made for the same endpoint (an exporter's connections share them).
+  OtlpSender(OtlpEndpoint endpoint, OtlpOptions options,
+             std::shared_ptr<OtlpAddresses> addresses = nullptr);
   ~OtlpSender();
   OtlpSender(const OtlpSender&) = delete;
   OtlpSender& operator=(const OtlpSender&) = delete;
@@ -198,7 +216,9 @@ class OtlpSender {
 
   const OtlpEndpoint endpoint_;
   const OtlpOptions options_;
-  int fd_ = -1;  // the kept connection, or none
+  const std::shared_ptr<OtlpAddresses> addresses_;
+  size_t address_ = 0;  // which of them a new connection tries first: the last that took one
+  int fd_ = -1;         // the kept connection, or none
   // Readable from the first Cancel on (never read: it stays so). -1 if it could not be made;
   // waits then look at cancelled_ every 20 ms instead.
   const int wake_fd_;
@@ -210,6 +230,9 @@ class OtlpSender {
 
 class OtlpSpanExporter : public SnapshotConsumer {
  public:
+  // INVALID_ARGUMENT for a bad endpoint or max_in_flight. Resolves the endpoint's host here, once
+  // for all its connections (see the top of this file); a name that does not resolve is not an
+  // error here: the exporter's posts fail until it does.
   [[nodiscard]] static StatusOr<std::unique_ptr<OtlpSpanExporter>> Create(OtlpOptions options);
   // Cancels, waits for the posts in flight (shutdown_timeout at most), then stops the posting
   // threads.
@@ -241,8 +264,8 @@ class OtlpSpanExporter : public SnapshotConsumer {
   // (started the first time the slot is handed a batch: at a low rate one slot does all the work
   // and the others never cost a thread).
   struct Slot {
-    Slot(OtlpEndpoint endpoint, OtlpOptions options)
-        : sender(std::move(endpoint), std::move(options)) {}
+    Slot(OtlpEndpoint endpoint, OtlpOptions options, std::shared_ptr<OtlpAddresses> addresses)
+        : sender(std::move(endpoint), std::move(options), std::move(addresses)) {}
     OtlpSender sender;
     SpanBatchEncoder encoder;  // protobuf
     std::string json;          // or the JSON body
@@ -281,6 +304,7 @@ class OtlpSpanExporter : public SnapshotConsumer {
 
 class OtlpMetricExporter {
  public:
+  // As OtlpSpanExporter::Create: the endpoint's host is resolved here.
   [[nodiscard]] static StatusOr<std::unique_ptr<OtlpMetricExporter>> Create(
       OtlpOptions options, const HttpServerMetrics* metrics);
   // Cancels, sends a last export (within what is left of shutdown_timeout), then stops the thread.

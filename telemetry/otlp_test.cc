@@ -1,8 +1,10 @@
 #include "telemetry/otlp.h"
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -23,6 +25,18 @@
 
 #include "http/exchange.h"
 #include "http/request_editor.h"
+
+// Calls of getaddrinfo that may ask the resolver (without AI_NUMERICHOST), in this process: the
+// test binary's getaddrinfo counts them, then calls the real one (libc's, or a sanitizer's).
+std::atomic<int> resolver_calls{0};
+
+extern "C" int getaddrinfo(const char* node, const char* service, const addrinfo* hints,
+                           addrinfo** found) {
+  using Real = int (*)(const char*, const char*, const addrinfo*, addrinfo**);
+  static const Real real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "getaddrinfo"));
+  if (hints == nullptr || (hints->ai_flags & AI_NUMERICHOST) == 0) ++resolver_calls;
+  return real != nullptr ? real(node, service, hints, found) : EAI_SYSTEM;
+}
 
 namespace sluice::telemetry {
 namespace {
@@ -421,6 +435,99 @@ TEST(Otlp, AnUnreachableCollectorCostsDroppedBatchesWithinTheTimeouts) {
   EXPECT_EQ(sender.counters().batches_dropped, 1u);
 }
 
+// "http://localhost:PORT" for a receiver on 127.0.0.1.
+std::string ByName(const Receiver& receiver, std::string_view name) {
+  return "http://" + std::string(name) +
+         receiver.url().substr(std::string_view("http://127.0.0.1").size());
+}
+
+TEST(Otlp, AnIpLiteralNeverAsksTheResolver) {
+  Receiver receiver({}, /*close_after_each=*/true);  // a new connection for each POST
+  const int before = resolver_calls.load();
+  OtlpSender sender(Endpoint(receiver.url()), Options(1, std::chrono::milliseconds(1)));
+  for (int i = 0; i < 2; ++i) {
+    while (receiver.posts().size() < static_cast<size_t>(i)) std::this_thread::yield();
+    EXPECT_TRUE(sender.Send("/v1/traces", "application/x-protobuf", "abc", 1)) << i;
+  }
+  EXPECT_EQ(HttpPost(Endpoint("http://[::1]:1"), "/v1/traces", "application/json", "{}",
+                     std::chrono::milliseconds(500))
+                .status()
+                .code(),
+            StatusCode::kUnavailable);  // refused (or no IPv6): not a resolution
+  EXPECT_EQ(resolver_calls.load(), before);
+}
+
+TEST(Otlp, AHostNameIsResolvedOnceWhenTheSenderIsMade) {
+  Receiver receiver({}, /*close_after_each=*/true);  // a new connection for each POST
+  const int before = resolver_calls.load();
+  OtlpSender sender(Endpoint(ByName(receiver, "localhost")),
+                    Options(1, std::chrono::milliseconds(1)));
+  EXPECT_EQ(resolver_calls.load(), before + 1);
+  for (int i = 0; i < 3; ++i) {
+    while (receiver.posts().size() < static_cast<size_t>(i)) std::this_thread::yield();
+    EXPECT_TRUE(sender.Send("/v1/traces", "application/x-protobuf", "abc", 1)) << i;
+  }
+  EXPECT_EQ(receiver.connections(), 3);
+  EXPECT_EQ(sender.counters().batches_sent, 3u);
+  EXPECT_EQ(resolver_calls.load(), before + 1);  // not again for each connection
+}
+
+TEST(Otlp, ASpanExporterResolvesItsHostOnceForAllItsConnections) {
+  Receiver receiver;
+  receiver.hold_answers(2);  // two posts at once: two connections
+  OtlpOptions options;
+  options.endpoint = ByName(receiver, "localhost");
+  const int before = resolver_calls.load();
+  auto exporter = OtlpSpanExporter::Create(options);
+  ASSERT_TRUE(exporter.ok()) << exporter.status().ToString();
+  EXPECT_EQ(resolver_calls.load(), before + 1);
+  const ExchangeSnapshot spans[2] = {Span(), Span()};
+  (*exporter)->Consume(spans);
+  (*exporter)->Consume(spans);
+  (*exporter)->Idle();
+  EXPECT_EQ(receiver.posts().size(), 2u);
+  EXPECT_EQ(receiver.connections(), 2);
+  EXPECT_EQ((*exporter)->counters().items_sent, 4u);
+  EXPECT_EQ(resolver_calls.load(), before + 1);
+}
+
+TEST(Otlp, AHostNameThatDoesNotResolveFailsEachPostAtOnceAndCountsItsBatchesDropped) {
+  const OtlpEndpoint endpoint = Endpoint("http://no-such-host.invalid:4318");
+  StatusOr<int> post =
+      HttpPost(endpoint, "/v1/traces", "application/json", "{}", std::chrono::milliseconds(500));
+  EXPECT_EQ(post.status().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(post.status().message(), HasSubstr("cannot resolve no-such-host.invalid"));
+
+  OtlpOptions options = Options(3, std::chrono::milliseconds(1));
+  options.timeout = std::chrono::seconds(5);
+  OtlpSender sender(endpoint, options);  // resolves (and fails) here, as long as the resolver takes
+  const int resolved = resolver_calls.load();
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(sender.Send("/v1/traces", "application/json", "{}", 7));
+  EXPECT_FALSE(sender.Send("/v1/traces", "application/json", "{}", 2));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, options.timeout);  // at once, in fact
+  EXPECT_EQ(resolver_calls.load(), resolved);                         // not again within 10 s
+  const OtlpCounters c = sender.counters();
+  EXPECT_EQ(c.attempts_failed, 6u);  // each attempt, as a refused connection would be
+  EXPECT_EQ(c.batches_dropped, 2u);
+  EXPECT_EQ(c.items_dropped, 9u);
+  EXPECT_EQ(c.batches_sent, 0u);
+
+  // A span exporter: its spans dropped and counted; its destruction prompt.
+  OtlpOptions span_options = options;
+  span_options.endpoint = "http://no-such-host.invalid:4318";
+  auto exporter = OtlpSpanExporter::Create(span_options);
+  ASSERT_TRUE(exporter.ok()) << exporter.status().ToString();  // not an error at creation
+  const auto t1 = std::chrono::steady_clock::now();
+  const ExchangeSnapshot spans[2] = {Span(), Span()};
+  (*exporter)->Consume(spans);
+  (*exporter)->Idle();
+  EXPECT_EQ((*exporter)->counters().items_dropped, 2u);
+  EXPECT_EQ((*exporter)->counters().batches_dropped, 1u);
+  exporter->reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - t1, options.timeout);
+}
+
 TEST(Otlp, ASilentCollectorTimesOut) {
   Receiver receiver({0});
   const auto t0 = std::chrono::steady_clock::now();
@@ -508,41 +615,51 @@ TEST(Otlp, CancelWakesASendBlockedOnACollectorThatStoppedReading) {
   EXPECT_EQ(sender.counters().batches_dropped, 1u);
 }
 
-TEST(Otlp, ExportersPostingToASilentCollectorAreDestroyedWithinTheShutdownTimeout) {
+// A span and a metric exporter posting to a collector that never answers: two span batches in
+// flight, on two connections, and the metric exporter's first export, all waiting for answers
+// that never come. `spans` and `metric` are null if they could not be made (a failure reported).
+struct ExportersPostingToASilentCollector {
+  ExportersPostingToASilentCollector() : options(SilentOptions(collector.url())) {
+    options.metrics_interval = std::chrono::milliseconds(20);
+    auto created_spans = OtlpSpanExporter::Create(options);
+    EXPECT_TRUE(created_spans.ok()) << created_spans.status().ToString();
+    if (!created_spans.ok()) return;
+    auto created_metric = OtlpMetricExporter::Create(options, &metrics);
+    EXPECT_TRUE(created_metric.ok()) << created_metric.status().ToString();
+    if (!created_metric.ok()) return;
+    spans = std::move(*created_spans);
+    metric = std::move(*created_metric);
+    spans->Consume(batch);
+    spans->Consume(batch);
+    EXPECT_TRUE(collector.WaitForHeads(3));
+  }
+
   SilentCollector collector;
-  OtlpOptions options = SilentOptions(collector.url());
-  options.metrics_interval = std::chrono::milliseconds(20);
+  OtlpOptions options;
   HttpServerMetrics metrics;
-  auto spans = OtlpSpanExporter::Create(options);
-  ASSERT_TRUE(spans.ok());
-  auto metric_exporter = OtlpMetricExporter::Create(options, &metrics);
-  ASSERT_TRUE(metric_exporter.ok());
   const ExchangeSnapshot batch[2] = {Span(), Span()};
-  (*spans)->Consume(batch);
-  (*spans)->Consume(batch);  // two posts in flight, on two connections
-  // Both, and the metric exporter's first export, wait for answers that never come.
-  EXPECT_TRUE(collector.WaitForHeads(3));
+  // Destroyed first (declared last), before what they post to and read.
+  std::unique_ptr<OtlpSpanExporter> spans;
+  std::unique_ptr<OtlpMetricExporter> metric;
+};
+
+TEST(Otlp, ExportersPostingToASilentCollectorAreDestroyedWithinTheShutdownTimeout) {
+  ExportersPostingToASilentCollector silent;
+  ASSERT_NE(silent.spans, nullptr);
+  ASSERT_NE(silent.metric, nullptr);
   const auto t0 = std::chrono::steady_clock::now();
-  spans->reset();            // its posts in flight end by the shutdown deadline
-  metric_exporter->reset();  // its export under way and its last one too
+  silent.spans.reset();   // its posts in flight end by the shutdown deadline
+  silent.metric.reset();  // its export under way and its last one too
   EXPECT_LT(std::chrono::steady_clock::now() - t0, kPromptly);
 }
 
 TEST(Otlp, CancelledExportersCountWhatASilentCollectorNeverAnsweredAsDropped) {
-  SilentCollector collector;
-  OtlpOptions options = SilentOptions(collector.url());
-  options.metrics_interval = std::chrono::milliseconds(20);
-  HttpServerMetrics metrics;
-  auto spans = OtlpSpanExporter::Create(options);
-  ASSERT_TRUE(spans.ok());
-  auto metric_exporter = OtlpMetricExporter::Create(options, &metrics);
-  ASSERT_TRUE(metric_exporter.ok());
-  OtlpSpanExporter& span_exporter = **spans;
-  OtlpMetricExporter& metric = **metric_exporter;
-  const ExchangeSnapshot batch[2] = {Span(), Span()};
-  span_exporter.Consume(batch);
-  span_exporter.Consume(batch);
-  EXPECT_TRUE(collector.WaitForHeads(3));
+  ExportersPostingToASilentCollector silent;
+  ASSERT_NE(silent.spans, nullptr);
+  ASSERT_NE(silent.metric, nullptr);
+  OtlpSpanExporter& span_exporter = *silent.spans;
+  OtlpMetricExporter& metric = *silent.metric;
+  const ExchangeSnapshot(&batch)[2] = silent.batch;
   const auto t0 = std::chrono::steady_clock::now();
   span_exporter.Cancel();
   metric.Cancel();
