@@ -529,6 +529,9 @@ grpc::Status LoadAgentService::WatchRun(grpc::ServerContext* context,
   std::shared_ptr<Run> run;
   if (grpc::Status s = Find(request->run_id(), &run); !s.ok()) return s;
 
+  // A watch that owns its run and ends before it stops it (a no-op once the run has ended).
+  const bool owner = request->stop_run_if_cancelled();
+  static constexpr std::string_view kOwnerGone = "its controller stopped watching";
   Progress last;
   bool have_last = false;
   steady_clock::time_point next = steady_clock::now();  // the first message at once
@@ -538,7 +541,10 @@ grpc::Status LoadAgentService::WatchRun(grpc::ServerContext* context,
       if (shutting_down_.load()) {
         return grpc::Status(grpc::StatusCode::UNAVAILABLE, "agent shutting down");
       }
-      if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+      if (context->IsCancelled()) {
+        if (owner) run->RequestStop(kOwnerGone);
+        return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+      }
       const steady_clock::time_point now = steady_clock::now();
       snapshot = run->Get();
       if (snapshot.ended() || now >= next) break;
@@ -564,6 +570,7 @@ grpc::Status LoadAgentService::WatchRun(grpc::ServerContext* context,
           seconds);
     }
     if (!writer->Write(message)) {
+      if (owner) run->RequestStop(kOwnerGone);
       return grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away");
     }
     if (snapshot.ended()) return grpc::Status::OK;

@@ -19,6 +19,9 @@
 // - Bounded: every run stops `max_duration` after it started (warmup included), or earlier if the
 //   request asks; a duration spec is cut to fit, a request-count spec is stopped at the deadline.
 //   Either way the result is marked partial with the reason.
+// - A WatchRun that sets stop_run_if_cancelled owns its run (a controller's does): if that stream
+//   ends before the run (cancelled, or its client gone), the run is stopped as by StopRun, with
+//   the reason "its controller stopped watching". Other watches may come and go.
 // - Runs are named by random ids (128 bits, hex); unknown ids: NOT_FOUND. The last
 //   `kept_results` finished runs stay available to GetResult.
 // - Each run executes on a thread of its own that owns its Engine: it waits for the start time,

@@ -289,6 +289,46 @@ TEST_F(AgentTest, StopRunMidRunReturnsThePartialResult) {
   EXPECT_TRUE(Stop(run_id).ok());
 }
 
+// A watch that owns its run (a controller's) stops it when it ends early, as StopRun does: an
+// agent its controller gave up on does not load the target unwatched. A watch that does not own
+// the run (a monitor) may come and go.
+TEST_F(AgentTest, AWatchThatOwnsItsRunStopsItWhenCancelled) {
+  StartAgent();
+  std::string run_id;
+  ASSERT_TRUE(Start(Request(Spec()), &run_id).ok());  // 30 s
+  WaitForCompletedRequests(run_id);                   // a monitor's watch, cancelled
+  {
+    auto context = Authorized();
+    v1::WatchRunRequest watch;
+    watch.set_run_id(run_id);
+    auto reader = stub_->WatchRun(context.get(), watch);
+    v1::RunProgress progress;
+    ASSERT_TRUE(reader->Read(&progress));
+    EXPECT_EQ(progress.state(), v1::RUN_STATE_RUNNING) << "stopped by a monitor's watch";
+    context->TryCancel();
+    reader->Finish().ok();
+  }
+
+  auto context = Authorized();
+  v1::WatchRunRequest watch;
+  watch.set_run_id(run_id);
+  watch.set_stop_run_if_cancelled(true);
+  auto reader = stub_->WatchRun(context.get(), watch);
+  v1::RunProgress progress;
+  ASSERT_TRUE(reader->Read(&progress));
+  ASSERT_EQ(progress.state(), v1::RUN_STATE_RUNNING);
+  const steady_clock::time_point cancelled_at = steady_clock::now();
+  context->TryCancel();
+  reader->Finish().ok();
+
+  v1::RunResultProto result;
+  ASSERT_TRUE(Result(run_id, &result).ok());  // waits for the run's end
+  EXPECT_LT(steady_clock::now() - cancelled_at, seconds(10));
+  EXPECT_TRUE(result.partial());
+  EXPECT_THAT(result.stop_reason(), HasSubstr("its controller stopped watching"));
+  EXPECT_GT(result.requests_completed(), 0u);
+}
+
 TEST_F(AgentTest, StopBeforeTheStartTimeMeansTheRunNeverStarts) {
   StartAgent();
   v1::StartRunRequest request = Request(Spec());

@@ -348,6 +348,9 @@ class Session {
   void Watch(Agent* agent, size_t index) {
     v1::WatchRunRequest request;
     request.set_run_id(agent->run_id);
+    // The run is this controller's: if the stream ends early (the agent given up on as silent,
+    // or this process gone), the agent stops it rather than load the target unwatched.
+    request.set_stop_run_if_cancelled(true);
     std::unique_ptr<grpc::ClientReader<v1::RunProgress>> reader =
         agent->stub->WatchRun(agent->watch_context.get(), request);
     v1::RunProgress message;

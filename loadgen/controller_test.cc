@@ -232,8 +232,9 @@ class SilentAgentService final : public v1::LoadAgent::Service {
     response->set_max_duration_ms(600'000);  // the agent's default: 10 minutes
     return grpc::Status::OK;
   }
-  grpc::Status WatchRun(grpc::ServerContext* context, const v1::WatchRunRequest*,
+  grpc::Status WatchRun(grpc::ServerContext* context, const v1::WatchRunRequest* request,
                         grpc::ServerWriter<v1::RunProgress>* writer) override {
+    if (request->stop_run_if_cancelled()) watch_owns_run_.store(true);
     v1::RunProgress message;
     message.set_state(v1::RUN_STATE_RUNNING);
     message.set_completed(7);
@@ -258,6 +259,8 @@ class SilentAgentService final : public v1::LoadAgent::Service {
 
   void Shutdown() { shutting_down_.store(true); }
   bool watch_cancelled() const { return watch_cancelled_.load(); }
+  // Whether the controller's WatchRun asked the agent to stop the run when the watch ends early.
+  bool watch_owns_run() const { return watch_owns_run_.load(); }
   // Whether the handler saw the controller cancel its WatchRun within `within` (it looks every
   // 10 ms).
   bool WatchCancelledWithin(std::chrono::nanoseconds within) const {
@@ -273,6 +276,7 @@ class SilentAgentService final : public v1::LoadAgent::Service {
  private:
   std::atomic<bool> shutting_down_{false};
   std::atomic<bool> watch_cancelled_{false};
+  std::atomic<bool> watch_owns_run_{false};
   std::atomic<int> stop_calls_{0};
   std::atomic<int> result_calls_{0};
 };
@@ -490,8 +494,11 @@ class ControllerSilentAgentTest : public ControllerTest {
 
   // The controller cancelled the silent agent's WatchRun and did not ask it for a result it
   // cannot give.
+  // Cut off: its watch cancelled (which, as the watch owns the run, stops it on a real agent
+  // that resumes) and no result asked of it.
   void ExpectSilentAgentCutOff() const {
     EXPECT_TRUE(silent_.service().WatchCancelledWithin(seconds(5)));
+    EXPECT_TRUE(silent_.service().watch_owns_run());
     EXPECT_EQ(silent_.service().result_calls(), 0);
   }
 
