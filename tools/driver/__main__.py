@@ -1,8 +1,10 @@
 """bench: sluice's benchmark driver. `./bazelw run //tools:bench -- --help`; tools/README.md.
 
 Exit status: 0 done; 1 a build, an agent, the server or an iteration failed (results and reports
-are still written); 2 bad usage, a bad scenario or result file, or fingerprints that differ
-without --force; 3 --fail-on-regression found a significant regression.
+are still written); 2 bad usage, a bad scenario or result file, fingerprints that differ without
+--force, or a mistake of the scenario's that an iteration found (the run stops at once: what
+finished is kept as a partial result); 3 --fail-on-regression found a significant regression;
+130 interrupted.
 """
 
 import argparse
@@ -206,6 +208,8 @@ def cmd_run(args, progress) -> int:
         results = s.run([session.SideSpec("A", name, variant, args.ref)])
     except session.Interrupted as e:
         return _interrupted(e, out_dir, progress, args, single=True)
+    except session.Stopped as e:
+        return _stopped(e, out_dir, progress, args, single=True)
     session.write_json(os.path.join(out_dir, "result.json"), results[0])
     return _finish(session.compare_results(results, forced=False), out_dir, progress, args)
 
@@ -227,6 +231,23 @@ def _interrupted(e, out_dir, progress, args, single: bool) -> int:
         return 130
     finally:
         e.restore()
+
+
+def _stopped(e, out_dir, progress, args, single: bool) -> int:
+    """A mistake of the scenario's found in an iteration ended the run: what finished is kept
+    (marked partial, as after a Ctrl-C), the mistake is the last line, then exit 2."""
+    progress.done()
+    if e.results:
+        if single:
+            session.write_json(os.path.join(out_dir, "result.json"), e.results[0])
+        comparison = session.compare_results(e.results, forced=False)
+        comparison["stopped"] = e.problem
+        _finish(comparison, out_dir, progress, args)
+        progress.log(f"{e.note} (marked so in the results and the report): {out_dir}")
+    else:
+        progress.log(f"{e.note}: no result written")
+    print(f"bench: {e.problem}", file=sys.stderr)
+    return 2
 
 
 def _is_result_file(path: str) -> bool:
@@ -298,6 +319,8 @@ def cmd_compare(args, progress) -> int:
         results = s.run(specs)
     except session.Interrupted as e:
         return _interrupted(e, out_dir, progress, args, single=False)
+    except session.Stopped as e:
+        return _stopped(e, out_dir, progress, args, single=False)
     return _finish(session.compare_results(results, forced=False), out_dir, progress, args)
 
 
@@ -577,6 +600,10 @@ def _main(args, progress) -> int:
         e.restore()
         print(f"bench: {e.note}: no result written", file=sys.stderr)
         return 130
+    except session.Stopped as e:  # not caught by its command: nothing kept
+        progress.done()
+        print(f"bench: {e.problem}", file=sys.stderr)
+        return 2
     except (runner.RunError, build.BuildError) as e:
         progress.done()
         print(f"bench: {e}", file=sys.stderr)

@@ -229,7 +229,14 @@ def build_blocks(comparison: Dict[str, Any], plot_files: List[Tuple[str, str]]) 
                         f"of one core, memory the peak working set (MiB), latencies from the "
                         f"loadgen's merged histograms."))
     partial = [f"{r['side']['name']}: {r['partial']}" for r in sides if r.get("partial")]
-    if comparison.get("interrupted") or partial:
+    stopped = comparison.get("stopped") or next((r["stopped"] for r in sides
+                                                 if r.get("stopped")), None)
+    if stopped:
+        blocks.append(("p", "**STOPPED: partial results**: the run ended at a mistake in the "
+                            "scenario that every iteration would hit; only the iterations that "
+                            "finished before it are here. The mistake:"))
+        blocks.append(("code", str(stopped)))
+    elif comparison.get("interrupted") or partial:
         blocks.append(("p", "**INTERRUPTED: partial results** (Ctrl-C); only the iterations "
                             "that finished are here. "
                             + (comparison.get("interrupted") or "; ".join(partial)) + "."))

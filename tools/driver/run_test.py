@@ -666,6 +666,123 @@ class DriverTest(unittest.TestCase):
         self.assertIn("exited with status 2 before it was ready", err)
         self.assertIn("unknown flag --no-such-flag", err)
 
+    def assert_stopped_at_once(self, proc, marker, started, err_has):
+        """The driver ends on a mistake of the scenario's within a few seconds, exit 2, its last
+        line naming it, no attempt run again, no process left behind. Its stderr."""
+        _, err = proc.communicate(timeout=120)
+        elapsed = time.monotonic() - started
+        self.assertEqual(proc.returncode, 2, err)
+        self.assertNotIn("Traceback", err)
+        self.assertNotIn("internal error", err)
+        last = err.rstrip().splitlines()[-1]
+        for what in err_has:
+            self.assertIn(what, last)
+        self.assertTrue(last.startswith("bench: "), last)
+        self.assertNotIn("running it again", err)
+        # Startup, one attempt, stop: seconds. Every attempt of every iteration would take more.
+        self.assertLess(elapsed, 20, err)
+        self.assertEqual(survivors_after(marker), [])
+        return err
+
+    def test_loadgen_refusing_load_args_ends_the_run_at_once_with_exit_2(self):
+        # A bad flag fails every iteration the same way: no retries, no other iterations.
+        scenario = write_scenario(self.dir, "badload.yaml", f"""\
+            server:
+              command: {SERVER}
+              args: ["--port={{port}}"]
+            load:
+              path: /plaintext
+              args: [-c, "1", --no-such-flag]
+            warmup: 100ms
+            duration: 300ms
+            iterations: 3
+            retries: 2
+            """)
+        out_dir = os.path.join(self.dir, "out")
+        started = time.monotonic()
+        proc, marker = self.start_bench("run", scenario, "--out", out_dir)
+        self.assert_stopped_at_once(
+            proc, marker, started,
+            ["badload.yaml:6: load.args: loadgen refused its arguments:", "--no-such-flag"])
+        # One load attempt: one iteration directory, whose load run was refused.
+        self.assertEqual(os.listdir(os.path.join(out_dir, "iterations")), ["01-A"])
+        with open(os.path.join(out_dir, "iterations", "01-A", "load.stderr"),
+                  encoding="utf-8") as f:
+            self.assertIn("--no-such-flag", f.read())
+        self.assertFalse(os.path.exists(os.path.join(out_dir, "result.json")))
+        self.assertFalse(os.path.exists(os.path.join(out_dir, "report.md")))
+
+        # In a variant, after the other side's first iteration finished: that one is kept as a
+        # partial result, as after a Ctrl-C, and the report says why the run stopped.
+        scenario = write_scenario(self.dir, "badvariant.yaml", f"""\
+            server:
+              command: {SERVER}
+              args: ["--port={{port}}"]
+            load:
+              path: /plaintext
+              args: [-c, "1"]
+            warmup: 100ms
+            duration: 300ms
+            iterations: 2
+            retries: 1
+            variants:
+              good: {{}}
+              bad: {{load_args: [--no-such-flag]}}
+            """)
+        out_dir = os.path.join(self.dir, "out2")
+        started = time.monotonic()
+        proc, marker = self.start_bench("compare", "--variant", "good", "--variant", "bad",
+                                        scenario, "--out", out_dir)
+        err = self.assert_stopped_at_once(
+            proc, marker, started,
+            ["load.args (with variants.bad.load_args): loadgen refused its arguments:",
+             "--no-such-flag"])
+        self.assertIn("stopped after 1 of 4 iterations", err)
+        self.assertEqual(sorted(os.listdir(os.path.join(out_dir, "iterations"))),
+                         ["01-A", "01-B"])
+        good = self.load(out_dir, "result-A.json")
+        self.assertEqual([it["status"] for it in good["iterations"]], ["ok"])
+        self.assertIn("stopped after 1 of 4 iterations", good["partial"])
+        self.assertEqual(self.load(out_dir, "result-B.json")["iterations"], [])
+        self.assertIn("loadgen refused its arguments", self.load(out_dir,
+                                                                 "comparison.json")["stopped"])
+        with open(os.path.join(out_dir, "report.md"), encoding="utf-8") as f:
+            report = f.read()
+        self.assertIn("STOPPED: partial results", report)
+        self.assertNotIn("Ctrl-C", report)
+
+    def test_an_unknown_placeholder_in_a_published_file_ends_the_run_at_once_with_exit_2(self):
+        with open(os.path.join(self.dir, "conf.txt"), "w", encoding="utf-8") as f:
+            f.write("listen {port}\nroot {no_such_placeholder}\n")
+        scenario = write_scenario(self.dir, "badfile.yaml", f"""\
+            server:
+              command: {SERVER}
+              args: ["--port={{port}}"]
+              files: [{{source: conf.txt}}]
+            load:
+              path: /plaintext
+              args: [-c, "1"]
+            warmup: 100ms
+            duration: 300ms
+            iterations: 2
+            retries: 2
+            """)
+        out_dir = os.path.join(self.dir, "out")
+        started = time.monotonic()
+        proc, marker = self.start_bench("run", scenario, "--out", out_dir)
+        self.assert_stopped_at_once(
+            proc, marker, started,
+            ["badfile.yaml:4: server.files[0].source: conf.txt: unknown placeholder "
+             "{no_such_placeholder}"])
+        # Found before the server started, in the first attempt; nothing else ran.
+        self.assertEqual(os.listdir(os.path.join(out_dir, "iterations")), ["01-A"])
+        self.assertFalse(os.path.exists(os.path.join(out_dir, "iterations", "01-A",
+                                                     "server.stderr")))
+        with open(os.path.join(out_dir, "iterations", "01-A", "iteration.json"),
+                  encoding="utf-8") as f:
+            self.assertIn("unknown placeholder {no_such_placeholder}", json.load(f)["error"])
+        self.assertFalse(os.path.exists(os.path.join(out_dir, "result.json")))
+
     def test_profile_records_an_extra_iteration_and_draws_flame_graphs(self):
         scenario = write_scenario(self.dir, "profile.yaml", f"""\
             server:

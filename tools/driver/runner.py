@@ -13,7 +13,9 @@ An iteration, in order (crank's sequence):
      measured period afterwards; system calls (perf stat) and a profile (perf record) when asked;
   6. stop: SIGTERM to the server's process group, SIGKILL after the scenario's stop_timeout.
 A server that exits before it is asked to, or a load run that fails, fails the iteration: the
-result says why (with the tail of the server's stderr) and the other iterations go on.
+result says why (with the tail of the server's stderr) and the other iterations go on. A mistake
+of the scenario's that only an iteration finds, and that every iteration would hit the same way
+(BadScenario), ends the whole run instead.
 """
 
 import dataclasses
@@ -34,7 +36,7 @@ from tools.driver import perf
 from tools.driver import probe
 from tools.driver import procstat
 from tools.driver.build import tail
-from tools.driver.scenario import format_duration, parse_duration
+from tools.driver.scenario import format_duration, key_text, parse_duration
 
 HOST = "127.0.0.1"
 
@@ -45,6 +47,42 @@ class RunError(Exception):
 
 class IterationFailed(Exception):
     pass
+
+
+class BadScenario(IterationFailed):
+    """A mistake of the scenario's own that an iteration found and that every iteration of the
+    run would hit the same way, whatever the server does: an unknown {placeholder} in a published
+    file or in args, a published file that cannot be read, a server target that is not among
+    build.artifacts, loadgen refusing its arguments (exit 2: a bad flag in load.args). The run is
+    not retried or continued (Session.run ends it, exit 2). str(): `FILE:LINE: KEY: what is
+    wrong`, naming the key to fix."""
+
+
+def _scenario_key(session, side: "Side", *key) -> Tuple[str, str]:
+    """(FILE:LINE, key text) of `key`, a path into the side's resolved scenario, mapped back to
+    where the scenario file sets it: a variant's server, server_args and helpers are applied to
+    the base by Scenario.resolve_variant."""
+    base = session.scenario.data
+    variant = (side.scenario.get("variant") or {}).get("name")
+    spec = (base["variants"].get(variant) or {}) if variant else {}
+    own_server = spec.get("server") or {}
+    key = tuple(key)
+    if key[:2] == ("server", "args") and len(key) > 2:
+        first = own_server["args"] if "args" in own_server else base["server"]["args"]
+        if key[2] >= len(first):
+            key = ("variants", variant, "server_args", key[2] - len(first)) + key[3:]
+        elif "args" in own_server:
+            key = ("variants", variant, "server") + key[1:]
+    elif key[:1] == ("server",) and len(key) > 1 and key[1] in own_server:
+        key = ("variants", variant) + key
+    elif key[:1] == ("helpers",) and len(key) > 1 and key[1] >= len(base["helpers"]):
+        key = ("variants", variant, "helpers", key[1] - len(base["helpers"])) + key[2:]
+    return session.scenario.where(*key), key_text(key)
+
+
+def _bad(session, side: "Side", key: Tuple, what: str) -> BadScenario:
+    where, text = _scenario_key(session, side, *key)
+    return BadScenario(f"{where}: {text}: {what}")
 
 
 def free_port() -> int:
@@ -248,24 +286,33 @@ class Server:
 # ---------------------------------------------------------------------------------------------
 # Helpers: processes a scenario runs next to the server (an OTLP collector, Prometheus)
 
-def _publish_files(files, source_dir: str, it_dir: str, values: Dict[str, str]) -> None:
-    """Renders `files` into the iteration's directory (the port changes every iteration)."""
+def _publish_files(session, side: "Side", key: Tuple, files, it_dir: str,
+                   values: Dict[str, str]) -> None:
+    """Renders `files` (the side's scenario key `key`) into the iteration's directory (the port
+    changes every iteration). BadScenario for a file that cannot be read or names an unknown
+    placeholder: the same in every iteration."""
     published = {}
-    for f in files:
+    for i, f in enumerate(files):
         dest = os.path.join(it_dir, f.get("as") or os.path.basename(f["source"]))
         values["file:" + os.path.basename(dest)] = dest
-        published[dest] = os.path.join(source_dir, f["source"])
-    for dest, src in published.items():
+        published[dest] = (i, f["source"], os.path.join(side.source_dir, f["source"]))
+    for dest, (i, source, src) in published.items():
         try:
             with open(src, "rb") as fh:
                 raw = fh.read()
         except OSError as e:
-            raise IterationFailed(f"files: cannot read {src}: {e.strerror}") from None
+            raise _bad(session, side, key + (i, "source"),
+                       f"cannot read {src}: {e.strerror}") from None
         try:
             # Text gets its placeholders filled in; anything else is copied byte for byte.
-            raw = _render(raw.decode("utf-8"), values).encode("utf-8")
+            text = raw.decode("utf-8")
         except UnicodeDecodeError:
             pass
+        else:
+            try:
+                raw = _render(text, values).encode("utf-8")
+            except _UnknownPlaceholder as e:
+                raise _bad(session, side, key + (i, "source"), f"{source}: {e}") from None
         try:
             with open(dest, "wb") as fh:
                 fh.write(raw)
@@ -274,13 +321,15 @@ def _publish_files(files, source_dir: str, it_dir: str, values: Dict[str, str]) 
 
 
 class Helper:
-    def __init__(self, spec: Dict[str, Any], it_dir: str, values: Dict[str, str]):
+    def __init__(self, spec: Dict[str, Any], it_dir: str, values: Dict[str, str],
+                 args: List[str]):
+        """`args`: the helper's args, rendered (_render_args)."""
         self.name = spec["name"]
         self.port = int(values[f"port:{self.name}"])
         exe = spec["command"]
         if not os.path.isabs(exe):
             exe = shutil.which(exe) or shutil.which(exe, path="/usr/sbin:/sbin") or exe
-        cmd = _taskset(spec.get("cpus")) + [exe] + [_render(a, values) for a in spec["args"]]
+        cmd = _taskset(spec.get("cpus")) + [exe] + args
         self.log_path = os.path.join(it_dir, f"helper-{self.name}.log")
         self._log = open(self.log_path, "w", encoding="utf-8")
         try:
@@ -327,14 +376,31 @@ class Side:
     artifacts: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
+class _UnknownPlaceholder(Exception):
+    pass
+
+
 def _render(text: str, values: Dict[str, str]) -> str:
     def sub(m):
         key = m.group(1)
         if key not in values:
-            raise IterationFailed(f"unknown placeholder {{{key}}} (known: "
-                                  f"{', '.join(sorted(values))})")
+            raise _UnknownPlaceholder(f"unknown placeholder {{{key}}} (known: "
+                                      f"{', '.join(sorted(values))})")
         return values[key]
     return re.sub(r"\{([a-z_]+(?::[A-Za-z0-9_.-]+)?)\}", sub, text)
+
+
+def _render_args(session, side: "Side", key: Tuple, args: List[str],
+                 values: Dict[str, str]) -> List[str]:
+    """`args` (the side's scenario key `key`) with their placeholders filled in; BadScenario
+    naming the argument with an unknown one."""
+    out = []
+    for i, a in enumerate(args):
+        try:
+            out.append(_render(a, values))
+        except _UnknownPlaceholder as e:
+            raise _bad(session, side, key + (i,), str(e)) from None
+    return out
 
 
 def _uses(scenario: Dict[str, Any], placeholder: str, source_dir: str) -> bool:
@@ -351,13 +417,14 @@ def _uses(scenario: Dict[str, Any], placeholder: str, source_dir: str) -> bool:
     return False
 
 
-def server_command(side: Side, values: Dict[str, str]) -> List[str]:
+def server_command(session, side: Side, values: Dict[str, str]) -> List[str]:
     server = side.scenario["server"]
     if server.get("target"):
         exe = side.executables.get(server["target"])
         if not exe:
-            raise IterationFailed(f"{server['target']} is not among the published artifacts "
-                                  f"(build.artifacts)")
+            where = session.scenario.where("build", "artifacts")
+            raise BadScenario(f"{where}: build.artifacts: server.target {server['target']} is "
+                              f"not among the artifacts every side builds and publishes")
     else:
         exe = server["command"]
         if not os.path.isabs(exe):
@@ -365,7 +432,8 @@ def server_command(side: Side, values: Dict[str, str]) -> List[str]:
             if not found:
                 raise IterationFailed(f"server command {exe!r} is not on PATH")
             exe = found
-    return _taskset(server.get("cpus")) + [exe] + [_render(a, values) for a in server["args"]]
+    return _taskset(server.get("cpus")) + [exe] + _render_args(session, side, ("server", "args"),
+                                                                server["args"], values)
 
 
 def run_iteration(session, side: Side, index: int, profile: bool = False, attempt: int = 0,
@@ -391,6 +459,7 @@ def run_iteration(session, side: Side, index: int, profile: bool = False, attemp
     sampler: Optional[procstat.ProcessTreeSampler] = None
     load: Optional[Dict[str, Any]] = None
     helpers: List[Helper] = []
+    bad: Optional[BadScenario] = None
     try:
         port_known = _uses(scenario, "{port}", side.source_dir)
         port = free_port() if port_known else None
@@ -402,13 +471,14 @@ def run_iteration(session, side: Side, index: int, profile: bool = False, attemp
         values["source_dir"] = side.source_dir
         for h in scenario["helpers"]:
             values[f"port:{h['name']}"] = str(free_port())
-        _publish_files(server_cfg["files"], side.source_dir, it_dir, values)
-        for h in scenario["helpers"]:
-            _publish_files(h["files"], side.source_dir, it_dir, values)
-            helpers.append(Helper(h, it_dir, values))
+        _publish_files(session, side, ("server", "files"), server_cfg["files"], it_dir, values)
+        for i, h in enumerate(scenario["helpers"]):
+            _publish_files(session, side, ("helpers", i, "files"), h["files"], it_dir, values)
+            args = _render_args(session, side, ("helpers", i, "args"), h["args"], values)
+            helpers.append(Helper(h, it_dir, values, args))
         for h in helpers:
             h.wait_ready()
-        cmd = server_command(side, values)
+        cmd = server_command(session, side, values)
         record["server_command"] = cmd
         env = dict(os.environ, **server_cfg["env"])
 
@@ -450,6 +520,8 @@ def run_iteration(session, side: Side, index: int, profile: bool = False, attemp
     except IterationFailed as e:
         record["status"] = "failed"
         record["error"] = str(e)
+        if isinstance(e, BadScenario):
+            bad = e
     finally:
         # A Ctrl-C (the first or another one) takes effect once everything is stopped.
         with children.sigint_deferred():
@@ -479,6 +551,8 @@ def run_iteration(session, side: Side, index: int, profile: bool = False, attemp
                               s.rss_bytes] for s in sampler.samples]
     with open(os.path.join(it_dir, "iteration.json"), "w", encoding="utf-8") as f:
         json.dump(record, f, indent=1)
+    if bad is not None:  # everything is stopped and recorded: now the run ends
+        raise bad
     return record
 
 
@@ -600,6 +674,10 @@ def _run_load(session, side: Side, server: Server, it_dir: str, port: int, profi
     if not server.alive():
         raise IterationFailed(f"the server exited with status {server.proc.returncode} "
                               "during the load run" + server.stderr_tail())
+    if proc.returncode == 2:
+        refused = _loadgen_refusal(err_path)
+        if refused is not None:
+            raise _load_args_refused(session, side, refused)
     if proc.returncode != 0:
         raise IterationFailed(f"the load run failed (loadgen exit {proc.returncode}): "
                               + (tail(err_path, 8) or tail(out_path, 8)))
@@ -618,6 +696,34 @@ def _run_load(session, side: Side, server: Server, it_dir: str, port: int, profi
     if profiler:
         record["folded_stacks"] = profiler.folded()
     return load
+
+
+def _loadgen_refusal(err_path: str) -> Optional[str]:
+    """loadgen exits 2 only for bad arguments, before any load; its first stderr line says which.
+    None when it is about the driver's own --json file (a disk problem, not the scenario's)."""
+    try:
+        with open(err_path, encoding="utf-8", errors="replace") as f:
+            first = next((line.strip() for line in f if line.strip()), "")
+    except OSError:
+        first = ""
+    if first.startswith("loadgen: --json"):
+        return None
+    return first or "(nothing on its stderr)"
+
+
+def _load_args_refused(session, side: Side, message: str) -> BadScenario:
+    """The BadScenario of loadgen refusing the side's load arguments: load.args, and the
+    variant's load_args appended to them."""
+    variant = (side.scenario.get("variant") or {}).get("name")
+    own = session.scenario.data["variants"][variant]["load_args"] if variant else []
+    if own and not session.scenario.data["load"]["args"]:
+        key, text = ("variants", variant, "load_args"), f"variants.{variant}.load_args"
+    else:
+        key, text = ("load", "args"), "load.args"
+        if own:
+            text += f" (with variants.{variant}.load_args)"
+    return BadScenario(f"{session.scenario.where(*key)}: {text}: loadgen refused its arguments: "
+                       f"{message}")
 
 
 def _metrics(load: Dict[str, Any], sampler: procstat.ProcessTreeSampler) -> Dict[str, Any]:

@@ -53,6 +53,20 @@ class Interrupted(Exception):
             self.previous_handler = None
 
 
+class Stopped(Exception):
+    """A mistake of the scenario's that an iteration found (runner.BadScenario, str(): `FILE:LINE:
+    KEY: what is wrong`) ended Session.run at once: no retry, no further iteration, every process
+    stopped. As with Interrupted, `results` are the side results of the iterations that had
+    finished (written, each marked "partial" and "stopped"), or [] when none had; `note` says how
+    far it got. The attempt that found the mistake is not part of them."""
+
+    def __init__(self, results: List[Dict[str, Any]], note: str, problem: str):
+        super().__init__(problem)
+        self.results = results
+        self.note = note
+        self.problem = problem
+
+
 def _ignore_sigint():
     try:
         return signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -169,7 +183,8 @@ class Session:
     def run(self, specs: List[SideSpec]) -> List[Dict[str, Any]]:
         """Builds and runs every side; their results (also written as result-LABEL.json).
 
-        Interrupted on Ctrl-C: the iterations that finished are written as partial results."""
+        Interrupted on Ctrl-C, Stopped on a mistake of the scenario's that an iteration found:
+        the iterations that finished are written as partial results."""
         try:
             return self._run(specs)
         except KeyboardInterrupt:
@@ -203,6 +218,7 @@ class Session:
         if self.options.profile:
             order += [(data["iterations"] + 1, s.label) for s in sides]
         interrupted, previous_handler = False, None
+        bad: Optional[runner.BadScenario] = None
         # A Ctrl-C while the local agent starts stops it (runner.Agents); from here on, the
         # finally below does.
         self.agents = runner.Agents(self.loadgen, data["load"]["agents"],
@@ -239,6 +255,10 @@ class Session:
         except KeyboardInterrupt:
             # What finished is kept; a second Ctrl-C must not cut the writing short.
             interrupted, previous_handler = True, _ignore_sigint()
+        except runner.BadScenario as e:
+            # Every iteration would fail the same way: no retry, none of the others; what
+            # finished is kept as after a Ctrl-C.
+            bad = e
         finally:
             self.agents.stop()
             self.progress.done()
@@ -250,6 +270,12 @@ class Session:
                                       "finished", previous_handler)
             note = (f"interrupted after {done} of {len(order)} iterations; the result is "
                     "partial")
+        elif bad is not None:
+            if not done:
+                raise Stopped([], f"stopped before any of {len(order)} iterations finished",
+                              str(bad))
+            note = (f"stopped after {done} of {len(order)} iterations by a mistake in the "
+                    "scenario; the result is partial")
         results = []
         for side in sides:
             result = {
@@ -267,10 +293,14 @@ class Session:
             }
             if note:
                 result["partial"] = note
+            if bad is not None:
+                result["stopped"] = str(bad)
             result["summary"] = summarize(result)
             path = os.path.join(self.run_dir, f"result-{side.label}.json")
             write_json(path, result)
             results.append(result)
+        if bad is not None:
+            raise Stopped(results, note, str(bad))
         if note:
             raise Interrupted(results, note, previous_handler)
         return results
