@@ -391,6 +391,9 @@ class RawServer {
     // that arrive meanwhile after it. Meant for one connection.
     uint64_t stall_request = 0;
     std::chrono::nanoseconds stall_for{0};
+    // Request number n (1-based, over all connections) is answered answers[(n - 1) % size]
+    // (default: 200 with a two-byte body). Not with stall_request.
+    std::vector<std::string> answers = {};
   };
 
   explicit RawServer(Options options) : options_(options) {}
@@ -443,7 +446,11 @@ class RawServer {
         c->output().Complete();  // publishes the responses written so far, then FIN
         return false;
       }
-      EXPECT_TRUE(c->output().Write("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").ok());
+      const std::string_view answer =
+          options_.answers.empty()
+              ? std::string_view(kOk)
+              : std::string_view(options_.answers[(n - 1) % options_.answers.size()]);
+      EXPECT_TRUE(c->output().Write(answer).ok());
       answered_.fetch_add(1);
     }
     c->input().AdvanceTo(consumed, data.size()).IgnoreError();
@@ -451,6 +458,8 @@ class RawServer {
     (void)c->output().Flush(&flushed, [](FlushResult) {});
     return true;
   }
+
+  static constexpr char kOk[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
 
   const Options options_;
   std::atomic<uint64_t> requests_{0};
@@ -460,6 +469,44 @@ class RawServer {
   // Last: destroyed first, closing the connections while the members above still live.
   ListeningThread listening_{[this](const std::shared_ptr<SocketConnection>& c) { Serve(c); }};
 };
+
+// A head whose bytes repeat the last one's is taken as before without parsing; a head of the
+// same length that differs in its status, its framing or its validity is parsed and checked anew.
+TEST(Engine, RepeatedHeadsCountAsBeforeAndOtherHeadsOfTheSameSizeAreParsedAnew) {
+  RawServer server({.answers = {
+                        "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+                        "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+                        "HTTP/1.1 500 OK\r\nContent-Length: 2\r\n\r\nok",   // the status
+                        "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc",  // the length
+                        "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc",
+                        "HTTP/1.1 204 OK\r\nContent-Length: 2\r\n\r\n",  // no body at all
+                    }});
+  LoadSpec spec = SpecFor(server.port());
+  spec.connections = 1;
+  spec.pipeline = 4;  // batches that start at every place in the cycle
+  spec.requests = 600;
+  const RunResult r = RunOrDie(spec);
+  EXPECT_EQ(r.errors.total(), 0u) << r.first_error;
+  EXPECT_EQ(r.requests_completed, 600u);
+  EXPECT_EQ(r.status_codes[200], 400u);
+  EXPECT_EQ(r.status_codes[500], 100u);
+  EXPECT_EQ(r.status_codes[204], 100u);
+}
+
+TEST(Engine, AHeadThatDiffersFromTheLastOnlyInBeingMalformedIsRefused) {
+  RawServer server({.answers = {
+                        "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+                        "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+                        "HTTP/1.1 200 OK\r\nContent-Lengt : 2\r\n\r\nok",  // space before ':'
+                    }});
+  LoadSpec spec = SpecFor(server.port());
+  spec.connections = 1;
+  spec.requests = 30;
+  const RunResult r = RunOrDie(spec);
+  EXPECT_EQ(r.errors.bad_response, 10u) << r.first_error;
+  EXPECT_EQ(r.status_codes[200], 20u);
+  EXPECT_THAT(r.first_error, HasSubstr("whitespace"));
+}
 
 // The wrk2 check: one request in the middle of a constant-rate run stalls for a second. The
 // corrected latency (from each request's intended send time) shows that every request behind it

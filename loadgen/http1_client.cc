@@ -1,11 +1,19 @@
 #include "loadgen/http1_client.h"
 
 #include <algorithm>
+#include <cstring>
+#include <span>
 #include <string>
 
 #include "loadgen/worker.h"
 
 namespace sluice::loadgen {
+namespace {
+
+// Heads longer than this are parsed every time (a server's usual head is 100 to 300 bytes).
+constexpr size_t kMaxRememberedHead = 1024;
+
+}  // namespace
 
 Http1Client::Http1Client(Worker* worker, int index)
     : Client(worker, index, static_cast<size_t>(worker->spec().pipeline)),
@@ -59,15 +67,27 @@ bool Http1Client::OnInput(ReadResult& in, int64_t now) {
         bad = InvalidArgumentError("response without a request");
         break;
       }
-      const http1::ResponseParseOutcome r =
-          parser_.Parse(buffer, offset, w_->plan().head_request, &head_);
-      if (r.incomplete()) break;
-      if (r.error()) {
-        bad = r.ToStatus();
-        break;
+      if (!head_in_progress_ && RepeatsLastHead(buffer, offset)) {
+        offset += last_head_.size();  // head_ holds what these bytes gave last time
+      } else {
+        last_head_.clear();  // head_ is about to change
+        const http1::ResponseParseOutcome r =
+            parser_.Parse(buffer, offset, w_->plan().head_request, &head_);
+        head_in_progress_ = r.incomplete();
+        if (r.incomplete()) break;
+        if (r.error()) {
+          bad = r.ToStatus();
+          break;
+        }
+        if (r.interim_responses > 0) {
+          w_->RecordInterim(r.interim_responses, now);
+        } else if (r.consumed <= kMaxRememberedHead) {
+          last_head_.resize(r.consumed);
+          buffer.CopyTo(
+              offset, std::span(reinterpret_cast<uint8_t*>(last_head_.data()), last_head_.size()));
+        }
+        offset += r.consumed;
       }
-      offset += r.consumed;
-      if (r.interim_responses > 0) w_->RecordInterim(r.interim_responses, now);
       if (head_.status_code == 101) {
         bad = InvalidArgumentError("unexpected 101 Switching Protocols");
         break;
@@ -142,6 +162,13 @@ bool Http1Client::OnInput(ReadResult& in, int64_t now) {
   return generation == this->generation();
 }
 
+bool Http1Client::RepeatsLastHead(const BufferSequence& buffer, size_t offset) {
+  const size_t n = last_head_.size();
+  if (n == 0 || buffer.size() - offset < n) return false;
+  const std::span<const uint8_t> bytes = buffer.Contiguous(offset, n, &head_scratch_);
+  return std::memcmp(bytes.data(), last_head_.data(), n) == 0;
+}
+
 Client::InFlight Http1Client::PopInFlight() {
   const InFlight f = ring_[ring_head_];
   ring_head_ = ring_head_ + 1 == pipeline_ ? 0 : ring_head_ + 1;
@@ -168,6 +195,8 @@ void Http1Client::FailInFlight() {
 void Http1Client::OnClosed() {
   ring_head_ = ring_size_ = 0;
   parser_.Reset();
+  head_in_progress_ = false;
+  last_head_.clear();
   body_ = Body::kHead;
   reusable_ = true;
 }

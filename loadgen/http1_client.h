@@ -6,6 +6,12 @@
 //   std::unique_ptr<Client> c = std::make_unique<Http1Client>(&worker, index);
 //   c->Connect();
 //
+// A server sends the same head again and again (the Date field changes once a second): a head
+// whose bytes are those of the last one parsed on the connection is taken as that one (its
+// status, framing, length and keep-alive), without parsing it again. The parser's outcome depends
+// only on the bytes, so this is the answer it would give; any other head is parsed and checked
+// in full.
+//
 // Closed loop, a connection writes a whole batch of `pipeline` requests once the previous batch
 // is answered (wrk's pipelining: one writev per batch); at a constant rate, requests go out on
 // schedule while fewer than `pipeline` are in flight. A response without keep-alive ends the
@@ -50,6 +56,8 @@ class Http1Client final : public Client {
 
   void CompleteResponse(int64_t now);
   InFlight PopInFlight();
+  // Whether the bytes at `offset` start with last_head_ (they are the same head again).
+  bool RepeatsLastHead(const BufferSequence& buffer, size_t offset);
 
   const size_t pipeline_;
 
@@ -65,6 +73,12 @@ class Http1Client final : public Client {
   http1::ResponseHead head_;
   http1::ChunkedDecoder chunked_;
   std::vector<std::span<const uint8_t>> chunk_data_;
+  // The bytes of the last head parsed, if it was a final one of at most kMaxRememberedHead bytes
+  // and head_ still holds what it gave; empty otherwise.
+  std::string last_head_;
+  std::vector<uint8_t> head_scratch_;  // a repeated head split across segments, for the compare
+  // The parser holds part of a head from an earlier read (it resumes there).
+  bool head_in_progress_ = false;
   Body body_ = Body::kHead;
   uint64_t body_left_ = 0;
   uint16_t status_ = 0;
