@@ -492,8 +492,6 @@ class ControllerSilentAgentTest : public ControllerTest {
     return {std::move(result), steady_clock::now() - began};
   }
 
-  // The controller cancelled the silent agent's WatchRun and did not ask it for a result it
-  // cannot give.
   // Cut off: its watch cancelled (which, as the watch owns the run, stops it on a real agent
   // that resumes) and no result asked of it.
   void ExpectSilentAgentCutOff() const {

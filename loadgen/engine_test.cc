@@ -483,7 +483,7 @@ TEST(Engine, RepeatedHeadsCountAsBeforeAndOtherHeadsOfTheSameSizeAreParsedAnew) 
                     }});
   LoadSpec spec = SpecFor(server.port());
   spec.connections = 1;
-  spec.pipeline = 4;  // batches that start at every place in the cycle
+  spec.pipeline = 5;  // batches that start at every place in the cycle of 6
   spec.requests = 600;
   const RunResult r = RunOrDie(spec);
   EXPECT_EQ(r.errors.total(), 0u) << r.first_error;

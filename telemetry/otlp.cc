@@ -535,6 +535,8 @@ constexpr std::chrono::seconds kResolveRetry{10};
 
 // What an exporter's connections share: the addresses, once resolved (then never changed), or why
 // not yet.
+//
+// Thread-safety: thread-safe (mu_); Get() may block its caller in the resolver (see there).
 class OtlpAddresses {
  public:
   // Resolves now.
@@ -604,8 +606,11 @@ StatusOr<int> Connect(const OtlpEndpoint& endpoint, std::span<const OtlpAddress>
       if (err == EINPROGRESS) {
         if (Status st = wait(fd, POLLOUT); !st.ok()) {
           close(fd);
-          if (st.code() != StatusCode::kDeadlineExceeded) return st;
-          return DeadlineExceededError("OTLP " + endpoint.authority + ": connect timed out");
+          // The next attempt starts at the next address: one that drops what is sent to it
+          // (a dead route) must not take every attempt's time.
+          *first = (at + 1) % addresses.size();
+          // The wait's own status (a timeout, or the shutdown deadline), said of the connect.
+          return Status(st.code(), std::string(st.message()) + " (connecting)");
         }
         err = 0;
         socklen_t len = sizeof(err);

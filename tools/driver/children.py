@@ -18,7 +18,8 @@ the driver, however it ends and however often Ctrl-C is pressed.
   what finished must not be cut short; every wait of it is bounded).
 
 Thread contract: processes are started and stopped from the main thread (Python runs signal
-handlers there only; elsewhere the deferral does nothing).
+handlers there only; elsewhere the deferral does nothing). ended() and exit_status() never reap
+and may be called from any thread.
 """
 
 import contextlib
@@ -170,7 +171,21 @@ def ended(proc: subprocess.Popen) -> bool:
     return _state(proc) != "running"
 
 
-def _wait_ended(proc: subprocess.Popen, timeout: float) -> bool:
+def exit_status(proc: subprocess.Popen) -> Optional[int]:
+    """`proc`'s exit status as Popen.returncode gives it (negative: the signal that ended it),
+    without reaping it; None while it runs (or if someone else reaped it without `proc`)."""
+    if proc.returncode is not None:
+        return proc.returncode
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return None
+    if info is None:
+        return None
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+
+
+def wait_ended(proc: subprocess.Popen, timeout: float) -> bool:
     """Waits up to `timeout` seconds for `proc` to end, without reaping it (as ended()):
     whether it has. Polls as subprocess.Popen.wait() does with a timeout."""
     deadline = time.monotonic() + timeout
@@ -186,7 +201,7 @@ def _wait_ended(proc: subprocess.Popen, timeout: float) -> bool:
 
 def _kill(child: _Child) -> None:
     _send(child, signal.SIGKILL)
-    _wait_ended(child.proc, _KILL_WAIT_S)
+    wait_ended(child.proc, _KILL_WAIT_S)
 
 
 def _group_outlived_its_leader(pid: int) -> bool:
@@ -243,7 +258,7 @@ def stop(proc: subprocess.Popen, timeout: Optional[float] = None) -> Optional[in
         child = _registered(proc) or _Child(proc, False, signal.SIGTERM, 10.0)
         if not ended(proc):
             _send(child, child.stop_signal)
-            if not _wait_ended(proc, child.stop_timeout if timeout is None else timeout):
+            if not wait_ended(proc, child.stop_timeout if timeout is None else timeout):
                 _kill(child)
         _clear_group(child)
         _forget(child)
@@ -262,7 +277,7 @@ def stop_all() -> int:
         signalled = time.monotonic()
         stragglers = []
         for child in running:
-            if not _wait_ended(child.proc, max(0.0, signalled + child.stop_timeout
+            if not wait_ended(child.proc, max(0.0, signalled + child.stop_timeout
                                                - time.monotonic())):
                 stragglers.append(child)
         # SIGKILL to all of them first, then one wait for them together.
@@ -270,7 +285,7 @@ def stop_all() -> int:
             _send(child, signal.SIGKILL)
         killed = time.monotonic()
         for child in stragglers:
-            _wait_ended(child.proc, max(0.0, killed + _KILL_WAIT_S - time.monotonic()))
+            wait_ended(child.proc, max(0.0, killed + _KILL_WAIT_S - time.monotonic()))
         for child in left:
             _clear_group(child)
             _forget(child)

@@ -298,7 +298,8 @@ class DriverTest(unittest.TestCase):
         self.assertEqual(crashed["status"], "failed")
         # abort(): killed by SIGABRT, or a sanitizer's exit status after its report of it.
         self.assertNotIn(crashed["exit_status"], (0, None))
-        self.assertIn("exited", crashed["error"])
+        # The status it ended with, read before the driver reaped it.
+        self.assertIn(f"exited with status {crashed['exit_status']} ", crashed["error"])
         self.assertIn("aborting at request 3000", crashed["error"])  # its stderr tail
         self.assertIn("FAILED", err)
         with open(os.path.join(out_dir, "report.md"), encoding="utf-8") as f:
@@ -633,9 +634,12 @@ class DriverTest(unittest.TestCase):
             """)
         proc, marker = self.start_bench("run", scenario, "--out", os.path.join(self.dir, "out"))
         self.wait_for_file(stopping, proc)
-        # The lingering shell (or the sleep it becomes) is there, found by the marker.
-        self.assertTrue(any("sleep 120" in cmd for _, cmd in survivors(marker)),
-                        survivors(marker))
+        # The lingering shell (or the sleep it becomes) is there, found by the marker. Looked
+        # for until seen: while the shell execs the sleep, its environment reads empty.
+        deadline = time.monotonic() + 5
+        while not any("sleep 120" in cmd for _, cmd in survivors(marker)):
+            self.assertLess(time.monotonic(), deadline, survivors(marker))
+            time.sleep(0.02)
         proc.send_signal(signal.SIGINT)
         proc.send_signal(signal.SIGINT)
         time.sleep(0.3)  # a third one a moment later, still inside the 3 s wait

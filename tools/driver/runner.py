@@ -19,6 +19,7 @@ of the scenario's that only an iteration finds, and that every iteration would h
 """
 
 import dataclasses
+import errno
 import json
 import os
 import re
@@ -250,13 +251,13 @@ class Server:
                 self._poller.join(timeout=2)
             return
         if self._stdout_closed:
-            try:  # it closed its stdout: it is exiting; let it finish to report its status
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-        if self.proc.poll() is not None:
-            raise IterationFailed(f"the server exited with status {self.proc.returncode} "
-                                  f"before it was ready" + self.stderr_tail())
+            # It closed its stdout: it is exiting; let it finish to report its status (not
+            # reaped: its group is killed at the stop, while its pid is still its own).
+            children.wait_ended(self.proc, 5)
+        if children.ended(self.proc):
+            raise IterationFailed(f"the server exited with status "
+                                  f"{children.exit_status(self.proc)} before it was ready"
+                                  + self.stderr_tail())
         what = "a ready line on stdout" if self.ready_mode == "line" else f"port {self.port}"
         raise IterationFailed(f"the server was not ready after {timeout:g} s (waited for "
                               f"{what})" + self.stderr_tail())
@@ -301,6 +302,9 @@ def _publish_files(session, side: "Side", key: Tuple, files, it_dir: str,
             with open(src, "rb") as fh:
                 raw = fh.read()
         except OSError as e:
+            if e.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES):
+                # The machine's trouble (EMFILE, EIO...), not the scenario's: this iteration's.
+                raise IterationFailed(f"files: cannot read {src}: {e.strerror}") from None
             raise _bad(session, side, key + (i, "source"),
                        f"cannot read {src}: {e.strerror}") from None
         try:
@@ -347,9 +351,10 @@ class Helper:
             return
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
+            if children.ended(self.proc):
                 raise IterationFailed(f"helper {self.name} exited with status "
-                                      f"{self.proc.returncode}:\n" + excerpt(self.log_path))
+                                      f"{children.exit_status(self.proc)}:\n"
+                                      + excerpt(self.log_path))
             if probe.port_accepts(HOST, self.port):
                 return
             time.sleep(0.01)
@@ -672,7 +677,7 @@ def _run_load(session, side: Side, server: Server, it_dir: str, port: int, profi
             if attached:
                 attached.stop()
     if not server.alive():
-        raise IterationFailed(f"the server exited with status {server.proc.returncode} "
+        raise IterationFailed(f"the server exited with status {children.exit_status(server.proc)} "
                               "during the load run" + server.stderr_tail())
     if proc.returncode == 2:
         refused = _loadgen_refusal(err_path)
@@ -716,6 +721,10 @@ def _load_args_refused(session, side: Side, message: str) -> BadScenario:
     variant's load_args appended to them."""
     variant = (side.scenario.get("variant") or {}).get("name")
     own = session.scenario.data["variants"][variant]["load_args"] if variant else []
+    if not own and not session.scenario.data["load"]["args"]:
+        # Only the flags the driver makes from the scenario's load section (path, agents...).
+        return BadScenario(f"{session.scenario.where('load')}: load: loadgen refused the "
+                           f"arguments made from it: {message}")
     if own and not session.scenario.data["load"]["args"]:
         key, text = ("variants", variant, "load_args"), f"variants.{variant}.load_args"
     else:
