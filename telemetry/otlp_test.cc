@@ -33,7 +33,9 @@ std::atomic<int> resolver_calls{0};
 
 // A name that does not resolve asks the DNS servers of the machine, which may not answer at all
 // (no network): one try of one second each, not glibc's default of two of five.
-const bool kQuickResolver = [] { return setenv("RES_OPTIONS", "timeout:1 attempts:1", 0) == 0; }();
+[[maybe_unused]] const bool kQuickResolver = [] {
+  return setenv("RES_OPTIONS", "timeout:1 attempts:1", 0) == 0;
+}();
 
 extern "C" int getaddrinfo(const char* node, const char* service, const addrinfo* hints,
                            addrinfo** found) {
