@@ -29,7 +29,7 @@ import signal
 import subprocess
 import threading
 import time
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 # How long to wait for a process that was sent SIGKILL (one in the kernel's uninterruptible
 # sleep may take a while; the driver does not wait for it forever).
@@ -153,20 +153,28 @@ def _send(child: _Child, sig: int) -> None:
         pass
 
 
-def _state(proc: subprocess.Popen) -> str:
-    """"running"; "ended", not reaped yet (a zombie: its pid, so its group's id, is still its
-    own, not to be given to a process started since); or "reaped". It does not reap `proc`."""
+def _peek(proc: subprocess.Popen) -> Tuple[str, Optional[int]]:
+    """(state, exit status as Popen.returncode gives it) without reaping `proc`. state:
+    "running"; "ended", not reaped yet (a zombie: its pid, so its group's id, is still its own,
+    not to be given to a process started since); or "reaped" (the status then known only if
+    reaped through proc)."""
     if proc.returncode is not None:
-        return "reaped"
+        return "reaped", proc.returncode
     try:
         info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:  # reaped already, though not through proc
-        return "reaped"
-    return "running" if info is None else "ended"
+        return "reaped", None
+    if info is None:
+        return "running", None
+    return "ended", info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+
+
+def _state(proc: subprocess.Popen) -> str:
+    return _peek(proc)[0]
 
 
 def ended(proc: subprocess.Popen) -> bool:
-    """Whether `proc` has ended, without reaping it (see _state()): what a caller that stops it
+    """Whether `proc` has ended, without reaping it (see _peek()): what a caller that stops it
     later asks instead of proc.poll(), so that its group is still its own at the stop."""
     return _state(proc) != "running"
 
@@ -174,15 +182,7 @@ def ended(proc: subprocess.Popen) -> bool:
 def exit_status(proc: subprocess.Popen) -> Optional[int]:
     """`proc`'s exit status as Popen.returncode gives it (negative: the signal that ended it),
     without reaping it; None while it runs (or if someone else reaped it without `proc`)."""
-    if proc.returncode is not None:
-        return proc.returncode
-    try:
-        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return None
-    if info is None:
-        return None
-    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+    return _peek(proc)[1]
 
 
 def wait_ended(proc: subprocess.Popen, timeout: float) -> bool:
