@@ -202,7 +202,11 @@ void PipeWriter::SetOneThread(bool one_thread) { pipe_->one_thread_ = one_thread
 // PipeReader
 
 bool PipeReader::Read(ReadResult* result, ReadCallback on_ready) {
-  return pipe_->DoRead(result, std::move(on_ready));
+  return pipe_->DoRead(result, std::move(on_ready), nullptr);
+}
+
+bool PipeReader::ReadOrNotify(ReadResult* result, ReadableCallback on_readable) {
+  return pipe_->DoRead(result, nullptr, std::move(on_readable));
 }
 
 ReadResult PipeReader::ReadAndWait() {
@@ -316,6 +320,7 @@ Status Pipe::Reset() {
   read_canceled_ = flush_canceled_ = read_outstanding_ = false;
   last_read_size_ = 0;
   pending_read_ = nullptr;
+  pending_notify_ = nullptr;
   read_waiting_ = false;
   pending_flush_ = nullptr;
   flush_waiting_ = false;
@@ -383,6 +388,26 @@ void Pipe::FillReadResult(ReadResult* result) {
   last_read_size_ = result->buffer.size_;
 }
 
+void Pipe::TakeReadWaiter(ReadWake* wake) {
+  read_waiting_ = false;
+  if (pending_notify_) {
+    wake->notify = std::move(pending_notify_);
+    pending_notify_ = nullptr;
+    return;
+  }
+  wake->read = std::move(pending_read_);
+  pending_read_ = nullptr;
+  FillReadResult(&wake->result);
+}
+
+void Pipe::ReadWake::operator()() {
+  if (notify) {
+    notify();
+  } else if (read) {
+    read(std::move(result));
+  }
+}
+
 FlushResult Pipe::TakeFlushResult() {
   FlushResult r{.is_canceled = flush_canceled_, .is_completed = reader_completed_};
   flush_canceled_ = false;
@@ -401,19 +426,13 @@ bool Pipe::DoFlush(FlushResult* result, FlushCallback on_done) {
   // this flush waits. A reader woken inline by the first phase can consume
   // before the second, so a same-thread reader never sees its own flush
   // callback run before Flush has returned.
-  ReadCallback wake_reader;
-  ReadResult read_result;
+  ReadWake wake;
   {
     Guard lock(this);
     if (!writer_completed_) Publish();
-    if (read_waiting_ && ReadReady()) {
-      wake_reader = std::move(pending_read_);
-      pending_read_ = nullptr;
-      read_waiting_ = false;
-      FillReadResult(&read_result);
-    }
+    if (read_waiting_ && ReadReady()) TakeReadWaiter(&wake);
   }
-  if (wake_reader) wake_reader(std::move(read_result));
+  wake();
 
   Guard lock(this);
   if (writer_completed_) {
@@ -447,8 +466,7 @@ void Pipe::DoCancelPendingFlush() {
 }
 
 void Pipe::DoCompleteWriter(Status status) {
-  ReadCallback wake_reader;
-  ReadResult read_result;
+  ReadWake wake;
   {
     Guard lock(this);
     Publish();
@@ -456,17 +474,12 @@ void Pipe::DoCompleteWriter(Status status) {
     writer_status_ = std::move(status);
     writer_.completed_ = true;
     writer_.span_size_ = 0;
-    if (read_waiting_) {
-      wake_reader = std::move(pending_read_);
-      pending_read_ = nullptr;
-      read_waiting_ = false;
-      FillReadResult(&read_result);
-    }
+    if (read_waiting_) TakeReadWaiter(&wake);
   }
-  if (wake_reader) wake_reader(std::move(read_result));
+  wake();
 }
 
-bool Pipe::DoRead(ReadResult* result, ReadCallback on_ready) {
+bool Pipe::DoRead(ReadResult* result, ReadCallback on_ready, ReadableCallback on_readable) {
   Guard lock(this);
   if (reader_completed_) {
     *result = ReadResult();
@@ -482,7 +495,10 @@ bool Pipe::DoRead(ReadResult* result, ReadCallback on_ready) {
     FillReadResult(result);
     return true;
   }
-  if (on_ready) {
+  if (on_readable) {
+    pending_notify_ = std::move(on_readable);
+    read_waiting_ = true;
+  } else if (on_ready) {
     pending_read_ = std::move(on_ready);
     read_waiting_ = true;
   }
@@ -531,18 +547,14 @@ Status Pipe::DoAdvanceTo(size_t consumed, size_t examined) {
 }
 
 void Pipe::DoCancelPendingRead() {
-  ReadCallback cb;
-  ReadResult r;
+  ReadWake wake;
   {
     Guard lock(this);
     read_canceled_ = true;
     if (!read_waiting_) return;
-    cb = std::move(pending_read_);
-    pending_read_ = nullptr;
-    read_waiting_ = false;
-    FillReadResult(&r);
+    TakeReadWaiter(&wake);
   }
-  if (cb) cb(std::move(r));
+  wake();
 }
 
 void Pipe::DoCompleteReader(Status status) {
@@ -551,6 +563,7 @@ void Pipe::DoCompleteReader(Status status) {
   // Destroyed after the lock is released: it may hold the last reference to
   // whatever owns this pipe.
   ReadCallback dropped_read;
+  ReadableCallback dropped_notify;
   {
     Guard lock(this);
     if (reader_completed_) return;
@@ -559,6 +572,8 @@ void Pipe::DoCompleteReader(Status status) {
     read_outstanding_ = false;
     dropped_read = std::move(pending_read_);
     pending_read_ = nullptr;
+    dropped_notify = std::move(pending_notify_);
+    pending_notify_ = nullptr;
     read_waiting_ = false;
     DropUnconsumed();
     if (flush_waiting_) {

@@ -18,7 +18,10 @@
 // or whichever thread cancels or completes), with no pipe lock held. An event
 // loop that must continue on its own thread posts from the callback.
 // ReadAndWait/FlushAndWait block and are for threads that are not event
-// loop threads.
+// loop threads. A reader that only wants to know when to read again (a
+// transport that batches every flush of a loop pass into one send) waits
+// with ReadOrNotify instead: its callback gets no result, and no read is
+// left outstanding to hand back.
 //
 //   sluice::Pipe pipe(sluice::PipeOptions{.pool = &pool});
 //   auto span = pipe.writer().GetSpan(5);
@@ -147,6 +150,8 @@ struct FlushResult {
 };
 
 using ReadCallback = std::function<void(ReadResult)>;
+// Called once when a ReadOrNotify that could not complete could now: the reader reads again.
+using ReadableCallback = std::function<void()>;
 using FlushCallback = std::function<void(FlushResult)>;
 
 struct PipeOptions {
@@ -232,6 +237,13 @@ class PipeReader {
   // before AdvanceTo, Read after the reader completed) completes at once
   // with result->status FAILED_PRECONDITION.
   [[nodiscard]] bool Read(ReadResult* result, ReadCallback on_ready);
+  // As Read, except when it cannot complete now: then `on_readable` is
+  // called once, later, when a Read could complete (under the same rules as
+  // Read's callback), and no read is taken for the caller: the reader calls
+  // Read or ReadOrNotify again. Saves a reader that would hand the callback's
+  // result back unconsumed (AdvanceTo(0, 0)) to read everything published
+  // since, filling a result it never used.
+  [[nodiscard]] bool ReadOrNotify(ReadResult* result, ReadableCallback on_readable);
   // Blocks until a read completes. Not for event loop threads.
   ReadResult ReadAndWait();
 
@@ -304,12 +316,23 @@ class Pipe {
   bool FlushCanComplete(bool resuming) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   FlushResult TakeFlushResult() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // The waiting reader's callback, taken from the pipe under its lock and called after it is
+  // released: a Read's with its result filled in, or a ReadOrNotify's.
+  struct ReadWake {
+    ReadCallback read;
+    ReadableCallback notify;
+    ReadResult result;
+    void operator()();
+  };
+  // Takes the waiting reader's callback into *wake (filling a Read's result) and ends the wait.
+  void TakeReadWaiter(ReadWake* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // Writer operations needing the shared state.
   bool DoFlush(FlushResult* result, FlushCallback on_done);
   void DoCompleteWriter(Status status);
   void DoCancelPendingFlush();
   // Reader operations.
-  bool DoRead(ReadResult* result, ReadCallback on_ready);
+  bool DoRead(ReadResult* result, ReadCallback on_ready, ReadableCallback on_readable);
   Status DoAdvanceTo(size_t consumed, size_t examined);
   void DoCancelPendingRead();
   void DoCompleteReader(Status status);
@@ -370,7 +393,9 @@ class Pipe {
   bool read_outstanding_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t last_read_size_ ABSL_GUARDED_BY(mu_) = 0;
 
+  // The waiting reader's callback: one of the two, set while read_waiting_.
   ReadCallback pending_read_ ABSL_GUARDED_BY(mu_);
+  ReadableCallback pending_notify_ ABSL_GUARDED_BY(mu_);
   bool read_waiting_ ABSL_GUARDED_BY(mu_) = false;
   FlushCallback pending_flush_ ABSL_GUARDED_BY(mu_);
   bool flush_waiting_ ABSL_GUARDED_BY(mu_) = false;

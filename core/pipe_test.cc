@@ -77,6 +77,64 @@ TEST_P(PipeTest, PendingReadCompletesWhenWriterFlushes) {
   EXPECT_EQ(seen, "xyz");
 }
 
+TEST_P(PipeTest, ReadOrNotifyReadsAtOnceWhenBytesAreThere) {
+  Pipe pipe(Options());
+  WriteAndFlush(pipe, "now");
+  ReadResult r;
+  bool notified = false;
+  ASSERT_TRUE(pipe.reader().ReadOrNotify(&r, [&] { notified = true; }));
+  EXPECT_EQ(r.buffer.ToString(), "now");
+  ASSERT_TRUE(pipe.reader().AdvanceTo(3).ok());
+  WriteAndFlush(pipe, "later");
+  EXPECT_FALSE(notified);  // the callback was never registered
+}
+
+TEST_P(PipeTest, ReadOrNotifyLeavesNoReadOutstandingAndTheNextReadTakesEveryFlush) {
+  Pipe pipe(Options());
+  ReadResult r;
+  int notified = 0;
+  ASSERT_FALSE(pipe.reader().ReadOrNotify(&r, [&] { ++notified; }));
+  WriteAndFlush(pipe, "one ");
+  EXPECT_EQ(notified, 1);
+  // Called once: later flushes before the next read do not call it again.
+  WriteAndFlush(pipe, "two");
+  EXPECT_EQ(notified, 1);
+  // No read is outstanding: AdvanceTo is refused, and a Read takes both flushes.
+  EXPECT_EQ(pipe.reader().AdvanceTo(0).code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(pipe.reader().Read(&r, nullptr));
+  EXPECT_EQ(r.buffer.ToString(), "one two");
+  ASSERT_TRUE(pipe.reader().AdvanceTo(r.buffer.size()).ok());
+}
+
+TEST_P(PipeTest, ReadOrNotifyIsCalledForCancelAndCompletion) {
+  Pipe pipe(Options());
+  ReadResult r;
+  int notified = 0;
+  ASSERT_FALSE(pipe.reader().ReadOrNotify(&r, [&] { ++notified; }));
+  pipe.reader().CancelPendingRead();
+  EXPECT_EQ(notified, 1);
+  ASSERT_TRUE(pipe.reader().ReadOrNotify(&r, [&] { ++notified; }));
+  EXPECT_TRUE(r.is_canceled);
+  ASSERT_TRUE(pipe.reader().AdvanceTo(0).ok());
+
+  ASSERT_FALSE(pipe.reader().ReadOrNotify(&r, [&] { ++notified; }));
+  pipe.writer().Complete(UnavailableError("gone"));
+  EXPECT_EQ(notified, 2);
+  ASSERT_TRUE(pipe.reader().Read(&r, nullptr));
+  EXPECT_TRUE(r.is_completed);
+  EXPECT_EQ(r.status.code(), StatusCode::kUnavailable);
+}
+
+TEST_P(PipeTest, ReadOrNotifyIsDroppedWhenTheReaderCompletes) {
+  Pipe pipe(Options());
+  ReadResult r;
+  bool notified = false;
+  ASSERT_FALSE(pipe.reader().ReadOrNotify(&r, [&] { notified = true; }));
+  pipe.reader().Complete();
+  WriteAndFlush(pipe, "x");
+  EXPECT_FALSE(notified);
+}
+
 TEST_P(PipeTest, BytesSpanningManySegmentsArriveInOrder) {
   Pipe pipe(Options(0, 0));
   std::string data;

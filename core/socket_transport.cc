@@ -470,11 +470,11 @@ FlushCallback SocketConnection::MakeInputFlushCallback() {
   };
 }
 
-ReadCallback SocketConnection::MakeOutputReadCallback() {
+ReadableCallback SocketConnection::MakeOutputReadableCallback() {
   // Runs on the thread that flushed output: a worker posts to the loop; the loop thread (an
   // inline handler, the TLS layer sealing records) defers to later in the same pass, so every
   // flush of the pass goes out in one writev at the pass's end and no pass is added.
-  return [this](ReadResult) { output_readable_.Run(loop_, weak_from_this().lock()); };
+  return [this] { output_readable_.Run(loop_, weak_from_this().lock()); };
 }
 
 void SocketConnection::ReadInput() {
@@ -576,15 +576,13 @@ void SocketConnection::EndInput(Status status) {
 void SocketConnection::OnOutputReadable() {
   output_waiting_ = false;
   if (output_ended_) return;
-  // The callback's read is still outstanding. Hand it back unconsumed so
-  // that the Read in PumpOutput takes everything flushed since: one writev
-  // for all the flushes of this pass.
-  output_.reader().AdvanceTo(0, 0).IgnoreError();
+  // The read in PumpOutput takes everything flushed since the wait began: one writev for all
+  // the flushes of this pass.
   PumpOutput();
 }
 
 bool SocketConnection::ReadOutput(ReadResult* result) {
-  if (!output_.reader().Read(result, MakeOutputReadCallback())) {
+  if (!output_.reader().ReadOrNotify(result, MakeOutputReadableCallback())) {
     output_waiting_ = true;
     return false;
   }

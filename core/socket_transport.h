@@ -271,7 +271,7 @@ class SocketConnection : public std::enable_shared_from_this<SocketConnection>, 
   void CloseSocket(bool reset);
   void FetchAddresses();
 
-  ReadCallback MakeOutputReadCallback();
+  ReadableCallback MakeOutputReadableCallback();
   FlushCallback MakeInputFlushCallback();
 
   // io_uring loops (uring_io_ set): the receive and send requests replace ReadInput's reads

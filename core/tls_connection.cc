@@ -320,8 +320,8 @@ std::shared_ptr<TlsConnection> TlsConnection::FromSocket(SocketConnection* socke
   return std::static_pointer_cast<TlsConnection>(socket->LockUpper());
 }
 
-ReadCallback TlsConnection::MakeCiphertextReadCallback() {
-  return [socket = socket_.get()](ReadResult) {
+ReadableCallback TlsConnection::MakeCiphertextReadableCallback() {
+  return [socket = socket_.get()] {
     std::shared_ptr<TlsConnection> self = FromSocket(socket);
     if (self == nullptr) return;
     TlsConnection* const connection = self.get();
@@ -346,8 +346,8 @@ FlushCallback TlsConnection::MakePlaintextInputFlushCallback() {
   };
 }
 
-ReadCallback TlsConnection::MakePlaintextOutputReadCallback() {
-  return [this](ReadResult) { plaintext_output_readable_.Run(loop(), weak_from_this().lock()); };
+ReadableCallback TlsConnection::MakePlaintextOutputReadableCallback() {
+  return [this] { plaintext_output_readable_.Run(loop(), weak_from_this().lock()); };
 }
 
 // ---------------------------------------------------------------------------
@@ -381,7 +381,7 @@ void TlsConnection::PumpInput() {
 
 bool TlsConnection::AcquireCiphertext() {
   ReadResult result;
-  if (!socket_->input().Read(&result, MakeCiphertextReadCallback())) {
+  if (!socket_->input().ReadOrNotify(&result, MakeCiphertextReadableCallback())) {
     ciphertext_waiting_ = true;
     return false;
   }
@@ -408,9 +408,7 @@ void TlsConnection::ReleaseCiphertext(bool examined_all) {
 void TlsConnection::OnCiphertextReadable() {
   ciphertext_waiting_ = false;
   if (input_ended_ || terminated_) return;
-  // The callback's read is still outstanding: hand it back unconsumed so that
-  // AcquireCiphertext's Read takes everything published since.
-  socket_->input().AdvanceTo(0, 0).IgnoreError();
+  // AcquireCiphertext's read takes everything published since the wait began.
   PumpInput();
 }
 
@@ -529,7 +527,7 @@ void TlsConnection::PumpOutput() {
   while (handshake_done_ && !output_ended_ && !terminated_ && !output_read_waiting_ &&
          !ciphertext_flush_pending_ && !write_needs_input_) {
     ReadResult result;
-    if (!output_.reader().Read(&result, MakePlaintextOutputReadCallback())) {
+    if (!output_.reader().ReadOrNotify(&result, MakePlaintextOutputReadableCallback())) {
       output_read_waiting_ = true;
       break;
     }
@@ -611,9 +609,8 @@ size_t TlsConnection::WritePlaintext(const BufferSequence& buffer) {
 void TlsConnection::OnPlaintextOutputReadable() {
   output_read_waiting_ = false;
   if (output_ended_ || terminated_) return;
-  // Hand the callback's read back unconsumed, so that PumpOutput's Read takes
-  // everything flushed since: one batch of records for all of it.
-  output_.reader().AdvanceTo(0, 0).IgnoreError();
+  // PumpOutput's read takes everything flushed since the wait began: one batch of records for
+  // all of it.
   PumpOutput();
 }
 

@@ -245,10 +245,10 @@ class TlsConnection : public std::enable_shared_from_this<TlsConnection> {
 
   // The connection above `socket`, if it still exists (SocketConnection::SetUpper).
   static std::shared_ptr<TlsConnection> FromSocket(SocketConnection* socket);
-  ReadCallback MakeCiphertextReadCallback();
+  ReadableCallback MakeCiphertextReadableCallback();
   FlushCallback MakeCiphertextFlushCallback();
   FlushCallback MakePlaintextInputFlushCallback();
-  ReadCallback MakePlaintextOutputReadCallback();
+  ReadableCallback MakePlaintextOutputReadableCallback();
 
   // The custom BIO (see tls_connection.cc) reads and writes the socket pipes directly.
   friend struct TlsBio;
