@@ -20,11 +20,16 @@ std::string_view StatusCodeName(StatusCode code) {
   return "UNKNOWN";
 }
 
+const std::string& Status::EmptyMessage() {
+  static const std::string* const empty = new std::string();
+  return *empty;
+}
+
 std::string Status::ToString() const {
   if (ok()) return "OK";
   std::string out(StatusCodeName(code_));
   out += ": ";
-  out += message_;
+  out += message();
   return out;
 }
 

@@ -40,18 +40,43 @@ std::string_view StatusCodeName(StatusCode code);
 // The outcome of an operation: OK, or a code and a message for the user.
 class [[nodiscard]] Status {
  public:
-  // An OK status. Constructing one never allocates.
+  // An OK status. Constructing, copying, moving and destroying one never allocates and costs a
+  // few instructions: the message lives behind a pointer that is null for OK (and for an error
+  // without a message), so the data path's many OK statuses are a code and a null pointer.
   Status() = default;
   // `code` with `message` (dropped for kOk).
   Status(StatusCode code, std::string_view message)
-      : code_(code), message_(code == StatusCode::kOk ? std::string_view() : message) {}
+      : code_(code),
+        message_(code == StatusCode::kOk || message.empty() ? nullptr : new std::string(message)) {}
+  // A copy with its own message.
+  Status(const Status& other)
+      : code_(other.code_),
+        message_(other.message_ == nullptr ? nullptr : new std::string(*other.message_)) {}
+  // The moved-from status keeps its code and loses its message.
+  Status(Status&& other) noexcept
+      : code_(other.code_), message_(std::exchange(other.message_, nullptr)) {}
+  // Takes a copy of `other`.
+  Status& operator=(const Status& other) {
+    if (this != &other) *this = Status(other);
+    return *this;
+  }
+  // Takes `other`'s code and message; `other` keeps its code and loses its message.
+  Status& operator=(Status&& other) noexcept {
+    code_ = other.code_;
+    std::string* old = std::exchange(message_, std::exchange(other.message_, nullptr));
+    if (old != nullptr) delete old;
+    return *this;
+  }
+  ~Status() {
+    if (message_ != nullptr) delete message_;
+  }
 
   // The operation succeeded.
   bool ok() const { return code_ == StatusCode::kOk; }
   // What kind of failure (kOk for none).
   StatusCode code() const { return code_; }
   // What went wrong, for a person (empty when OK).
-  const std::string& message() const { return message_; }
+  const std::string& message() const { return message_ != nullptr ? *message_ : EmptyMessage(); }
   // "OK" or "CODE: message".
   std::string ToString() const;
 
@@ -59,12 +84,14 @@ class [[nodiscard]] Status {
   void IgnoreError() const {}
 
   friend bool operator==(const Status& a, const Status& b) {
-    return a.code_ == b.code_ && a.message_ == b.message_;
+    return a.code_ == b.code_ && a.message() == b.message();
   }
 
  private:
+  static const std::string& EmptyMessage();
+
   StatusCode code_ = StatusCode::kOk;
-  std::string message_;
+  std::string* message_ = nullptr;  // owned; null when empty
 };
 
 // The OK status.
