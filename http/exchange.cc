@@ -145,8 +145,11 @@ void Response::Finishing() {
 void Response::SetHeader(std::string_view name, std::string_view value) {
   if (head_sent_) return;
   if (header_count_ < headers_.size()) {
-    headers_[header_count_].first.assign(name);
-    headers_[header_count_].second.assign(value);
+    // A handler sets the same fields on every exchange, so the slot kept from the last one often
+    // holds them already: comparing is cheaper than assign (a general replace).
+    auto& [slot_name, slot_value] = headers_[header_count_];
+    if (slot_name != name) slot_name.assign(name);
+    if (slot_value != value) slot_value.assign(value);
   } else {
     headers_.emplace_back(std::string(name), std::string(value));
   }

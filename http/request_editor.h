@@ -9,7 +9,14 @@
 //   edit.SetMethod("GET");
 //   edit.AddHeader("accept", "*/*");
 //
-// An editor is a reference to one Request and costs nothing beyond the calls it forwards.
+// An editor is a reference to one Request and costs nothing beyond the calls it forwards (and,
+// after StoreHead, where that head lies). A protocol that receives a head in one piece (HTTP/1.1)
+// copies it whole once, then sets the fields from views into it, which are not copied again:
+//
+//   http::RequestEditor edit(request);
+//   edit.Reset();
+//   edit.StoreHead(head_bytes);        // one copy
+//   edit.SetMethod(method_in_head);    // no copy: a view into head_bytes
 //
 // Thread-safety: as the Request it edits: used by the one thread that owns the exchange.
 #ifndef SLUICE_HTTP_REQUEST_EDITOR_H_
@@ -31,7 +38,19 @@ class RequestEditor {
   explicit RequestEditor(Request& request) : r_(request) {}
 
   // Clears everything, keeping capacity.
-  void Reset() { r_.Reset(); }
+  void Reset() {
+    r_.Reset();
+    head_ = {};
+  }
+  // Copies `head` into the request's storage (after what is stored already). Until Reset, the
+  // copying setters below store a view that lies within `head` as a reference into that copy
+  // instead of copying it again; other views are copied as usual. One copy of a whole head is
+  // cheaper than one per field (each a string append). `head` must stay unchanged while this
+  // editor uses it.
+  void StoreHead(std::string_view head) {
+    head_offset_ = r_.Store(head).offset;
+    head_ = head;
+  }
   // The bytes of the fields stored so far (method, path, authority, headers...).
   size_t stored_bytes() const { return r_.storage_.size(); }
   // The heap bytes the request keeps across Reset (for pools that bound what they keep).
@@ -53,13 +72,13 @@ class RequestEditor {
     r_.headers_.assign(from.headers_.begin(), from.headers_.end());
   }
   // The method (copied).
-  void SetMethod(std::string_view v) { r_.method_ = r_.Store(v); }
+  void SetMethod(std::string_view v) { r_.method_ = Store(v); }
   // The path before '?' (copied).
-  void SetPath(std::string_view v) { r_.path_ = r_.Store(v); }
+  void SetPath(std::string_view v) { r_.path_ = Store(v); }
   // The query after '?' (copied).
-  void SetQuery(std::string_view v) { r_.query_ = r_.Store(v); }
+  void SetQuery(std::string_view v) { r_.query_ = Store(v); }
   // Host or :authority (copied).
-  void SetAuthority(std::string_view v) { r_.authority_ = r_.Store(v); }
+  void SetAuthority(std::string_view v) { r_.authority_ = Store(v); }
   // "http" or "https": a literal, not copied.
   void SetScheme(std::string_view v) { r_.scheme_ = v; }
   // "1.0", "1.1" or "2": a literal, not copied.
@@ -70,7 +89,7 @@ class RequestEditor {
   void SetTransportInfo(const TransportInfo* info) { r_.transport_info_ = info; }
   // One header field (copied).
   void AddHeader(std::string_view name, std::string_view value) {
-    r_.headers_.emplace_back(r_.Store(name), r_.Store(value));
+    r_.headers_.emplace_back(Store(name), Store(value));
   }
   // Whether a body follows, its declared length, and where ReadBody gets it from.
   void SetBody(bool has_body, std::optional<uint64_t> content_length, BodySource* source) {
@@ -88,7 +107,23 @@ class RequestEditor {
   }
 
  private:
+  // `v` as a slice of the request's storage: within the stored head if it lies in head_, else
+  // copied.
+  Request::Slice Store(std::string_view v) {
+    // Addresses as integers: `v` may point anywhere, and pointers into different objects do not
+    // compare. Unsigned, so a view before head_ wraps to a large `at` and fails the test.
+    const uintptr_t at =
+        reinterpret_cast<uintptr_t>(v.data()) - reinterpret_cast<uintptr_t>(head_.data());
+    if (at <= head_.size() && v.size() <= head_.size() - at) {
+      return {head_offset_ + static_cast<uint32_t>(at), static_cast<uint32_t>(v.size())};
+    }
+    return r_.Store(v);
+  }
+
   Request& r_;
+  // The head StoreHead copied (empty: none), and where its copy starts in the storage.
+  std::string_view head_;
+  uint32_t head_offset_ = 0;
 };
 
 }  // namespace sluice::http

@@ -56,6 +56,9 @@ Status Router::Add(std::string_view method, std::string_view path_template, Hand
       route->segments.push_back({Segment::Kind::kLiteral, std::string(seg)});
     }
   }
+  for (const Segment& seg : route->segments) {
+    if (seg.kind != Segment::Kind::kLiteral) route->literal = false;
+  }
   for (const auto& r : routes_) {
     if (r->method == route->method && r->path_template == route->path_template) {
       return Status(StatusCode::kAlreadyExists,
@@ -81,6 +84,8 @@ Status Router::Add(std::string_view method, std::string_view path_template, Hand
 }
 
 bool Router::MatchRoute(const Route& route, std::string_view path, RouteMatch* match) {
+  // One comparison instead of one per segment (and no parameters to record).
+  if (route.literal) return path == route.path_template;
   if (path.empty() || path[0] != '/') return false;
   std::string_view rest = path.substr(1);
   bool path_left = true;

@@ -78,6 +78,8 @@ class Router {
     std::string method;
     std::string path_template;
     std::vector<Segment> segments;
+    // Every segment is a literal: the route matches exactly the path that spells its template.
+    bool literal = true;
     Handler handler;
   };
   // Matches `path` against `route`; appends params on success.

@@ -1,5 +1,6 @@
 #include "http1/field.h"
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -63,16 +64,25 @@ size_t FindInvalidTargetChar(std::string_view s) {
 
 bool IsToken(std::string_view s) {
   if (s.empty()) return false;
-  for (char c : s) {
-    if (!IsTokenChar(static_cast<uint8_t>(c))) return false;
+  // The class bytes of four characters ANDed, one test per four: a name is nearly always a token,
+  // so stopping early at a bad byte saves nothing worth a branch per byte.
+  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
+  const std::array<uint8_t, 256>& cls = field_internal::kByteClass;
+  uint8_t all = 1;
+  size_t i = 0;
+  for (; i + 4 <= s.size(); i += 4) {
+    all &= cls[p[i]] & cls[p[i + 1]] & cls[p[i + 2]] & cls[p[i + 3]];
   }
-  return true;
+  for (; i < s.size(); ++i) all &= cls[p[i]];
+  return (all & 1) != 0;
 }
 
 std::string_view TrimOws(std::string_view s) {
-  while (!s.empty() && IsOws(s.front())) s.remove_prefix(1);
-  while (!s.empty() && IsOws(s.back())) s.remove_suffix(1);
-  return s;
+  size_t begin = 0;
+  size_t end = s.size();
+  while (begin < end && IsOws(s[begin])) ++begin;
+  while (end > begin && IsOws(s[end - 1])) --end;
+  return {s.data() + begin, end - begin};
 }
 
 std::string_view NextListElement(std::string_view* list) {

@@ -1,5 +1,8 @@
 #include "http1/request_parser.h"
 
+#include <array>
+#include <cstdint>
+#include <cstring>
 #include <string_view>
 
 #include "core/ascii.h"
@@ -36,14 +39,30 @@ Method MethodFromToken(std::string_view m) {
   return Method::kOther;
 }
 
-bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-bool IsAlpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-
-// reg-name and IP-literal characters (RFC 3986 §3.2.2): unreserved, sub-delims, '%'.
-bool IsHostChar(char c) {
-  return IsAlpha(c) || IsDigit(c) ||
-         std::string_view("-._~!$&'()*+,;=%").find(c) != std::string_view::npos;
+// The 8 bytes at `p` as a word, for comparing with another loaded the same way.
+uint64_t Load64(const char* p) {
+  uint64_t w;
+  std::memcpy(&w, p, sizeof(w));
+  return w;
 }
+
+constexpr bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+constexpr bool IsAlpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+// reg-name and IP-literal characters (RFC 3986 §3.2.2): unreserved, sub-delims, '%'. A table: a
+// Host new to the connection, and every authority in a target, goes through it byte by byte.
+inline constexpr std::array<bool, 256> kHostChar = [] {
+  std::array<bool, 256> table{};
+  for (int c = 0; c < 256; ++c) {
+    const char ch = static_cast<char>(c);
+    table[static_cast<size_t>(c)] =
+        IsAlpha(ch) || IsDigit(ch) ||
+        std::string_view("-._~!$&'()*+,;=%").find(ch) != std::string_view::npos;
+  }
+  return table;
+}();
+
+bool IsHostChar(char c) { return kHostChar[static_cast<uint8_t>(c)]; }
 
 // uri-host [":" port] (RFC 9110 §7.2, RFC 3986 §3.2). With `for_connect` (authority-form, RFC
 // 9112 §3.2.3) the host and the port must both be present. No userinfo.
@@ -115,9 +134,8 @@ std::string_view SplitTarget(Method method, std::string_view target, TargetParts
   const http::PathAndQuery split = http::SplitPathAndQuery(rest);
   parts->path = split.path;
   parts->query = split.query;
-  // An absolute-form target without a path means "/" (RFC 9112 §3.2.1); a static literal, so the
-  // view outlives any input.
-  if (parts->path.empty()) parts->path = "/";
+  // An absolute-form target without a path means "/" (RFC 9112 §3.2.1); left empty here for the
+  // caller to tell from a path in the line.
   return {};
 }
 
@@ -126,6 +144,7 @@ std::string_view SplitTarget(Method method, std::string_view target, TargetParts
 std::string_view RequestHead::Find(std::string_view name) const { return FindField(headers, name); }
 
 void RequestHead::Clear() {
+  bytes = {};
   method = Method::kOther;
   method_text = target = path = query = host = {};
   version_minor = 1;
@@ -212,13 +231,15 @@ ParseOutcome RequestParser::CheckRequestLine(std::string_view line) {
     return Fail(400, "invalid character in request-target");
   }
   const std::string_view version = line.substr(line.size() - kVersionLen);
-  if (version.substr(0, 5) != "HTTP/" || !IsDigit(version[5]) || version[6] != '.' ||
-      !IsDigit(version[7])) {
-    return Fail(400, "malformed HTTP version");
-  }
-  // Only 1.0 and 1.1. RFC 9110 §6.2 suggests treating a higher 1.x minor as 1.1; no client sends
-  // one, and refusing what we do not implement is the simpler contract.
-  if (version[5] != '1' || (version[7] != '0' && version[7] != '1')) {
+  // The two versions served, each compared as one 8-byte word; anything else is told apart below.
+  const uint64_t version_word = Load64(version.data());
+  if (version_word != Load64("HTTP/1.1") && version_word != Load64("HTTP/1.0")) {
+    if (version.substr(0, 5) != "HTTP/" || !IsDigit(version[5]) || version[6] != '.' ||
+        !IsDigit(version[7])) {
+      return Fail(400, "malformed HTTP version");
+    }
+    // Only 1.0 and 1.1. RFC 9110 §6.2 suggests treating a higher 1.x minor as 1.1; no client
+    // sends one, and refusing what we do not implement is the simpler contract.
     return Fail(505, "HTTP version not supported");
   }
   const Method method = MethodFromToken(line.substr(0, method_len));
@@ -226,9 +247,17 @@ ParseOutcome RequestParser::CheckRequestLine(std::string_view line) {
   const std::string_view bad_target = SplitTarget(method, target, &parts);
   if (!bad_target.empty()) return Fail(400, bad_target);
 
+  // Kept as offsets, so that ParseHead finds the parts without splitting the target again.
+  const auto offset_of = [line](std::string_view part) {
+    return LinePart{part.empty() ? 0 : static_cast<size_t>(part.data() - line.data()), part.size()};
+  };
   line_.method = method;
   line_.method_len = method_len;
   line_.target_len = target.size();
+  line_.path = offset_of(parts.path);
+  line_.query = offset_of(parts.query);
+  line_.authority = offset_of(parts.authority);
+  line_.root_path = parts.path.empty() && method != Method::kConnect;
   line_.version_minor = static_cast<uint8_t>(version[7] - '0');
   return ParseOutcome::Incomplete();
 }
@@ -238,15 +267,17 @@ ParseOutcome RequestParser::ParseHead(const ScannedHead& scanned, RequestHead* h
   const LineParts& l = line_;
   const char* const bytes = scanned.bytes;
   head->Clear();
+  head->bytes = {bytes, scanned.size};
   head->method = l.method;
   head->method_text = {bytes, l.method_len};
   head->target = {bytes + l.method_len + 1, l.target_len};
   head->version_minor = l.version_minor;
-  TargetParts parts;
-  // Validated by CheckRequestLine on these very bytes.
-  (void)SplitTarget(head->method, head->target, &parts);
-  head->path = parts.path;
-  head->query = parts.query;
+  // Split by CheckRequestLine: the same bytes, here in place or in scratch.
+  const auto part = [bytes](LinePart p) { return std::string_view(bytes + p.offset, p.size); };
+  // A static literal, so the view outlives any input.
+  head->path = l.root_path ? std::string_view("/") : part(l.path);
+  head->query = part(l.query);
+  const std::string_view authority = part(l.authority);
 
   size_t host_lines = 0;
   std::string_view host;
@@ -259,7 +290,10 @@ ParseOutcome RequestParser::ParseHead(const ScannedHead& scanned, RequestHead* h
           case 4:
             if (EqualsLowercase(h.name, "host")) {
               if (++host_lines > 1) return "multiple Host fields";
-              if (!IsValidAuthority(h.value, /*for_connect=*/false)) return "invalid Host";
+              if (h.value != valid_host_) {
+                if (!IsValidAuthority(h.value, /*for_connect=*/false)) return "invalid Host";
+                if (h.value.size() <= kMaxRememberedHost) valid_host_.assign(h.value);
+              }
               host = h.value;
             }
             break;
@@ -296,7 +330,7 @@ ParseOutcome RequestParser::ParseHead(const ScannedHead& scanned, RequestHead* h
   if (bad_expect) return Fail(417, "unsupported expectation");
 
   head->host = head->method == Method::kConnect ? head->target
-               : !parts.authority.empty()       ? parts.authority
+               : !authority.empty()             ? authority
                                                 : host;
   head->keep_alive = framing.KeepAlive(l.version_minor);
   ++counters_.requests;

@@ -45,6 +45,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -75,6 +76,11 @@ enum class BodyFraming : uint8_t { kNone, kContentLength, kChunked };
 // and stays valid until the next Parse() call on the same parser or until the caller consumes
 // (AdvanceTo) the input, whichever comes first.
 struct RequestHead {
+  // The whole head, from the request line to the empty line that ends it (leading empty lines
+  // excluded). Every view below points into it, except a path of "/" that an absolute-form
+  // target without a path stands for (a literal). A connection that keeps the request copies
+  // this once instead of each part.
+  std::string_view bytes;
   Method method = Method::kOther;
   std::string_view method_text;
   // The request-target as sent.
@@ -205,11 +211,23 @@ class RequestParser {
   // The start line the head scanner is given: the request line (request_parser.cc).
   struct RequestLine;
 
-  // The request line of the head being scanned, validated by CheckRequestLine, as offsets from
-  // its first byte.
+  // A part of the request line, as an offset from its first byte.
+  struct LinePart {
+    size_t offset = 0;
+    size_t size = 0;
+  };
+  // The request line of the head being scanned, validated and split by CheckRequestLine, as
+  // offsets from its first byte (the line may be a copy in scratch then, and in place once the
+  // head is complete).
   struct LineParts {
     size_t method_len = 0;
     size_t target_len = 0;  // the target starts at method_len + 1
+    // The target's parts (see RequestHead).
+    LinePart path;
+    LinePart query;
+    LinePart authority;
+    // An absolute-form target without a path: the path is "/", which is not in the line.
+    bool root_path = false;
     Method method = Method::kOther;
     uint8_t version_minor = 1;
   };
@@ -226,6 +244,12 @@ class RequestParser {
   const ParseLimits limits_;
   HeadScanner scanner_;
   LineParts line_;
+  // The last Host value found valid on this connection (at most kMaxRememberedHost bytes). A
+  // client sends the same Host on every request: comparing it with this is cheaper than
+  // validating it again byte by byte, and validity depends on the bytes alone. Starts empty,
+  // which is a valid Host.
+  static constexpr size_t kMaxRememberedHost = 255;
+  std::string valid_host_;
   RequestParserCounters counters_;
 };
 

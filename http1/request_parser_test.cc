@@ -417,6 +417,26 @@ TEST_F(RequestParserTest, RejectsInvalidHost) {
   EXPECT_TRUE(ParseOnce(WithHeaders("GET / HTTP/1.1", "Host:\r\n"), &head).complete());
 }
 
+TEST_F(RequestParserTest, ValidatesEachNewHostOnOneParser) {
+  // The parser remembers the last valid Host: a different one is still validated, and the
+  // remembered one is still accepted after a refusal.
+  RequestParser parser;
+  RequestHead head;
+  const auto parse = [&](std::string_view host) {
+    return parser.Parse(WithHeaders("GET / HTTP/1.1", "Host: " + std::string(host) + "\r\n"),
+                        &head);
+  };
+  EXPECT_TRUE(parse("127.0.0.1:8080").complete());
+  EXPECT_TRUE(parse("127.0.0.1:8080").complete());
+  EXPECT_EQ(head.host, "127.0.0.1:8080");
+  EXPECT_EQ(parse("127.0.0.1:80x").status_code, 400);
+  EXPECT_TRUE(parse("127.0.0.1:8080 ").complete());  // trailing OWS is not part of the value
+  EXPECT_EQ(parse("127.0.0.1/8080").status_code, 400);
+  EXPECT_TRUE(parse("127.0.0.1:8080").complete());
+  EXPECT_TRUE(parse("").complete());
+  EXPECT_EQ(parse("a b").status_code, 400);
+}
+
 TEST_F(RequestParserTest, RejectsContentLengthWithTransferEncoding) {
   ExpectRejected(WithHeaders("POST / HTTP/1.1",
                              "Host: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n"),

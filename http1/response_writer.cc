@@ -18,31 +18,31 @@ void Put(std::string_view s, char** p) {
   *p += s.size();
 }
 
-bool IsValidText(std::string_view s) {
-  for (char c : s) {
-    if (!IsFieldValueChar(static_cast<uint8_t>(c))) return false;
-  }
-  return true;
+// Copies a short `s` (a reason phrase, a few digits) byte by byte: cheaper than a call to memcpy
+// for the few bytes these have.
+void PutShort(std::string_view s, char** p) {
+  char* out = *p;
+  for (char c : s) *out++ = c;
+  *p = out;
 }
 
+bool IsValidText(std::string_view s) { return FindInvalidFieldValueChar(s) == s.size(); }
+
 // Checks the fields a caller passes: tokens for names, no CR/LF/NUL/controls in values (no
-// response splitting), and nothing that would fight the writer's framing.
-Status CheckFields(std::span<const Header> fields) {
+// response splitting), and nothing that would fight the writer's framing. Sets *size to the bytes
+// of "name: value\r\n" for every field (measured in the same pass).
+Status CheckFields(std::span<const Header> fields, size_t* size) {
+  size_t n = 0;
   for (const Header& h : fields) {
     if (!IsToken(h.name)) return InvalidArgumentError("field name is not a token");
     if (!IsValidText(h.value)) return InvalidArgumentError("invalid character in field value");
     if (EqualsLowercase(h.name, "content-length") || EqualsLowercase(h.name, "transfer-encoding")) {
       return InvalidArgumentError("framing fields are written by the response writer");
     }
+    n += h.name.size() + 2 + h.value.size() + 2;
   }
+  *size = n;
   return OkStatus();
-}
-
-// Bytes of "name: value\r\n" for every field.
-size_t FieldsSize(std::span<const Header> fields) {
-  size_t n = 0;
-  for (const Header& h : fields) n += h.name.size() + 2 + h.value.size() + 2;
-  return n;
 }
 
 void PutFields(std::span<const Header> fields, char** p) {
@@ -189,7 +189,8 @@ Status WriteResponseHead(const ResponseHead& head, PipeWriter* out) {
   } else if (!IsValidText(date)) {
     return InvalidArgumentError("invalid character in Date");
   }
-  if (Status s = CheckFields(head.headers); !s.ok()) return s;
+  size_t fields_size = 0;
+  if (Status s = CheckFields(head.headers, &fields_size); !s.ok()) return s;
 
   char length[24];
   size_t length_size = 0;
@@ -210,7 +211,7 @@ Status WriteResponseHead(const ResponseHead& head, PipeWriter* out) {
   // "HTTP/1.1 200 OK\r\n"
   size_t size = 9 + 3 + 1 + reason.size() + 2;
   size += kDate.size() + date.size() + 2;
-  size += FieldsSize(head.headers);
+  size += fields_size;
   if (head.framing == ResponseFraming::kContentLength) {
     size += kContentLength.size() + length_size + 2;
   } else if (head.framing == ResponseFraming::kChunked) {
@@ -219,22 +220,34 @@ Status WriteResponseHead(const ResponseHead& head, PipeWriter* out) {
   size += connection.size() + 2;
 
   return WriteMeasured(size, out, [&](char** p) {
-    Put("HTTP/1.1 ", p);
-    char* code = *p;
-    code[0] = static_cast<char>('0' + head.status_code / 100);
-    code[1] = static_cast<char>('0' + head.status_code / 10 % 10);
-    code[2] = static_cast<char>('0' + head.status_code % 10);
-    code[3] = ' ';
-    *p += 4;
-    Put(reason, p);
-    Put(kCrlf, p);
+    // Nearly every response is a 200 OK: its status line is a constant, copied without a call.
+    constexpr std::string_view kOk = "HTTP/1.1 200 OK\r\n";
+    if (head.status_code == 200 && head.reason.empty()) {
+      Put(kOk, p);
+    } else {
+      Put("HTTP/1.1 ", p);
+      char* code = *p;
+      code[0] = static_cast<char>('0' + head.status_code / 100);
+      code[1] = static_cast<char>('0' + head.status_code / 10 % 10);
+      code[2] = static_cast<char>('0' + head.status_code % 10);
+      code[3] = ' ';
+      *p += 4;
+      PutShort(reason, p);
+      Put(kCrlf, p);
+    }
     Put(kDate, p);
-    Put(date, p);
+    if (date.size() == http::kImfFixdateLength) {
+      // Always, but for a caller's own Date: a copy of constant size is a few moves, not a call.
+      std::memcpy(*p, date.data(), http::kImfFixdateLength);
+      *p += http::kImfFixdateLength;
+    } else {
+      Put(date, p);
+    }
     Put(kCrlf, p);
     PutFields(head.headers, p);
     if (head.framing == ResponseFraming::kContentLength) {
       Put(kContentLength, p);
-      Put({length, length_size}, p);
+      PutShort({length, length_size}, p);
       Put(kCrlf, p);
     } else if (head.framing == ResponseFraming::kChunked) {
       Put(kChunked, p);
@@ -265,8 +278,9 @@ Status WriteChunk(std::string_view data, PipeWriter* out) {
 }
 
 Status WriteLastChunk(std::span<const Header> trailers, PipeWriter* out) {
-  if (Status s = CheckFields(trailers); !s.ok()) return s;
-  const size_t size = 3 + FieldsSize(trailers) + 2;
+  size_t fields_size = 0;
+  if (Status s = CheckFields(trailers, &fields_size); !s.ok()) return s;
+  const size_t size = 3 + fields_size + 2;
   return WriteMeasured(size, out, [&](char** p) {
     Put("0\r\n", p);
     PutFields(trailers, p);
