@@ -202,11 +202,11 @@ void PipeWriter::SetOneThread(bool one_thread) { pipe_->one_thread_ = one_thread
 // PipeReader
 
 bool PipeReader::Read(ReadResult* result, ReadCallback on_ready) {
-  return pipe_->DoRead(result, std::move(on_ready), nullptr);
+  return pipe_->DoRead(result, &on_ready, nullptr);
 }
 
 bool PipeReader::ReadOrNotify(ReadResult* result, ReadableCallback on_readable) {
-  return pipe_->DoRead(result, nullptr, std::move(on_readable));
+  return pipe_->DoRead(result, nullptr, &on_readable);
 }
 
 ReadResult PipeReader::ReadAndWait() {
@@ -479,7 +479,7 @@ void Pipe::DoCompleteWriter(Status status) {
   wake();
 }
 
-bool Pipe::DoRead(ReadResult* result, ReadCallback on_ready, ReadableCallback on_readable) {
+bool Pipe::DoRead(ReadResult* result, ReadCallback* on_ready, ReadableCallback* on_readable) {
   Guard lock(this);
   if (reader_completed_) {
     *result = ReadResult();
@@ -495,11 +495,11 @@ bool Pipe::DoRead(ReadResult* result, ReadCallback on_ready, ReadableCallback on
     FillReadResult(result);
     return true;
   }
-  if (on_readable) {
-    pending_notify_ = std::move(on_readable);
+  if (on_readable != nullptr && *on_readable) {
+    pending_notify_ = std::move(*on_readable);
     read_waiting_ = true;
-  } else if (on_ready) {
-    pending_read_ = std::move(on_ready);
+  } else if (on_ready != nullptr && *on_ready) {
+    pending_read_ = std::move(*on_ready);
     read_waiting_ = true;
   }
   return false;

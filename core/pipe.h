@@ -332,7 +332,9 @@ class Pipe {
   void DoCompleteWriter(Status status);
   void DoCancelPendingFlush();
   // Reader operations.
-  bool DoRead(ReadResult* result, ReadCallback on_ready, ReadableCallback on_readable);
+  // Waits with *on_readable when it is given and not empty, else with *on_ready (if not empty);
+  // the callback is moved from only when the read waits.
+  bool DoRead(ReadResult* result, ReadCallback* on_ready, ReadableCallback* on_readable);
   Status DoAdvanceTo(size_t consumed, size_t examined);
   void DoCancelPendingRead();
   void DoCompleteReader(Status status);
