@@ -242,7 +242,7 @@ class Connection::Stream final : public http::ResponseSink,
   bool response_done_ = false;  // END_STREAM sent
   bool reset_ = false;
   bool in_map_ = false;
-  bool held_ = false;  // valid, waiting in held_streams_ to be dispatched
+  bool held_ = false;        // valid, waiting in held_streams_ to be dispatched
   uint64_t held_since_ = 0;  // the pass stamp (TickClock) when it was held, 0 if none
   bool body_claimed_ = false;
   bool body_end_delivered_ = false;
@@ -397,7 +397,7 @@ bool Connection::ProcessPass(const ReadResult& read) {
     FlushOutput();
     RecycleRetiredStreams();
   }
-  FoldCounters();                            // this pass's, also when nothing was processed
+  FoldCounters();                          // this pass's, also when nothing was processed
   if (closing_) consumed = buffer.size();  // lingering: drop what the peer sends
   // The peer ended its side inside a frame (or the preface): those bytes can never complete,
   // and reading them again would find the same; they are dropped like the rest of its input.
@@ -435,11 +435,15 @@ size_t Connection::ProcessFrames(const BufferSequence& buffer, bool* need_more) 
     preface_received_ = true;
     offset = kClientPreface.size();
   }
+  // Most passes find every frame in the first chunk: those are read in place, without walking
+  // the sequence (CopyTo, Contiguous) once per frame.
+  const std::span<const uint8_t> first = buffer.FirstSpan();
   while (!closing_ && !closed_) {
     if (size - offset < kFrameHeaderSize) return offset;
+    const bool in_first = offset + kFrameHeaderSize <= first.size();
     uint8_t header_bytes[kFrameHeaderSize];
-    buffer.CopyTo(offset, header_bytes);
-    const FrameHeader header = ReadFrameHeader(header_bytes);
+    if (!in_first) buffer.CopyTo(offset, header_bytes);
+    const FrameHeader header = ReadFrameHeader(in_first ? first.data() + offset : header_bytes);
     if (header.length > options_.max_frame_size) {
       HandleError(Http2Error::Connection(ErrorCode::kFrameSizeError,
                                          "frame larger than SETTINGS_MAX_FRAME_SIZE"));
@@ -447,7 +451,9 @@ size_t Connection::ProcessFrames(const BufferSequence& buffer, bool* need_more) 
     }
     const size_t total = kFrameHeaderSize + header.length;
     if (size - offset < total) return offset;
-    std::span<const uint8_t> bytes = buffer.Contiguous(offset, total, &frame_scratch_);
+    std::span<const uint8_t> bytes = offset + total <= first.size()
+                                         ? first.subspan(offset, total)
+                                         : buffer.Contiguous(offset, total, &frame_scratch_);
     size_t used = 0;
     DecodeStatus status = DecodeFrame(bytes, options_.max_frame_size, &frame_, &used);
     offset += total;
@@ -1346,7 +1352,8 @@ void Connection::HandleWriterEvents() {
 }
 
 void Connection::FoldCounters() {
-  if (unfolded_.passes != 0) counters_->passes.fetch_add(unfolded_.passes, std::memory_order_relaxed);
+  if (unfolded_.passes != 0)
+    counters_->passes.fetch_add(unfolded_.passes, std::memory_order_relaxed);
   if (unfolded_.streams != 0) {
     counters_->streams.fetch_add(unfolded_.streams, std::memory_order_relaxed);
   }
@@ -1608,8 +1615,8 @@ void SpareStreams::Put(std::shared_ptr<Connection::Stream> stream) {
 }
 
 void SpareStreams::Trim() {
-  streams_.erase(streams_.begin(),
-                 streams_.begin() + static_cast<std::ptrdiff_t>(std::min(low_water_, streams_.size())));
+  streams_.erase(streams_.begin(), streams_.begin() + static_cast<std::ptrdiff_t>(
+                                                          std::min(low_water_, streams_.size())));
   low_water_ = streams_.size();
 }
 

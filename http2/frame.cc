@@ -103,6 +103,10 @@ DecodeStatus DecodeData(const FrameHeader& header, const uint8_t* payload, Frame
   if (header.stream_id == 0) {
     return ConnectionError(ErrorCode::kProtocolError, kDataMessages.stream_id_zero);
   }
+  if ((header.flags & flags::kPadded) == 0) {  // the common case: the payload is the data
+    frame->payload = {payload, header.length};
+    return Ok();
+  }
   size_t begin = 0;
   size_t pad_length = 0;
   size_t end = 0;
@@ -121,6 +125,11 @@ DecodeStatus DecodeData(const FrameHeader& header, const uint8_t* payload, Frame
 DecodeStatus DecodeHeaders(const FrameHeader& header, const uint8_t* payload, Frame* frame) {
   if (header.stream_id == 0) {
     return ConnectionError(ErrorCode::kProtocolError, kHeadersMessages.stream_id_zero);
+  }
+  if ((header.flags & (flags::kPadded | flags::kPriority)) == 0) {
+    // The common case: the payload is the header block fragment.
+    frame->payload = {payload, header.length};
+    return Ok();
   }
   size_t begin = 0;
   size_t pad_length = 0;
@@ -367,26 +376,6 @@ std::string_view ErrorCodeName(ErrorCode code) {
       return "HTTP_1_1_REQUIRED";
   }
   return "UNKNOWN";
-}
-
-FrameHeader ReadFrameHeader(const uint8_t* bytes) {
-  FrameHeader header;
-  header.length = uint32_t{bytes[0]} << 16 | uint32_t{bytes[1]} << 8 | uint32_t{bytes[2]};
-  header.type = bytes[3];
-  header.flags = bytes[4];
-  header.stream_id = ReadU31(bytes + 5);
-  return header;
-}
-
-void WriteFrameHeader(uint8_t* out, uint32_t length, FrameType type, uint8_t flags,
-                      uint32_t stream_id) {
-  out[0] = static_cast<uint8_t>(length >> 16);
-  out[1] = static_cast<uint8_t>(length >> 8);
-  out[2] = static_cast<uint8_t>(length);
-  out[3] = static_cast<uint8_t>(type);
-  out[4] = flags;
-  // The reserved bit MUST be unset when sending (RFC 9113 §4.1).
-  PutU32(out + 5, stream_id & kMaxStreamId);
 }
 
 DecodeStatus DecodeFrame(std::span<const uint8_t> bytes, uint32_t max_frame_size, Frame* frame,

@@ -119,11 +119,33 @@ struct FrameHeader {
   uint32_t stream_id = 0;  // reserved bit cleared
 };
 
-// Reads the 9-byte header at `bytes` (which must hold at least 9 bytes).
-FrameHeader ReadFrameHeader(const uint8_t* bytes);
-// Writes a 9-byte header to `out`.
-void WriteFrameHeader(uint8_t* out, uint32_t length, FrameType type, uint8_t flags,
-                      uint32_t stream_id);
+// Reads the 9-byte header at `bytes` (which must hold at least 9 bytes). Inline: once per frame
+// read, on every connection's hot path.
+inline FrameHeader ReadFrameHeader(const uint8_t* bytes) {
+  FrameHeader header;
+  header.length = uint32_t{bytes[0]} << 16 | uint32_t{bytes[1]} << 8 | uint32_t{bytes[2]};
+  header.type = bytes[3];
+  header.flags = bytes[4];
+  header.stream_id = (uint32_t{bytes[5]} << 24 | uint32_t{bytes[6]} << 16 |
+                      uint32_t{bytes[7]} << 8 | uint32_t{bytes[8]}) &
+                     kMaxStreamId;
+  return header;
+}
+// Writes a 9-byte header to `out`. Inline, as ReadFrameHeader: once per frame written.
+inline void WriteFrameHeader(uint8_t* out, uint32_t length, FrameType type, uint8_t flags,
+                             uint32_t stream_id) {
+  out[0] = static_cast<uint8_t>(length >> 16);
+  out[1] = static_cast<uint8_t>(length >> 8);
+  out[2] = static_cast<uint8_t>(length);
+  out[3] = static_cast<uint8_t>(type);
+  out[4] = flags;
+  // The reserved bit MUST be unset when sending (RFC 9113 §4.1).
+  const uint32_t id = stream_id & kMaxStreamId;
+  out[5] = static_cast<uint8_t>(id >> 24);
+  out[6] = static_cast<uint8_t>(id >> 16);
+  out[7] = static_cast<uint8_t>(id >> 8);
+  out[8] = static_cast<uint8_t>(id);
+}
 
 enum class SettingId : uint16_t {
   kHeaderTableSize = 0x1,

@@ -218,10 +218,21 @@ bool FrameWriter::SendData(StreamOutput& stream, std::span<const uint8_t> data, 
 
 bool FrameWriter::WriteOutputLocked(StreamOutput& stream, std::span<const HeaderField>* fields,
                                     std::span<const uint8_t> data, bool end) {
+  if (fields != nullptr && FitsOneDataFrameLocked(stream, data.size())) {
+    // A head with a short body (most responses): both frames in one write.
+    return WriteHeadersLocked(stream, *fields, /*end=*/false, data, end);
+  }
   bool ok = true;
   if (fields != nullptr) ok = WriteHeadersLocked(stream, *fields, end && data.empty());
   if (ok && (!data.empty() || (end && fields == nullptr))) QueueDataLocked(stream, data, end);
   return ok;
+}
+
+bool FrameWriter::FitsOneDataFrameLocked(const StreamOutput& stream, size_t n) const {
+  if (n == 0 || n > kCoalesceBytes || stream.closed_ || stream.waiting_) return false;
+  const int64_t allow = std::min<int64_t>(
+      {stream.window_.available(), connection_window_.available(), max_frame_size_});
+  return static_cast<int64_t>(n) <= allow;
 }
 
 bool FrameWriter::SendAlone(StreamOutput& stream, std::span<const HeaderField>* fields,
@@ -371,6 +382,10 @@ void FrameWriter::DrainQueue() ABSL_NO_THREAD_SAFETY_ANALYSIS {
         drain_views_.push_back({name, value});
         at += lengths[0] + lengths[1];
       }
+      if (FitsOneDataFrameLocked(*s, drain_data_.size())) {
+        (void)WriteHeadersLocked(*s, drain_views_, /*end=*/false, AsBytes(drain_data_), end);
+        continue;  // the body went with the head (or the encoder broke: nothing more goes)
+      }
       ok = WriteHeadersLocked(*s, drain_views_, end && drain_data_.empty());
     }
     if (ok && (!drain_data_.empty() || (end && !head))) {
@@ -438,8 +453,11 @@ void FrameWriter::Abort() {
 }
 
 bool FrameWriter::WriteHeadersLocked(StreamOutput& stream, std::span<const HeaderField> fields,
-                                     bool end) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  scratch_.clear();
+                                     bool end, std::span<const uint8_t> data,
+                                     bool data_end) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  // The block is encoded after room for its frame header, so that a block that fits one frame
+  // goes out with its header (and the DATA frame that follows it, if any) as one span.
+  scratch_.assign(kFrameHeaderSize, '\0');
   if (!encoder_.Encode(fields, &scratch_).ok()) {
     // The encoder's state is lost: no stream's output may follow, but control frames without a
     // header block may (the connection's GOAWAY). ClaimWakeLocked tells the loop
@@ -447,7 +465,25 @@ bool FrameWriter::WriteHeadersLocked(StreamOutput& stream, std::span<const Heade
     broken_ = true;
     return false;
   }
-  std::span<const uint8_t> block = AsBytes(scratch_);
+  const size_t block_size = scratch_.size() - kFrameHeaderSize;
+  if (!data.empty() && block_size <= max_frame_size_) {
+    // HEADERS (END_HEADERS) and one DATA frame with all of `data` (the caller checked that the
+    // windows and the peer's frame size allow it), written together.
+    const size_t at = scratch_.size();
+    scratch_.resize(at + kFrameHeaderSize + data.size());
+    uint8_t* const bytes = reinterpret_cast<uint8_t*>(scratch_.data());
+    WriteFrameHeader(bytes, static_cast<uint32_t>(block_size), FrameType::kHeaders,
+                     flags::kEndHeaders, stream.id_);
+    WriteFrameHeader(bytes + at, static_cast<uint32_t>(data.size()), FrameType::kData,
+                     data_end ? flags::kEndStream : 0, stream.id_);
+    std::memcpy(bytes + at + kFrameHeaderSize, data.data(), data.size());
+    WriteBytesLocked(AsBytes(scratch_));
+    ++unfolded_.frames;  // two frames in that one write
+    stream.head_written_ = true;
+    CountDataFrameLocked(stream, data.size(), data_end);
+    return true;
+  }
+  std::span<const uint8_t> block = AsBytes(scratch_).subspan(kFrameHeaderSize);
   uint8_t header[kFrameHeaderSize];
   bool first = true;
   do {
@@ -463,6 +499,7 @@ bool FrameWriter::WriteHeadersLocked(StreamOutput& stream, std::span<const Heade
   } while (!block.empty());
   stream.head_written_ = true;
   if (end) FinishStreamLocked(stream);
+  if (!data.empty()) QueueDataLocked(stream, data, data_end);
   return true;
 }
 
@@ -552,14 +589,18 @@ void FrameWriter::WriteDataFrameLocked(StreamOutput& stream, std::span<const uin
   WriteFrameHeader(header, static_cast<uint32_t>(data.size()), FrameType::kData,
                    end ? flags::kEndStream : 0, stream.id_);
   WriteBytesLocked({header, sizeof(header)}, data);
-  stream.window_.Consume(static_cast<uint32_t>(data.size()));
-  connection_window_.Consume(static_cast<uint32_t>(data.size()));
+  CountDataFrameLocked(stream, data.size(), end);
+}
+
+void FrameWriter::CountDataFrameLocked(StreamOutput& stream, size_t n, bool end) {
+  stream.window_.Consume(static_cast<uint32_t>(n));
+  connection_window_.Consume(static_cast<uint32_t>(n));
   ++unfolded_.data_frames;
-  unfolded_.data_bytes += data.size();
+  unfolded_.data_bytes += n;
   data_frames_sent_.store(data_frames_sent_.load(std::memory_order_relaxed) + 1,
                           std::memory_order_relaxed);
-  if (options_.strategy == OutputStrategy::kQueue && !data.empty()) {
-    stream.unsent_.fetch_sub(data.size());
+  if (options_.strategy == OutputStrategy::kQueue && n != 0) {
+    stream.unsent_.fetch_sub(n);
     if (stream.producer_waiting_.load()) {
       MutexLock stage(&stream.stage_mu_);
       stream.staged_room_.SignalAll();

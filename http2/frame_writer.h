@@ -288,10 +288,22 @@ class FrameWriter {
   // kQueue producer path.
   bool Stage(StreamOutput& stream, std::span<const HeaderField>* fields,
              std::span<const uint8_t> data, bool end);
-  // Writes HEADERS (+ CONTINUATION) for `fields`. Requires frame_mu_ (and,
-  // in kTwoLocks, the pipe lock).
+  // Writes HEADERS (+ CONTINUATION) for `fields`, END_STREAM on them if `end`; then `data`, if
+  // any, as QueueDataLocked would with `data_end` (the caller passes `end` false then). A block
+  // that fits one frame goes out in one write with that DATA frame, which the caller checked to
+  // fit as one (FitsOneDataFrameLocked). Requires frame_mu_ (and, in kTwoLocks, the pipe lock).
   [[nodiscard]] bool WriteHeadersLocked(StreamOutput& stream, std::span<const HeaderField> fields,
-                                        bool end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
+                                        bool end, std::span<const uint8_t> data = {},
+                                        bool data_end = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
+  // Whether `n` bytes (some, at most kCoalesceBytes) can go now as the stream's one DATA frame:
+  // the stream open with nothing waiting, and both windows and the peer's frame size allow it.
+  bool FitsOneDataFrameLocked(const StreamOutput& stream, size_t n) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
+  // The accounting of a DATA frame of `n` bytes just written: windows, counters, kQueue's unsent
+  // bytes, and the stream's end if `end`.
+  void CountDataFrameLocked(StreamOutput& stream, size_t n, bool end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);
   // Appends `data` to the stream and writes what the windows allow.
   void QueueDataLocked(StreamOutput& stream, std::span<const uint8_t> data, bool end)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(frame_mu_);

@@ -26,6 +26,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/status.h"
 
@@ -80,9 +81,15 @@ class HpackEncoder {
   std::unique_ptr<HpackMemory> memory_;
   nghttp2_hd_deflater* deflater_ = nullptr;
   uint32_t max_table_size_;
-  // The fields of the kept block, flat (per field: name length, value length, never_index, the
-  // name, the value), and its bytes; empty when there is none.
-  std::string kept_fields_;
+  // The fields of the kept block (per field its lengths and never_index; their names and values
+  // one after another in kept_bytes_), and its bytes; kept_block_ is empty when there is none.
+  struct KeptField {
+    uint32_t name_size;
+    uint32_t value_size;
+    bool never_index;
+  };
+  std::vector<KeptField> kept_shape_;
+  std::string kept_bytes_;
   std::string kept_block_;
   uint64_t reused_blocks_ = 0;
 };
