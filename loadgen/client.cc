@@ -107,6 +107,8 @@ void Client::OnConnected(StatusOr<std::unique_ptr<Transport>> connected, uint64_
   }
   connect_failures_ = 0;
   transport_ = std::move(transport);
+  in_ = &transport_->input();
+  out_ = &transport_->output();
   state_ = State::kOpen;
   // Connection setup (TCP, plus the TLS handshake) is kept apart from request latency.
   w_->RecordConnected(ever_connected_, std::max<int64_t>(1, now - connect_started_ns_),
@@ -121,8 +123,9 @@ void Client::PumpInput() {
   const uint64_t generation = generation_;
   while (open() && generation == generation_) {
     ReadResult in;
-    // 16 bytes of trivially copyable capture: std::function keeps it inline, no allocation.
-    const bool ready = In().Read(&in, [this, generation](ReadResult later) {
+    // 16 bytes of trivially copyable capture: std::function keeps it inline, no allocation. The
+    // result is taken by reference: std::function passes it on as an rvalue, so no copy is made.
+    const bool ready = In().Read(&in, [this, generation](ReadResult&& later) {
       if (generation != generation_) return;
       if (OnRead(later)) PumpInput();
     });
@@ -248,6 +251,8 @@ void Client::CloseSocket() {
     In().Complete();
     transport_->Close();
     transport_ = nullptr;
+    in_ = nullptr;
+    out_ = nullptr;
   }
   OnClosed();
   if (state_ == State::kOpen) state_ = State::kIdle;

@@ -108,8 +108,9 @@ class Client {
   // For the protocols.
 
   // The connection's plaintext pipes (core/transport.h), over TCP or TLS alike. Only while open.
-  PipeReader& In() { return transport_->input(); }
-  PipeWriter& Out() { return transport_->output(); }
+  // (Kept from the transport when it opens: no virtual call per use.)
+  PipeReader& In() { return *in_; }
+  PipeWriter& Out() { return *out_; }
   // Bumped whenever the connection changes: a callback or a caller that saw another generation
   // must stop.
   uint64_t generation() const { return generation_; }
@@ -148,6 +149,9 @@ class Client {
 
   // The open connection (null while closed or connecting).
   std::unique_ptr<Transport> transport_;
+  // transport_'s pipes while it is open.
+  PipeReader* in_ = nullptr;
+  PipeWriter* out_ = nullptr;
   int64_t connect_started_ns_ = 0;
   uint64_t generation_ = 0;
   State state_ = State::kIdle;

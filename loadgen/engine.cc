@@ -149,7 +149,8 @@ Progress Engine::progress() const {
   const int64_t now = NowNs();
   p.elapsed = nanoseconds(now - plan_->start_ns);
   p.warming_up = now < plan_->measure_start_ns;
-  Histogram latency;
+  Histogram& latency = progress_latency_;
+  latency.Reset();
   for (Worker* w : workers_) {
     p.requests_completed += w->completed();
     p.errors += w->errors();

@@ -68,6 +68,7 @@
 
 #include "core/mutex.h"
 #include "core/status.h"
+#include "loadgen/histogram.h"
 #include "loadgen/result.h"
 #include "loadgen/spec.h"
 
@@ -150,6 +151,9 @@ class Engine {
   mutable Mutex mu_;
   CondVar cv_;
   int finished_workers_ ABSL_GUARDED_BY(mu_) = 0;
+  // progress()'s merge of the workers' snapshots, kept between calls (Reset is cheaper than a new
+  // histogram's allocation).
+  mutable Histogram progress_latency_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace sluice::loadgen

@@ -58,15 +58,41 @@ uint64_t Histogram::BucketHighest(size_t index) {
 
 void Histogram::Merge(const Histogram& other) {
   if (other.count_ == 0) return;
-  for (size_t i = 0; i < kBucketCount; ++i) counts_[i] += other.counts_[i];
+  // Every non-empty bucket of `other` lies between those of its min and its max.
+  const size_t last = BucketIndex(other.max_);
+  for (size_t i = BucketIndex(other.min_); i <= last; ++i) counts_[i] += other.counts_[i];
   count_ += other.count_;
   sum_ += other.sum_;
   min_ = std::min(min_, other.min_);
   max_ = std::max(max_, other.max_);
 }
 
+void Histogram::CopyFrom(const Histogram& other) {
+  if (this == &other) return;
+  if (counts_.size() != kBucketCount) {
+    counts_.assign(kBucketCount, 0);  // moved from
+  } else if (count_ > 0) {
+    std::fill(counts_.begin() + static_cast<ptrdiff_t>(BucketIndex(min_)),
+              counts_.begin() + static_cast<ptrdiff_t>(BucketIndex(max_)) + 1, 0);
+  }
+  if (other.count_ > 0) {
+    std::copy(other.counts_.begin() + static_cast<ptrdiff_t>(BucketIndex(other.min_)),
+              other.counts_.begin() + static_cast<ptrdiff_t>(BucketIndex(other.max_)) + 1,
+              counts_.begin() + static_cast<ptrdiff_t>(BucketIndex(other.min_)));
+  }
+  count_ = other.count_;
+  sum_ = other.sum_;
+  min_ = other.min_;
+  max_ = other.max_;
+}
+
 void Histogram::Reset() {
-  std::fill(counts_.begin(), counts_.end(), 0);
+  // Every non-empty bucket lies between those of the min and the max (a moved-from histogram
+  // has no buckets left to clear).
+  if (count_ > 0 && !counts_.empty()) {
+    std::fill(counts_.begin() + static_cast<ptrdiff_t>(BucketIndex(min_)),
+              counts_.begin() + static_cast<ptrdiff_t>(BucketIndex(max_)) + 1, 0);
+  }
   count_ = 0;
   sum_ = 0;
   min_ = UINT64_MAX;
@@ -108,7 +134,8 @@ uint64_t Histogram::ValueAtPercentile(double percentile) const {
   const uint64_t rank = PercentileRank(percentile, count_);
   if (rank == count_) return max_;
   uint64_t seen = 0;
-  for (size_t i = 0; i < kBucketCount; ++i) {
+  // The buckets below the min's are empty.
+  for (size_t i = BucketIndex(min_); i < kBucketCount; ++i) {
     seen += counts_[i];
     if (seen >= rank) {
       const uint64_t low = std::max(BucketLowest(i), min_);

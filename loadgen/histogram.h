@@ -68,6 +68,9 @@ class Histogram {
   void Merge(const Histogram& other);
   // Forgets every value; keeps the allocation.
   void Reset();
+  // Becomes a copy of `other` (as assignment does), touching only the buckets between the
+  // smallest and the largest value of each: cheap for a snapshot taken again and again.
+  void CopyFrom(const Histogram& other);
 
   uint64_t count() const { return count_; }
   // 0 when empty.

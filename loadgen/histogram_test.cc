@@ -153,6 +153,36 @@ TEST(Histogram, MergeOfSplitDataEqualsHistogramOfAllData) {
   EXPECT_TRUE(merged == all);
 }
 
+TEST(Histogram, CopyFromEqualsAssignmentWhateverTheRangesBefore) {
+  std::mt19937_64 rng(4);
+  Histogram snapshot;
+  Histogram source;
+  // Growing data (the worker's snapshots), then a narrower and an empty source.
+  for (uint64_t hi : {uint64_t{300}, uint64_t{1'000'000}, uint64_t{1} << 40, uint64_t{5000}}) {
+    source.Reset();
+    for (int i = 0; i < 2000; ++i) source.Record(100 + rng() % hi);
+    snapshot.CopyFrom(source);
+    EXPECT_TRUE(snapshot == source);
+    EXPECT_EQ(snapshot.Serialize(), source.Serialize());
+    Histogram assigned;
+    assigned = source;
+    EXPECT_TRUE(snapshot == assigned);
+  }
+  snapshot.CopyFrom(Histogram());
+  EXPECT_TRUE(snapshot == Histogram());
+  snapshot.CopyFrom(snapshot);
+  EXPECT_TRUE(snapshot == Histogram());
+  // Merging into a copy gives what merging into the original gives.
+  Histogram merged;
+  merged.CopyFrom(source);
+  Histogram extra;
+  extra.Record(1);
+  extra.Record(UINT64_MAX);
+  merged.Merge(extra);
+  source.Merge(extra);
+  EXPECT_TRUE(merged == source);
+}
+
 TEST(Histogram, SerializationRoundTrips) {
   std::mt19937_64 rng(11);
   std::lognormal_distribution<double> lognormal(std::log(300e3), 1.0);

@@ -12,6 +12,9 @@ namespace {
 
 // Heads longer than this are parsed every time (a server's usual head is 100 to 300 bytes).
 constexpr size_t kMaxRememberedHead = 1024;
+// Request batches up to this size are copied straight into the output's block (GetSpan), at the
+// cost of at most this much of a block left unused; larger ones go through PipeWriter::Write.
+constexpr size_t kMaxDirectWrite = 1024;
 
 }  // namespace
 
@@ -39,9 +42,16 @@ size_t Http1Client::Sendable() const {
 Status Http1Client::WriteRequests(size_t count, int64_t now, uint64_t* bytes_each) {
   const RunPlan& plan = w_->plan();
   *bytes_each = plan.request_size;
-  if (Status s =
-          Out().Write(std::string_view(plan.request_batch).substr(0, count * plan.request_size));
-      !s.ok()) {
+  const size_t bytes = count * plan.request_size;
+  PipeWriter& out = Out();
+  // A small batch goes into the output's current block (or a new one) in one copy; a larger one,
+  // or a completed output (an empty span), through Write.
+  const std::span<uint8_t> span =
+      bytes <= kMaxDirectWrite ? out.GetSpan(bytes) : std::span<uint8_t>();
+  if (span.size() >= bytes) {
+    std::memcpy(span.data(), plan.request_batch.data(), bytes);
+    out.Advance(bytes).IgnoreError();  // within the span of an open output: cannot fail
+  } else if (Status s = out.Write(std::string_view(plan.request_batch).substr(0, bytes)); !s.ok()) {
     return s;
   }
   for (size_t i = 0; i < count; ++i) {
@@ -165,7 +175,11 @@ bool Http1Client::OnInput(ReadResult& in, int64_t now) {
 bool Http1Client::RepeatsLastHead(const BufferSequence& buffer, size_t offset) {
   const size_t n = last_head_.size();
   if (n == 0 || buffer.size() - offset < n) return false;
-  const std::span<const uint8_t> bytes = buffer.Contiguous(offset, n, &head_scratch_);
+  // The head is usually within the first chunk: compared in place, without Contiguous's walk.
+  const std::span<const uint8_t> first = buffer.FirstSpan();
+  const std::span<const uint8_t> bytes = offset + n <= first.size()
+                                             ? first.subspan(offset, n)
+                                             : buffer.Contiguous(offset, n, &head_scratch_);
   return std::memcmp(bytes.data(), last_head_.data(), n) == 0;
 }
 

@@ -120,7 +120,7 @@ void Worker::Sweep() {
   if (now - snapshot_ns_ >= 250'000'000) {
     snapshot_ns_ = now;
     MutexLock lock(&snapshot_mu_);
-    snapshot_ = result_.corrected_latency;
+    snapshot_.CopyFrom(result_.corrected_latency);
   }
   if (!finished_) sweep_timer_ = loop()->RunAfter(sweep_interval_, [this] { Sweep(); });
 }
@@ -162,8 +162,7 @@ void Worker::RecordConnected(bool reconnect, int64_t setup_ns, bool tls) {
   if (tls) ++result_.tls_handshakes;
 }
 
-bool Worker::WantsToSend(const Client& c) const {
-  if (accepting()) return true;
+bool Worker::WantsToSendStopping(const Client& c) const {
   if (finished_ || tickets_exhausted_) return false;
   return c.paced() && c.next_intended_ns() < send_until_ns_;
 }

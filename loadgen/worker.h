@@ -137,7 +137,7 @@ class Worker : private IoHandler {
   bool Measured(int64_t t) const { return t >= plan_->measure_start_ns; }
 
   // Whether `c` has requests left to send (its constant-rate backlog after the end included).
-  bool WantsToSend(const Client& c) const;
+  bool WantsToSend(const Client& c) const { return accepting() || WantsToSendStopping(c); }
   // Measured requests a connection may send now (requests mode), up to `wanted`.
   uint64_t ClaimTickets(uint64_t wanted);
   // Asks for c->FillPipeline at `at` (steady ns); one pending time per client.
@@ -194,6 +194,8 @@ class Worker : private IoHandler {
   void ArmPacer(int64_t at);
 
   bool accepting() const { return !stopping_ && !tickets_exhausted_ && !finished_; }
+  // WantsToSend once the worker no longer accepts new requests.
+  bool WantsToSendStopping(const Client& c) const;
   void Sweep();
   void Finish(int64_t now);
   void MaybeSignalTornDown();
