@@ -25,7 +25,6 @@ namespace {
 
 constexpr std::string_view kRequest =
     "GET /plaintext HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: wrk\r\nAccept: */*\r\n\r\n";
-constexpr std::string_view kBody = http::ConnectionRig<ConnectionCounters>::kBody;
 
 // One connection and its client, on the calling thread (which runs as the connection's loop).
 class Rig : public http::ConnectionRig<ConnectionCounters> {
