@@ -361,7 +361,7 @@ server_mode() {
 
   if ((warmup > 0)); then
     note "warm-up: $warmup requests (not instrumented)"
-    fills=("{url}=$url" "{connections}=$connections" "{requests}=$warmup")
+    fills=("{url}=$(printf '%q' "$url")" "{connections}=$connections" "{requests}=$warmup")
     run_client "$out/warmup.out" "$client_cpu" "$client_timeout" "$(fill "$client")" ||
       { tail -n 20 "$out/warmup.out" >&2; die "warm-up client failed (output: $out/warmup.out)"; }
     check_client_output "$out/warmup.out" "$( [[ -z "$count_regex" ]] && echo "$warmup")" ||
@@ -375,7 +375,7 @@ server_mode() {
   kill -0 "$server_pid" 2>/dev/null || die "the server exited (log: $out/server.log)"
 
   note "measured: $requests requests (instrumented)"
-  fills=("{url}=$url" "{connections}=$connections" "{requests}=$requests")
+  fills=("{url}=$(printf '%q' "$url")" "{connections}=$connections" "{requests}=$requests")
   run_client "$out/client.out" "$client_cpu" "$client_timeout" "$(fill "$client")" ||
     { tail -n 20 "$out/client.out" >&2; die "measured client failed (output: $out/client.out)"; }
   local expected="$requests"

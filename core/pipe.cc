@@ -488,7 +488,9 @@ bool Pipe::DoRead(ReadResult* result, ReadCallback* on_ready, ReadableCallback* 
   }
   if (read_outstanding_ || read_waiting_) {
     *result = ReadResult();
-    result->status = FailedPreconditionError("PipeReader::Read called again before AdvanceTo");
+    result->status = FailedPreconditionError(
+        read_waiting_ ? "PipeReader::Read called while a read or readable callback waits"
+                      : "PipeReader::Read called again before AdvanceTo");
     return true;
   }
   if (ReadReady()) {

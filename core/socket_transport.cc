@@ -290,7 +290,7 @@ StatusOr<std::shared_ptr<SocketConnection>> SocketConnection::Adopt(
     conn->self_ = conn;
     conn->FetchAddresses();
     conn->StartReceive();
-    conn->PumpOutput();  // arms the output read callback
+    conn->PumpOutput();  // arms the output readable callback
     return conn;
   }
   Status registered = loop->Register(fd, kSocketEvents, conn.get());
@@ -299,7 +299,7 @@ StatusOr<std::shared_ptr<SocketConnection>> SocketConnection::Adopt(
   conn->FetchAddresses();
   // A fresh connected socket has send space; EAGAIN corrects this if not.
   conn->writable_ = true;
-  // Arms the output read callback.
+  // Arms the output readable callback.
   conn->PumpOutput();
   return conn;
 }

@@ -318,7 +318,7 @@ class SocketConnection : public std::enable_shared_from_this<SocketConnection>, 
   bool input_paused_ = false;  // an input flush is pending
   bool read_yield_posted_ = false;
   bool input_ended_ = false;               // input writer completed
-  bool output_waiting_ = false;            // an output read callback is registered
+  bool output_waiting_ = false;            // an output readable callback is registered
   bool output_ended_ = false;              // output reader completed
   bool release_when_output_ends_ = false;  // Release() came first
   bool closed_ = false;

@@ -88,6 +88,7 @@ class [[nodiscard]] Status {
   }
 
  private:
+  // The message of a status without one (static storage).
   static const std::string& EmptyMessage();
 
   StatusCode code_ = StatusCode::kOk;

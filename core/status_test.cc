@@ -35,7 +35,8 @@ TEST(Status, CopiesOwnTheirMessage) {
   EXPECT_TRUE(b.ok());
   EXPECT_EQ(a.ToString(), "UNAVAILABLE: peer reset");
   EXPECT_EQ(c, a);
-  c = c;  // NOLINT: self-assignment keeps the value
+  const Status& same = c;
+  c = same;  // self-assignment keeps the value
   EXPECT_EQ(c.message(), "peer reset");
 }
 

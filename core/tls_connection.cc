@@ -512,7 +512,7 @@ void TlsConnection::EndInput(Status status) {
   input_ended_ = true;
   input_.writer().Complete(std::move(status));
   // Nothing more is read from the socket; this also drops an outstanding
-  // read or a registered read callback.
+  // read or a registered readable callback.
   ciphertext_held_ = false;
   ciphertext_waiting_ = false;
   ciphertext_ = ReadResult();

@@ -280,11 +280,11 @@ class TlsConnection : public std::enable_shared_from_this<TlsConnection> {
   ReadResult ciphertext_;
   bool ciphertext_held_ = false;
   size_t ciphertext_offset_ = 0;
-  bool ciphertext_waiting_ = false;   // a socket input read callback is registered
+  bool ciphertext_waiting_ = false;   // a socket input readable callback is registered
   bool ciphertext_eof_ = false;       // the BIO reported the socket's EOF
   Status socket_input_status_;        // the socket input's completion status, at EOF
   bool input_flush_pending_ = false;  // the plaintext input flush waits
-  bool output_read_waiting_ = false;  // a plaintext output read callback is registered
+  bool output_read_waiting_ = false;  // a plaintext output readable callback is registered
   bool ciphertext_flush_pending_ = false;
   bool write_needs_input_ = false;         // SSL_write asked to read first
   bool input_ended_ = false;               // input_'s writer completed

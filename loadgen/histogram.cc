@@ -69,6 +69,10 @@ void Histogram::Merge(const Histogram& other) {
 
 void Histogram::CopyFrom(const Histogram& other) {
   if (this == &other) return;
+  if (other.counts_.size() != kBucketCount) {
+    *this = other;  // a moved-from histogram: as assignment does
+    return;
+  }
   if (counts_.size() != kBucketCount) {
     counts_.assign(kBucketCount, 0);  // moved from
   } else if (count_ > 0) {
