@@ -422,9 +422,11 @@ TEST_F(RequestParserTest, ValidatesEachNewHostOnOneParser) {
   // remembered one is still accepted after a refusal.
   RequestParser parser;
   RequestHead head;
+  // The head's views point into the request, which lives here until the next parse.
+  std::string request;
   const auto parse = [&](std::string_view host) {
-    return parser.Parse(WithHeaders("GET / HTTP/1.1", "Host: " + std::string(host) + "\r\n"),
-                        &head);
+    request = WithHeaders("GET / HTTP/1.1", "Host: " + std::string(host) + "\r\n");
+    return parser.Parse(request, &head);
   };
   EXPECT_TRUE(parse("127.0.0.1:8080").complete());
   EXPECT_TRUE(parse("127.0.0.1:8080").complete());
