@@ -16,6 +16,25 @@ lib="${TEST_SRCDIR:-}/${TEST_WORKSPACE:-}/bazel/sh_test_lib.sh"
 source "$lib" || exit 1
 sh_test_start
 
+# check_figure MODE EXIT LINE ERRFILE: the mode exited 0 and printed a well-formed line for 2000
+# requests with a figure within 500..100000; fails the test otherwise and returns 1.
+check_figure() {
+  local mode="$1" code="$2" line="$3" err="$4" per
+  if ((code != 0)); then
+    fail "$mode mode exited $code: $(tail -n 20 "$err")"
+    return 1
+  fi
+  if [[ ! "$line" =~ ^instructions_per_request=([0-9]+\.[0-9])\ requests=2000\ instructions=([0-9]+)$ ]]; then
+    fail "$mode mode: malformed line '$line'"
+    return 1
+  fi
+  per="${BASH_REMATCH[1]%.*}"
+  if ((per < 500 || per > 100000)); then
+    fail "$mode mode: $per instructions per request, outside 500..100000"
+    return 1
+  fi
+}
+
 # Refusals, before anything starts (valgrind or not).
 expect_run 0 "instructions_per_request=X" bash "$script" --help
 expect_run 2 "a mode is needed" bash "$script"
@@ -52,15 +71,7 @@ code=$?
 echo "server mode: exit $code after $((SECONDS - start)) s"
 cat "$work/server.txt"
 line="$(head -1 "$work/server.txt")"
-if ((code != 0)); then
-  fail "server mode exited $code: $(tail -n 20 "$work/server.err")"
-elif [[ ! "$line" =~ ^instructions_per_request=([0-9]+\.[0-9])\ requests=2000\ instructions=([0-9]+)$ ]]; then
-  fail "server mode: malformed line '$line'"
-else
-  per="${BASH_REMATCH[1]%.*}"
-  if ((per < 500 || per > 100000)); then
-    fail "server mode: $per instructions per request, outside 500..100000"
-  fi
+if check_figure server "$code" "$line" "$work/server.err"; then
   if ! grep -q "top 5 functions by exclusive Ir" "$work/server.txt" ||
     (($(wc -l <"$work/server.txt") != 7)); then
     fail "server mode: expected the top 5 functions after the line"
@@ -86,16 +97,7 @@ code=$?
 echo "client mode: exit $code after $((SECONDS - start)) s"
 cat "$work/client.txt"
 line="$(cat "$work/client.txt")"
-if ((code != 0)); then
-  fail "client mode exited $code: $(tail -n 20 "$work/client.err")"
-elif [[ ! "$line" =~ ^instructions_per_request=([0-9]+\.[0-9])\ requests=2000\ instructions=([0-9]+)$ ]]; then
-  fail "client mode: malformed line '$line'"
-else
-  per="${BASH_REMATCH[1]%.*}"
-  if ((per < 500 || per > 100000)); then
-    fail "client mode: $per instructions per request, outside 500..100000"
-  fi
-fi
+check_figure client "$code" "$line" "$work/client.err"
 
 # A client that fails is a failed measurement (exit 1), not a figure: nothing listens on the port
 # the dead server had.
