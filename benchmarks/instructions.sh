@@ -45,7 +45,9 @@ server: starts `taskset -c SERVER_CPU valgrind --tool=callgrind --instr-atstart=
                         LOADGEN is $LOADGEN or bazel-bin/loadgen/loadgen (build it with
                         ./bazelw build -c opt //loadgen). loadgen's "Requests: N sent, N
                         completed, 0 failed" line must show every request completed and none
-                        failed; any client must exit 0 (wrk's and h2load's error lines fail too)
+                        failed; any client must exit 0 (wrk's and h2load's error lines fail too),
+                        and unless --count-regex is given, print a result line known here
+                        (loadgen's, h2load's "N succeeded" = the count, wrk's "N requests in")
     --count-regex RE    take the measured request count from the client's output (the first
                         number of the first match of the extended regex RE) instead of --requests,
                         e.g. '[0-9]+ requests in' for wrk
@@ -136,11 +138,15 @@ ir_total() {
 }
 
 # check_client_output FILE EXPECTED_COUNT: fails (returns 1, saying why) on the failure lines of
-# the clients we know. EXPECTED_COUNT may be empty (duration runs).
+# the clients we know. EXPECTED_COUNT is empty when the count comes from the output
+# (--count-regex, duration runs); otherwise the requests are counted as asked, so the output must
+# show that they were made: a client that prints none of the result lines known here (loadgen's,
+# h2load's, wrk's) fails too, rather than being trusted.
 check_client_output() {
-  local file="$1" expected="$2" line sent completed failed
+  local file="$1" expected="$2" line sent completed failed known=0
   line="$(grep -m1 -E 'Requests: [0-9]+ sent, [0-9]+ completed, [0-9]+ failed' "$file")"
   if [[ -n "$line" ]]; then
+    known=1
     # loadgen: "Requests: N sent, N completed, 0 failed, 0 unfinished"
     read -r sent completed failed < <(sed -E \
       's/.*Requests: ([0-9]+) sent, ([0-9]+) completed, ([0-9]+) failed.*/\1 \2 \3/' <<<"$line")
@@ -155,14 +161,28 @@ check_client_output() {
   fi
   # h2load: "requests: N total, N started, N done, N succeeded, N failed, N errored, N timeout"
   line="$(grep -m1 -E '^requests: [0-9]+ total' "$file")"
-  if [[ -n "$line" ]] && ! grep -qE ' 0 failed, 0 errored, 0 timeout' <<<"$line"; then
-    note "client reports failures: $line"
-    return 1
+  if [[ -n "$line" ]]; then
+    known=1
+    if ! grep -qE ' 0 failed, 0 errored, 0 timeout' <<<"$line"; then
+      note "client reports failures: $line"
+      return 1
+    fi
+    if [[ -n "$expected" ]] && ! grep -qE " $expected succeeded," <<<"$line"; then
+      note "client did not complete the $expected requests asked: $line"
+      return 1
+    fi
   fi
   # wrk: "Socket errors: ..." and "Non-2xx or 3xx responses: N"
   line="$(grep -m1 -E '^ *(Socket errors|Non-2xx or 3xx responses):' "$file")"
   if [[ -n "$line" ]]; then
     note "client reports failures: $line"
+    return 1
+  fi
+  grep -qE '[0-9]+ requests in ' "$file" && known=1
+  if [[ -n "$expected" ]] && ((!known)); then
+    note "the client printed no result line known here (loadgen's 'Requests: N sent, N" \
+      "completed', h2load's 'requests: N total', wrk's 'N requests in'): nothing shows the" \
+      "$expected requests were made; give --count-regex to take the count from its output"
     return 1
   fi
   return 0

@@ -3,7 +3,8 @@
 # and 2000 measured requests from loadgen -c 16; the result line must be well formed and the
 # figure within 500..100,000 instructions per request (the build under test may be unoptimized).
 # Then client mode: loadgen itself under callgrind (1000 and 3000 requests) against the same
-# server running natively. Bad invocations exit 2 naming the problem. Without valgrind (Debian
+# server running natively; a client printing no result line, or failing, is a failed measurement
+# (exit 1). Bad invocations exit 2 naming the problem. Without valgrind (Debian
 # package valgrind, in third_party/debian_packages.txt) it says "skipped" and passes.
 # Usage: instructions_test.sh SCRIPT PLAINTEXT_SERVER LOADGEN
 set -u
@@ -98,6 +99,11 @@ echo "client mode: exit $code after $((SECONDS - start)) s"
 cat "$work/client.txt"
 line="$(cat "$work/client.txt")"
 check_figure client "$code" "$line" "$work/client.err"
+
+# A client whose output shows no requests made is not trusted with the count asked for.
+expect_run 1 "printed no result line known here" env -u SLUICE_TRANSPORT bash "$script" client \
+  --short 10 --long 20 --cpu "$last_cpu" --client-timeout 120 --out "$work/silent" \
+  -- /bin/echo '{requests}'
 
 # A client that fails is a failed measurement (exit 1), not a figure: nothing listens on the port
 # the dead server had.
