@@ -60,8 +60,7 @@ void Request::Reset() {
 // first. The sink may be gone too, so it is not asked.
 Response::~Response() { AbandonTelemetry(); }
 
-void Response::AbandonTelemetry() {
-  if (telemetry_.hooks == nullptr) return;
+void Response::AbandonTelemetrySlow() {
   sink_ = nullptr;
   if (telemetry_.error == telemetry::ErrorType::kNone) {
     telemetry::Hooks::Error(telemetry_, telemetry::ErrorType::kAborted, 0);

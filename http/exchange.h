@@ -341,7 +341,11 @@ class Response {
   // Before the last call into the sink: the OnEnd callbacks, then the telemetry stop.
   void Finishing();
   void StopTelemetry();
-  void AbandonTelemetry();
+  // Ends an exchange still being reported as aborted. Inline: most Resets find none.
+  void AbandonTelemetry() {
+    if (telemetry_.hooks != nullptr) AbandonTelemetrySlow();
+  }
+  void AbandonTelemetrySlow();
 
   ResponseSink* sink_ = nullptr;
   uint16_t status_ = 200;
