@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/bytes.h"
+
 namespace sluice::http {
 namespace {
 
@@ -23,6 +25,7 @@ Status Router::Add(std::string_view method, std::string_view path_template, Hand
   }
   auto route = std::make_unique<Route>();
   route->method = std::string(method);
+  route->any_method = method == "*";
   route->path_template = std::string(path_template);
   route->handler = std::move(handler);
   std::string_view rest = path_template.substr(1);
@@ -84,8 +87,6 @@ Status Router::Add(std::string_view method, std::string_view path_template, Hand
 }
 
 bool Router::MatchRoute(const Route& route, std::string_view path, RouteMatch* match) {
-  // One comparison instead of one per segment (and no parameters to record).
-  if (route.literal) return path == route.path_template;
   if (path.empty() || path[0] != '/') return false;
   std::string_view rest = path.substr(1);
   bool path_left = true;
@@ -128,8 +129,12 @@ void Router::Match(std::string_view method, std::string_view path, RouteMatch* m
   match->params.clear();
   match->allow.clear();
   for (const auto& route : routes_) {
-    if (!MatchRoute(*route, path, match)) continue;
-    if (route->method == method || route->method == "*") {
+    // A literal route is one comparison, inline (and no parameters to record).
+    if (route->literal ? !BytesEqual(path, route->path_template)
+                       : !MatchRoute(*route, path, match)) {
+      continue;
+    }
+    if (route->any_method || BytesEqual(route->method, method)) {
       match->kind = RouteMatch::Kind::kFound;
       match->handler = &route->handler;
       match->route_template = route->path_template;

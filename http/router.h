@@ -80,9 +80,10 @@ class Router {
     std::vector<Segment> segments;
     // Every segment is a literal: the route matches exactly the path that spells its template.
     bool literal = true;
+    bool any_method = false;  // method is "*"
     Handler handler;
   };
-  // Matches `path` against `route`; appends params on success.
+  // Matches `path` against a route with parameters; appends them on success.
   static bool MatchRoute(const Route& route, std::string_view path, RouteMatch* match);
 
   // Kept sorted so that more specific routes are tried first.
