@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/ascii.h"
+#include "core/bytes.h"
 
 namespace sluice::http {
 
@@ -147,8 +148,8 @@ void Response::SetHeader(std::string_view name, std::string_view value) {
     // A handler sets the same fields on every exchange, so the slot kept from the last one often
     // holds them already: comparing is cheaper than assign (a general replace).
     auto& [slot_name, slot_value] = headers_[header_count_];
-    if (slot_name != name) slot_name.assign(name);
-    if (slot_value != value) slot_value.assign(value);
+    if (!BytesEqual(slot_name, name)) slot_name.assign(name);
+    if (!BytesEqual(slot_value, value)) slot_value.assign(value);
   } else {
     headers_.emplace_back(std::string(name), std::string(value));
   }
