@@ -48,5 +48,30 @@ TEST(Ascii, FindsUppercaseAndAppendsLowered) {
 static_assert(EqualsLowercase("HTTPS", "https"));
 static_assert(!EqualsIgnoreCase("http", "https"));
 
+// The word-at-a-time path (eight bytes and more) agrees with the byte loop for every byte value
+// at every position of every length to 24, over a background of lowercase and of bytes >= 0x80.
+TEST(Ascii, FindsAnUppercaseLetterAtEveryPositionWhateverTheByteValue) {
+  auto by_loop = [](std::string_view s) {
+    for (char c : s) {
+      if (c >= 'A' && c <= 'Z') return true;
+    }
+    return false;
+  };
+  for (char background : {'a', '\xc1', '@', '['}) {
+    for (size_t n = 1; n <= 24; ++n) {
+      for (size_t at = 0; at < n; ++at) {
+        for (int v = 0; v < 256; ++v) {
+          std::string s(n, background);
+          s[at] = static_cast<char>(v);
+          ASSERT_EQ(HasAsciiUppercase(s), by_loop(s))
+              << "length " << n << ", byte " << v << " at " << at << " in '" << background << "'";
+        }
+      }
+    }
+  }
+  static_assert(HasAsciiUppercase("content-Type"));  // still a constant expression
+  static_assert(!HasAsciiUppercase("content-type"));
+}
+
 }  // namespace
 }  // namespace sluice

@@ -15,17 +15,20 @@
 
 namespace sluice {
 
-// memcmp(a, b, n) == 0, inline: eight bytes at a time, then the rest (under eight) as two
-// overlapping words of four or two bytes, or one byte.
+// memcmp(a, b, n) == 0, inline and without a loop over the tail: words of eight bytes, the last
+// one ending at the end (overlapping the one before); below eight bytes, two words of four or two
+// that overlap the same way, or the one byte.
 [[gnu::always_inline]] inline bool SameBytes(const char* a, const char* b, size_t n) {
-  while (n >= 8) {
+  if (n >= 8) {
     uint64_t x, y;
-    std::memcpy(&x, a, 8);
-    std::memcpy(&y, b, 8);
-    if (x != y) return false;
-    a += 8;
-    b += 8;
-    n -= 8;
+    for (size_t at = 0; at + 8 < n; at += 8) {
+      std::memcpy(&x, a + at, 8);
+      std::memcpy(&y, b + at, 8);
+      if (x != y) return false;
+    }
+    std::memcpy(&x, a + n - 8, 8);
+    std::memcpy(&y, b + n - 8, 8);
+    return x == y;
   }
   if (n >= 4) {
     uint32_t x, y, u, v;
@@ -33,7 +36,7 @@ namespace sluice {
     std::memcpy(&y, b, 4);
     std::memcpy(&u, a + n - 4, 4);
     std::memcpy(&v, b + n - 4, 4);
-    return x == y && u == v;
+    return ((x ^ y) | (u ^ v)) == 0;
   }
   if (n >= 2) {
     uint16_t x, y, u, v;
@@ -41,7 +44,7 @@ namespace sluice {
     std::memcpy(&y, b, 2);
     std::memcpy(&u, a + n - 2, 2);
     std::memcpy(&v, b + n - 2, 2);
-    return x == y && u == v;
+    return ((x ^ y) | (u ^ v)) == 0;
   }
   return n == 0 || a[0] == b[0];
 }

@@ -57,7 +57,8 @@ class Connection::Stream final : public http::ResponseSink,
                                  public http::BodySource,
                                  public std::enable_shared_from_this<Stream> {
  public:
-  explicit Stream(Connection* conn) : conn_(conn), recv_window_(0) {}
+  // Its Response is ready for the first exchange (Recycle makes it ready for each next one).
+  explicit Stream(Connection* conn) : conn_(conn), recv_window_(0) { response_.Reset(this); }
 
   // A spare stream goes to `conn` (loop; nobody else holds it).
   void MoveTo(Connection* conn) { conn_ = conn; }
@@ -69,10 +70,12 @@ class Connection::Stream final : public http::ResponseSink,
   }
 
   // Makes a closed stream nobody holds any more new again, keeping the capacity of its Request,
-  // Response and buffers (and its output, when nobody else holds that: out_).
+  // Response and buffers (and its output, when nobody else holds that: out_). The Response is
+  // reset here, once per exchange, for the next one (StartRequest and AnswerDirectly take it as
+  // it is): its sink is this stream for its whole life.
   void Recycle() {
     http::RequestEditor(request_).Reset();
-    response_.Reset(nullptr);
+    response_.Reset(this);
     id_ = 0;
     content_length_.reset();
     body_received_ = 0;
@@ -856,7 +859,10 @@ std::optional<Http2Error> Connection::EndHeaderBlock() {
   Stream* const s = block_.stream.get();
   http::Request& req = s->request_;
   const std::string_view method = req.method();
-  if (block_.malformed == nullptr && !block_.too_large) block_.malformed = block_.check.Finish();
+  // A prechecked block's check is kept_check_, which passed Finish when it was kept.
+  if (block_.malformed == nullptr && !block_.too_large && !block_.prechecked) {
+    block_.malformed = block_.check.Finish();
+  }
   // A whole block the decoder keeps, checked clean as a request head: its replays skip the
   // field checks (OnField).
   kept_head_checked_ =
@@ -937,8 +943,7 @@ bool Connection::StartHeldStreams() {
 
 void Connection::StartRequest(Stream* s) {
   http::Request& req = s->request_;
-  http::Response& res = s->response_;
-  res.Reset(s);
+  http::Response& res = s->response_;  // reset when the stream was made or recycled
   ++unfolded_.requests;
   WorkerPool* const workers = dispatcher_->workers();
   s->BeginExchange(/*counted=*/workers != nullptr);
@@ -1008,8 +1013,7 @@ void Connection::WatchDeferred(Stream* s) {
 }
 
 void Connection::AnswerDirectly(Stream* s, uint16_t status) {
-  http::Response& res = s->response_;
-  res.Reset(s);
+  http::Response& res = s->response_;  // reset when the stream was made or recycled
   s->BeginExchange(/*counted=*/true);
   res.BeginTelemetry(dispatcher_->hooks(), s->request_);
   res.SetStatus(status);
@@ -1212,7 +1216,19 @@ void Connection::MaybeCloseStream(Stream* s) {
 
 void Connection::RemoveStream(Stream* s, bool closed_in_writer) {
   if (!s->in_map_) return;
+  auto it = streams_.find(s->id_);
+  if (it == streams_.end()) return;  // in_map_ says it is there: never taken
+  RemoveStream(it, closed_in_writer);
+}
+
+void Connection::RemoveStream(StreamTable::iterator it, bool closed_in_writer) {
+  Stream* const s = it->second.get();
+  if (!s->in_map_) return;
   s->in_map_ = false;
+  // Out of the table first, while `it` is surely valid. Reused at the end of the pass if nobody
+  // else holds it then.
+  retired_streams_.push_back(std::move(it->second));
+  streams_.erase(it);
   if (s->held_) ReportHeldStreamDropped(s);
   if (s->unfinished_timer_ != 0) {
     loop_->CancelTimer(s->unfinished_timer_);
@@ -1223,12 +1239,6 @@ void Connection::RemoveStream(Stream* s, bool closed_in_writer) {
     s->deferred_timer_ = 0;
   }
   if (!closed_in_writer) writer_.CloseStream(*s->out_, /*finished=*/s->response_done_);
-  auto it = streams_.find(s->id_);
-  if (it == streams_.end()) return;  // in_map_ says it is there: never taken
-  std::shared_ptr<Stream> keep = std::move(it->second);
-  streams_.erase(it);
-  // Reused at the end of the pass if nobody else holds it then.
-  retired_streams_.push_back(std::move(keep));
   if (!streams_.empty() || closing_) return;
   if (goaway_sent_ || peer_goaway_ || input_done_) {
     CloseAfterFlush();
@@ -1318,7 +1328,11 @@ void Connection::HandleWriterEvents() {
       // Not a copy: a stream removed here stays alive in retired_streams_ until the pass ends.
       Stream* s = it->second.get();
       s->response_done_ = true;
-      MaybeCloseStream(s);
+      if (s->recv_ended_) {
+        RemoveStream(it);  // both sides done: MaybeCloseStream's case, with the entry at hand
+      } else {
+        MaybeCloseStream(s);
+      }
     }
     if (events.window_blocked_since) {
       if (stall_timer_ == 0) {

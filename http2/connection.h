@@ -174,9 +174,13 @@ class Connection final : public http::ProtocolConnection,
   void ReportHeldStreamDropped(Stream* stream);
   // Closes `stream` in the protocol sense if both sides are done.
   void MaybeCloseStream(Stream* stream);
+  // Open streams by id.
+  using StreamTable = absl::flat_hash_map<uint32_t, std::shared_ptr<Stream>>;
   // Takes `stream` out of the table (into retired_streams_), closing it in the writer unless the
   // caller did (`closed_in_writer`).
   void RemoveStream(Stream* stream, bool closed_in_writer = false);
+  // The same for the stream at `it`, which the caller found in streams_ (no second lookup).
+  void RemoveStream(StreamTable::iterator it, bool closed_in_writer = false);
   // Whether `stream` is this connection's open stream `id` (a task that kept a weak reference
   // asks: a spare stream may serve another connection by now, under the same id).
   bool Serves(const Stream& stream, uint32_t id) const;
@@ -265,7 +269,7 @@ class Connection final : public http::ProtocolConnection,
   FrameWriter writer_;
 
   // Open streams by id (a flat table: no allocation per stream once grown).
-  absl::flat_hash_map<uint32_t, std::shared_ptr<Stream>> streams_;
+  StreamTable streams_;
   // Closed streams nobody holds any more, reused (their Request/Response keep their capacity):
   // the loop's (spares_ given to the constructor) or this connection's own.
   friend class SpareStreams;

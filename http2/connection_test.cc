@@ -18,6 +18,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/event_loop.h"
@@ -134,6 +135,37 @@ class Client {
   // On the loop: frames the caller built (frame.h's Append*), in one write.
   void SendFrames(std::string_view frames) { Send(frames); }
 
+  // On the loop: the fields of the response heads the connection wrote since the last call,
+  // decoded in order (for a client that reads every head through this: the HPACK state is its
+  // own).
+  std::vector<std::pair<std::string, std::string>> ReadHeaderFields() {
+    std::vector<std::pair<std::string, std::string>> fields;
+    PipeReader& in = transport_->client_in();
+    ReadResult read;
+    if (!in.Read(&read, nullptr)) return fields;
+    std::string bytes(read.buffer.size(), '\0');
+    read.buffer.CopyTo(0,
+                       std::span<uint8_t>(reinterpret_cast<uint8_t*>(bytes.data()), bytes.size()));
+    (void)in.AdvanceTo(bytes.size(), bytes.size());
+    size_t at = 0;
+    while (bytes.size() - at >= kFrameHeaderSize) {
+      const FrameHeader h = ReadFrameHeader(reinterpret_cast<const uint8_t*>(bytes.data() + at));
+      if (bytes.size() - at - kFrameHeaderSize < h.length) break;
+      if (h.type == static_cast<uint8_t>(FrameType::kHeaders) ||
+          h.type == static_cast<uint8_t>(FrameType::kContinuation)) {
+        const Status s = decoder_.Decode(
+            AsBytes(std::string_view(bytes).substr(at + kFrameHeaderSize, h.length)),
+            (h.flags & flags::kEndHeaders) != 0,
+            [&](std::string_view name, std::string_view value) {
+              fields.emplace_back(std::string(name), std::string(value));
+            });
+        EXPECT_TRUE(s.ok()) << s.ToString();
+      }
+      at += kFrameHeaderSize + h.length;
+    }
+    return fields;
+  }
+
   Connection& conn() { return *conn_; }
 
   // On the loop: as a socket's end would.
@@ -153,6 +185,7 @@ class Client {
   MemoryTransport* transport_;
   std::shared_ptr<Connection> conn_;
   HpackEncoder encoder_;
+  HpackDecoder decoder_;  // ReadHeaderFields'
   uint32_t next_id_ = 1;
 };
 
@@ -354,6 +387,48 @@ TEST_F(ConnectionTest, AStreamWhoseBuffersGrewPastTheBoundIsFreedNotKept) {
   EXPECT_EQ(spares.size(), 0u);
   GetAnswered(a, 1);
   EXPECT_EQ(spares.size(), 1u);
+  EndAll({&a});
+}
+
+// The sink lowers the names of a response's fields (HTTP/2 requires lowercase), word by word: an
+// uppercase letter at any place of a name of any length is found, at the edges of the range too.
+TEST_F(ConnectionTest, ResponseFieldNamesGoOutLowercaseWhereverTheirUppercaseLettersAre) {
+  std::vector<std::string> names;
+  for (size_t n = 1; n <= 24; ++n) {
+    for (size_t at = 0; at < n; ++at) {
+      for (char upper : {'A', 'Z'}) {
+        std::string name = "x" + std::string(n - 1, 'n');
+        name[at] = upper;
+        name += std::to_string(n) + "-" + std::to_string(at);  // each name differs
+        names.push_back(name);
+      }
+    }
+  }
+  ASSERT_TRUE(dispatcher_
+                  .Add("GET", "/names",
+                       [&names](http::Request&, http::Response& res) {
+                         for (const std::string& name : names) res.SetHeader(name, "v");
+                         res.Write(kBody);
+                       })
+                  .ok());
+  SpareStreams spares;
+  std::unique_ptr<Client> a_client = Connect(&spares);
+  Client& a = *a_client;
+  const std::vector<HeaderField> get = {
+      {":method", "GET"}, {":path", "/names"}, {":scheme", "http"}, {":authority", "a"}};
+  OnLoop([&] { (void)a.ReadHeaderFields(); });  // our SETTINGS and window
+  OnLoop([&] { (void)a.Send(get, 1); });
+  std::vector<std::pair<std::string, std::string>> fields;
+  OnLoop([&] { fields = a.ReadHeaderFields(); });
+  std::vector<std::string> sent;
+  for (const auto& [name, value] : fields) {
+    if (!name.empty() && name.back() >= '0' && name.back() <= '9') sent.push_back(name);  // ours
+  }
+  std::vector<std::string> lowered = names;
+  for (std::string& name : lowered) {
+    for (char& c : name) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c);
+  }
+  EXPECT_EQ(sent, lowered);
   EndAll({&a});
 }
 

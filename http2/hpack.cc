@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "core/bytes.h"
+
 namespace sluice::http2 {
 namespace {
 
@@ -103,32 +105,6 @@ bool LeavesTableUnchanged(std::span<const uint8_t> block) {
 void AppendLength(size_t n, std::string* out) {
   const uint32_t v = static_cast<uint32_t>(n);
   out->append(reinterpret_cast<const char*>(&v), sizeof(v));
-}
-
-// memcmp(a, b, n) == 0 for the short strings of a response head (status, names, small values)
-// without a call: eight bytes at a time, then the tail.
-[[gnu::always_inline]] inline bool SameBytes(const char* a, const char* b, size_t n) {
-  while (n >= 8) {
-    uint64_t x, y;
-    std::memcpy(&x, a, 8);
-    std::memcpy(&y, b, 8);
-    if (x != y) return false;
-    a += 8;
-    b += 8;
-    n -= 8;
-  }
-  if (n >= 4) {
-    uint32_t x, y, u, v;
-    std::memcpy(&x, a, 4);
-    std::memcpy(&y, b, 4);
-    std::memcpy(&u, a + n - 4, 4);
-    std::memcpy(&v, b + n - 4, 4);
-    return x == y && u == v;
-  }
-  for (size_t i = 0; i < n; ++i) {
-    if (a[i] != b[i]) return false;
-  }
-  return true;
 }
 
 uint32_t ReadLength(const std::string& s, size_t at) {

@@ -469,6 +469,36 @@ TEST(HpackEncoder, DoesNotReuseForDifferentValuesOrNeverIndex) {
   }
 }
 
+// The kept block is reused only for the very same bytes: a name or value of any length that
+// differs from the kept one in any single byte (at its start, in its middle, in its last word or
+// its last two) is encoded afresh. Never-indexed fields leave the table unchanged, so each block
+// is kept.
+TEST(HpackEncoder, DoesNotReuseTheKeptBlockForAFieldThatDiffersInAnyOneByte) {
+  for (size_t n = 1; n <= 24; ++n) {
+    for (size_t at = 0; at < n; ++at) {
+      for (const bool in_name : {false, true}) {
+        HpackEncoder encoder;
+        HpackDecoder decoder;
+        const std::string base(n, 'a');
+        std::string changed = base;
+        changed[at] = 'b';
+        // The varied string as the name (value "v") or as the value (name "x-v").
+        auto field = [in_name](std::string_view varied) {
+          return in_name ? HeaderField{varied, "v", true} : HeaderField{"x-v", varied, true};
+        };
+        const std::vector<HeaderField> kept = {{":status", "200"}, field(base)};
+        const std::vector<HeaderField> other = {{":status", "200"}, field(changed)};
+        EXPECT_EQ(DecodeBlock(decoder, Encode(encoder, kept)), ToPairs(kept));
+        EXPECT_EQ(DecodeBlock(decoder, Encode(encoder, kept)), ToPairs(kept));
+        ASSERT_EQ(encoder.reused_blocks(), 1u) << "n=" << n;
+        EXPECT_EQ(DecodeBlock(decoder, Encode(encoder, other)), ToPairs(other))
+            << "n=" << n << " at=" << at << " in_name=" << in_name;
+        EXPECT_EQ(encoder.reused_blocks(), 1u) << "n=" << n << " at=" << at;
+      }
+    }
+  }
+}
+
 TEST(HpackEncoder, ForgetsTheKeptBlockWhenThePeerChangesTheTableSize) {
   HpackEncoder encoder;
   HpackDecoder decoder;
