@@ -206,8 +206,8 @@ Status EventLoop::Inbox::PostAndWait(Task task) {
     bool ran ABSL_GUARDED_BY(mu) = false;
   };
   auto waiter = std::make_shared<Waiter>();
-  // Signals when the last copy of the posted task is destroyed, whether it
-  // ran or was dropped with the loop.
+  // Signals when the posted task is destroyed, whether it ran or was
+  // dropped with the loop.
   std::shared_ptr<void> finish_guard(nullptr, [waiter](void*) {
     MutexLock lock(&waiter->mu);
     waiter->finished = true;

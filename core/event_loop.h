@@ -49,7 +49,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -57,6 +56,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/callback.h"
 #include "core/io_backend.h"
 #include "core/mutex.h"
 #include "core/status.h"
@@ -105,7 +105,9 @@ struct EventLoopStats {
 class EventLoop {
  public:
   using Clock = std::chrono::steady_clock;
-  using Task = std::function<void()>;
+  // Move-only (core/callback.h): a lambda is passed as to a std::function, and a capture of up
+  // to four pointers (a shared_ptr and two pointers) is kept without allocating.
+  using Task = Callback<void()>;
   // 0 is never a valid id.
   using TimerId = uint64_t;
 
@@ -334,7 +336,7 @@ class EventLoop {
 // made the pipe ready: during a pass of the loop the call is deferred to later in the pass
 // (Defer), elsewhere it is posted (the posted task holds the object; a task dropped unrun with
 // its loop lets it go). The deferred task captures only this hand-off (no heap allocation per
-// call; a std::function stores a capture that small in place) and the object is kept alive by
+// call; a Task stores a capture that small in place) and the object is kept alive by
 // a reference the hand-off holds until the task ran. While a deferred call is pending, another
 // on the loop thread is dropped: the pending one runs after it and does the same work.
 //

@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <utility>
 
 namespace sluice {
@@ -168,7 +169,7 @@ Status PipeWriter::Write(std::string_view bytes) {
 }
 
 bool PipeWriter::Flush(FlushResult* result, FlushCallback on_done) {
-  return pipe_->DoFlush(result, std::move(on_done));
+  return pipe_->DoFlush(result, &on_done);
 }
 
 FlushResult PipeWriter::FlushAndWait() {
@@ -348,7 +349,7 @@ void Pipe::Publish() {
   }
 }
 
-void Pipe::ReleaseConsumed() {
+void Pipe::ReleaseConsumedSegments() {
   // The published tail stays even when consumed: the writer may still be
   // appending to it.
   while (head_ != nullptr && head_ != published_tail_ && head_offset_ == head_->end) {
@@ -374,37 +375,44 @@ bool Pipe::ReadReady() const {
 }
 
 void Pipe::FillReadResult(ReadResult* result) {
-  result->buffer = BufferSequence();
-  result->buffer.head_ = head_;
-  result->buffer.head_offset_ = head_offset_;
-  result->buffer.tail_ = published_tail_;
-  result->buffer.tail_end_ = published_end_;
-  result->buffer.size_ = published_total_ - consumed_total_;
+  // Every field of the sequence is set: no need to clear it first.
+  BufferSequence& buffer = result->buffer;
+  buffer.head_ = head_;
+  buffer.head_offset_ = head_offset_;
+  buffer.tail_ = published_tail_;
+  buffer.tail_end_ = published_end_;
+  buffer.size_ = published_total_ - consumed_total_;
   result->is_canceled = read_canceled_;
   read_canceled_ = false;
   result->is_completed = writer_completed_;
-  result->status = writer_completed_ ? writer_status_ : OkStatus();
+  if (writer_completed_) {
+    result->status = writer_status_;
+  } else if (!result->status.ok()) {
+    // An OK status carries nothing more, so one already OK stays as it is.
+    result->status = OkStatus();
+  }
   read_outstanding_ = true;
-  last_read_size_ = result->buffer.size_;
+  last_read_size_ = buffer.size_;
 }
 
 void Pipe::TakeReadWaiter(ReadWake* wake) {
   read_waiting_ = false;
+  // A moved-from Callback is empty: the pending one is cleared by the move.
   if (pending_notify_) {
-    wake->notify = std::move(pending_notify_);
-    pending_notify_ = nullptr;
+    wake->notify_ = std::move(pending_notify_);
     return;
   }
-  wake->read = std::move(pending_read_);
-  pending_read_ = nullptr;
-  FillReadResult(&wake->result);
+  // read_waiting_ means one of the two callbacks is set.
+  wake->read_ = std::move(pending_read_);
+  new (&wake->result_) ReadResult();
+  FillReadResult(&wake->result_);
 }
 
 void Pipe::ReadWake::operator()() {
-  if (notify) {
-    notify();
-  } else if (read) {
-    read(std::move(result));
+  if (notify_) {
+    notify_();
+  } else if (read_) {
+    read_(std::move(result_));
   }
 }
 
@@ -421,7 +429,7 @@ bool Pipe::FlushCanComplete(bool resuming) const {
                   : unconsumed < options_.pause_threshold;
 }
 
-bool Pipe::DoFlush(FlushResult* result, FlushCallback on_done) {
+bool Pipe::DoFlush(FlushResult* result, FlushCallback* on_done) {
   // Two phases: publish (and wake the reader) first, then decide whether
   // this flush waits. A reader woken inline by the first phase can consume
   // before the second, so a same-thread reader never sees its own flush
@@ -430,11 +438,17 @@ bool Pipe::DoFlush(FlushResult* result, FlushCallback on_done) {
   {
     Guard lock(this);
     if (!writer_completed_) Publish();
-    if (read_waiting_ && ReadReady()) TakeReadWaiter(&wake);
+    // With no reader to wake, nothing separates the phases: one lock does both.
+    if (!read_waiting_ || !ReadReady()) return FinishFlush(result, on_done);
+    TakeReadWaiter(&wake);
   }
   wake();
 
   Guard lock(this);
+  return FinishFlush(result, on_done);
+}
+
+bool Pipe::FinishFlush(FlushResult* result, FlushCallback* on_done) {
   if (writer_completed_) {
     *result = FlushResult{.is_canceled = false, .is_completed = true};
     return true;
@@ -445,7 +459,7 @@ bool Pipe::DoFlush(FlushResult* result, FlushCallback on_done) {
     *result = TakeFlushResult();
     return true;
   }
-  pending_flush_ = std::move(on_done);
+  pending_flush_ = std::move(*on_done);
   flush_waiting_ = true;
   return false;
 }
@@ -458,7 +472,6 @@ void Pipe::DoCancelPendingFlush() {
     flush_canceled_ = true;
     if (!flush_waiting_) return;
     cb = std::move(pending_flush_);
-    pending_flush_ = nullptr;
     flush_waiting_ = false;
     r = TakeFlushResult();
   }
@@ -539,7 +552,6 @@ Status Pipe::DoAdvanceTo(size_t consumed, size_t examined) {
     ReleaseConsumed();
     if (flush_waiting_ && FlushCanComplete(/*resuming=*/true)) {
       wake_writer = std::move(pending_flush_);
-      pending_flush_ = nullptr;
       flush_waiting_ = false;
       flush_result = TakeFlushResult();
     }
@@ -573,14 +585,11 @@ void Pipe::DoCompleteReader(Status status) {
     reader_status_ = std::move(status);
     read_outstanding_ = false;
     dropped_read = std::move(pending_read_);
-    pending_read_ = nullptr;
     dropped_notify = std::move(pending_notify_);
-    pending_notify_ = nullptr;
     read_waiting_ = false;
     DropUnconsumed();
     if (flush_waiting_) {
       wake_writer = std::move(pending_flush_);
-      pending_flush_ = nullptr;
       flush_waiting_ = false;
       flush_result = TakeFlushResult();
     }

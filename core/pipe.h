@@ -49,11 +49,11 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "core/callback.h"
 #include "core/memory_pool.h"
 #include "core/mutex.h"
 #include "core/status.h"
@@ -149,10 +149,12 @@ struct FlushResult {
   bool is_completed = false;
 };
 
-using ReadCallback = std::function<void(ReadResult)>;
+// The pipe's callbacks are move-only (see core/callback.h): a lambda is passed as to a
+// std::function, and a capture of up to four pointers is kept without allocating.
+using ReadCallback = Callback<void(ReadResult)>;
 // Called once when a ReadOrNotify that could not complete could now: the reader reads again.
-using ReadableCallback = std::function<void()>;
-using FlushCallback = std::function<void(FlushResult)>;
+using ReadableCallback = Callback<void()>;
+using FlushCallback = Callback<void(FlushResult)>;
 
 struct PipeOptions {
   // Where segments come from. Null means MemoryPool::Default().
@@ -304,8 +306,12 @@ class Pipe {
   void FreeChain() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes the writer's committed bytes visible to the reader.
   void Publish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Frees fully consumed segments ahead of the published tail.
-  void ReleaseConsumed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees fully consumed segments ahead of the published tail. Inline: it is called on every
+  // flush and AdvanceTo, and there is nothing to free unless the head is not the tail.
+  void ReleaseConsumed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (head_ != published_tail_) ReleaseConsumedSegments();
+  }
+  void ReleaseConsumedSegments() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Consumes everything published (the reader is gone).
   void DropUnconsumed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fills the result of a ready read and marks the read outstanding.
@@ -317,18 +323,37 @@ class Pipe {
   FlushResult TakeFlushResult() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // The waiting reader's callback, taken from the pipe under its lock and called after it is
-  // released: a Read's with its result filled in, or a ReadOrNotify's.
-  struct ReadWake {
-    ReadCallback read;
-    ReadableCallback notify;
-    ReadResult result;
+  // released: a Read's with its result filled in, or a ReadOrNotify's. Made by every flush, most
+  // of which wake no one: until a Read's callback is taken it is two empty callbacks, and the
+  // result is constructed only then.
+  class ReadWake {
+   public:
+    ReadWake() {}
+    ~ReadWake() {
+      if (read_ != nullptr) result_.~ReadResult();
+    }
+    ReadWake(const ReadWake&) = delete;
+    ReadWake& operator=(const ReadWake&) = delete;
+
+    // Calls the callback taken, if any.
     void operator()();
+
+   private:
+    friend class Pipe;
+    ReadCallback read_;  // not empty: result_ is constructed
+    ReadableCallback notify_;
+    union {
+      ReadResult result_;
+    };
   };
   // Takes the waiting reader's callback into *wake (filling a Read's result) and ends the wait.
   void TakeReadWaiter(ReadWake* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Writer operations needing the shared state.
-  bool DoFlush(FlushResult* result, FlushCallback on_done);
+  // Moves from *on_done only when the flush waits.
+  bool DoFlush(FlushResult* result, FlushCallback* on_done);
+  // DoFlush's second phase, once the reader has been woken (or there was none to wake).
+  bool FinishFlush(FlushResult* result, FlushCallback* on_done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DoCompleteWriter(Status status);
   void DoCancelPendingFlush();
   // Reader operations.

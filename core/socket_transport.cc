@@ -456,7 +456,7 @@ void SocketConnection::OnIoEvents(uint32_t events) {
   PumpOutput();
 }
 
-// The pipe callbacks capture only `this`, which a std::function stores without allocating (one
+// The pipe callbacks capture only `this`, which a Callback stores without allocating (one
 // is made for every read and flush): they are stored in this connection's own pipes, so the
 // connection exists whenever they run, and whether it is still owned is asked then.
 
@@ -641,7 +641,7 @@ void SocketConnection::PumpOutput() {
       return;
     }
     const bool completed = result.is_completed;
-    Status status = result.status;
+    Status status = std::move(result.status);
     output_.reader().AdvanceTo(size, size).IgnoreError();
     if (completed) {
       EndOutput(std::move(status));
