@@ -808,8 +808,12 @@ bool Connection::SendHead(uint16_t status,
   } else if (http10_) {
     head.connection = ConnectionOption::kKeepAlive;
   }
+  // A small body of known length goes out in the head's span: one write to the pipe.
+  const bool body_in_head = head.framing == ResponseFraming::kContentLength && !head_request_ &&
+                            body.size() <= kBodyInHeadLimit;
+  if (body_in_head) head.body = body;
   PipeWriter& out = transport_->output();
-  Status s = WriteResponseHead(head, &out);
+  Status s = WriteResponseHead(head, &response_fields_memo_, &out);
   if (s.code() == StatusCode::kInvalidArgument) {
     // The handler's status or fields cannot be sent as they are (a framing
     // field, CR/LF in a value...). Nothing was written: answer 500 instead,
@@ -822,7 +826,7 @@ bool Connection::SendHead(uint16_t status,
     return AfterWrite(end, false);
   }
   head_written_ = true;
-  if (s.ok() && !head_request_ && !HasNoBody(status) && !body.empty()) {
+  if (s.ok() && !body_in_head && !head_request_ && !HasNoBody(status) && !body.empty()) {
     s = chunked_response_ ? WriteChunk(body, &out) : out.Write(body);
   }
   if (s.ok() && end && chunked_response_ && !head_request_) s = WriteLastChunk({}, &out);
@@ -875,7 +879,8 @@ bool Connection::AfterWrite(bool end, bool ok) {
   }
   if (end) {
     response_ended_.store(true, std::memory_order_release);
-    ReleaseDeferredHold();
+    // Nearly every response ends without a hold or its timer: no call for those.
+    if (deferred_hold_ != nullptr || deferred_timer_ != 0) ReleaseDeferredHold();
   }
   if (closed_) return false;
   // Posted, not called: the caller is inside Response, which must not see

@@ -76,6 +76,7 @@
 #include "http1/chunked_decoder.h"
 #include "http1/connection_options.h"
 #include "http1/request_parser.h"
+#include "http1/response_writer.h"
 
 namespace sluice::http1 {
 
@@ -103,6 +104,8 @@ class Connection final : public http::ProtocolConnection,
   // A pass stops answering pipelined requests once this much of its output is unflushed (see the
   // file comment).
   static constexpr size_t kPassOutputLimit = 64 * 1024;
+  // A response body up to this size, of known length, is written with its head in one span.
+  static constexpr size_t kBodyInHeadLimit = 1024;
 
   enum class State : uint8_t { kHead, kExchange, kClosing };
   enum class BodyState : uint8_t {
@@ -258,6 +261,8 @@ class Connection final : public http::ProtocolConnection,
   http::BodyDataCallback on_body_data_;
   http::BodyEndCallback on_body_end_;
   std::vector<Header> response_headers_;  // scratch for SendHead
+  // The handler's response fields last found valid (SendHead): a handler usually sets the same.
+  ResponseFieldsMemo response_fields_memo_;
   // What went wrong with the current exchange, for telemetry (http::ExchangeErrorSlot).
   http::ExchangeErrorSlot exchange_error_;
 

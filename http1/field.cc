@@ -1,6 +1,7 @@
 #include "http1/field.h"
 
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -26,22 +27,50 @@ uint64_t Load64(const char* p) {
   return w;
 }
 
-// Skips whole 8-byte words for which `suspicious` is zero, then finds the exact byte with
-// `valid`. `suspicious` may flag valid bytes (a word with HTAB in a value), never miss an invalid
-// one.
-template <typename Suspicious, typename Valid>
-size_t FindInvalid(std::string_view s, Suspicious suspicious, Valid valid) {
-  size_t i = 0;
-  for (; i + 8 <= s.size(); i += 8) {
-    if (suspicious(Load64(s.data() + i)) == 0) continue;
-    for (size_t j = i; j < i + 8; ++j) {
-      if (!valid(static_cast<uint8_t>(s[j]))) return j;
+// The first byte of the 8 at `p` that `valid` refuses among those whose high bit is set in
+// `flagged` (a `suspicious` mask), or 8. Visits only the flagged bytes, in address order (on a
+// little-endian machine the lowest bit is the first byte).
+template <typename Valid>
+size_t FirstInvalidFlagged(const char* p, uint64_t flagged, Valid valid) {
+  if constexpr (std::endian::native == std::endian::little) {
+    for (; flagged != 0; flagged &= flagged - 1) {
+      const size_t k = static_cast<size_t>(std::countr_zero(flagged)) / 8;
+      if (!valid(static_cast<uint8_t>(p[k]))) return k;
+    }
+  } else {
+    for (size_t k = 0; k < 8; ++k) {
+      if (!valid(static_cast<uint8_t>(p[k]))) return k;
     }
   }
-  for (; i < s.size(); ++i) {
+  return 8;
+}
+
+// Skips whole 8-byte words for which `suspicious` is zero, then finds the exact byte with
+// `valid`. `suspicious` sets the high bit of every byte it flags; it may flag valid bytes (a word
+// with HTAB in a value, or a byte above one flagged), never miss an invalid one. A tail shorter
+// than a word is taken as the string's last 8 bytes, the ones already checked masked off.
+template <typename Suspicious, typename Valid>
+size_t FindInvalid(std::string_view s, Suspicious suspicious, Valid valid) {
+  const size_t n = s.size();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const uint64_t flagged = suspicious(Load64(s.data() + i));
+    if (flagged == 0) continue;
+    const size_t k = FirstInvalidFlagged(s.data() + i, flagged, valid);
+    if (k < 8) return i + k;
+  }
+  if (i == n) return n;
+  if (std::endian::native == std::endian::little && n >= 8) {
+    const size_t checked = i - (n - 8);  // 1..7 bytes of the last word
+    const uint64_t flagged = suspicious(Load64(s.data() + n - 8)) & (~uint64_t{0} << (8 * checked));
+    if (flagged == 0) return n;
+    const size_t k = FirstInvalidFlagged(s.data() + n - 8, flagged, valid);
+    return k < 8 ? n - 8 + k : n;
+  }
+  for (; i < n; ++i) {
     if (!valid(static_cast<uint8_t>(s[i]))) return i;
   }
-  return s.size();
+  return n;
 }
 
 }  // namespace
@@ -52,14 +81,45 @@ size_t FindInvalidFieldValueChar(std::string_view s) {
       s, [](uint64_t w) { return HasByteBelow(w, 0x20) | HasByte(w, 0x7f); }, IsFieldValueChar);
 }
 
+namespace {
+
+// Allowed in a target: 0x21..0x7e except '#'.
+constexpr uint64_t SuspiciousTargetWord(uint64_t w) {
+  return HasByteBelow(w, 0x21) | (w & kHighBits) | HasByte(w, 0x7f) | HasByte(w, '#');
+}
+
+}  // namespace
+
 size_t FindInvalidTargetChar(std::string_view s) {
-  // Allowed: 0x21..0x7e except '#'.
-  return FindInvalid(
-      s,
-      [](uint64_t w) {
-        return HasByteBelow(w, 0x21) | (w & kHighBits) | HasByte(w, 0x7f) | HasByte(w, '#');
-      },
-      IsTargetChar);
+  return FindInvalid(s, SuspiciousTargetWord, IsTargetChar);
+}
+
+size_t FindInvalidTargetChar(std::string_view s, size_t* question_mark) {
+  // Until the first '?' a word holding one is looked at byte by byte too; after it, as above.
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    const uint64_t w = Load64(s.data() + i);
+    if ((SuspiciousTargetWord(w) | HasByte(w, '?')) == 0) continue;
+    for (size_t j = i; j < i + 8; ++j) {
+      if (!IsTargetChar(static_cast<uint8_t>(s[j]))) {
+        *question_mark = s.size();
+        return j;
+      }
+      if (s[j] == '?') {
+        *question_mark = j;
+        return j + 1 + FindInvalidTargetChar(s.substr(j + 1));
+      }
+    }
+  }
+  for (; i < s.size(); ++i) {
+    if (!IsTargetChar(static_cast<uint8_t>(s[i]))) break;
+    if (s[i] == '?') {
+      *question_mark = i;
+      return i + 1 + FindInvalidTargetChar(s.substr(i + 1));
+    }
+  }
+  *question_mark = s.size();
+  return i;
 }
 
 bool IsToken(std::string_view s) {
@@ -115,6 +175,46 @@ std::string_view ParseFieldLine(std::string_view line, Header* out) {
   }
   out->name = name;
   out->value = TrimOws(value);
+  return {};
+}
+
+std::string_view ParseFieldLineUntilCrlf(std::string_view input, Header* out, size_t* line_size) {
+  // ParseFieldLine's checks in its order; where it looks at the end of the line, a CR here is
+  // that end only when an LF follows it.
+  const auto crlf_at = [input](size_t i) {
+    return i + 1 < input.size() && input[i] == '\r' && input[i + 1] == '\n';
+  };
+  if (input.empty()) return "malformed header section";
+  if (crlf_at(0)) return "empty field line";
+  if (IsOws(input.front())) return "obs-fold (line folding) in field section";
+  size_t i = 0;
+  while (i < input.size() && IsTokenChar(static_cast<uint8_t>(input[i]))) ++i;
+  if (i == input.size()) return "malformed header section";
+  if (input[i] != ':') {
+    if (crlf_at(i)) return "field line without a colon";
+    if (input[i] == '\n') return "bare LF line ending";
+    return IsOws(input[i]) ? std::string_view("whitespace between field name and colon")
+                           : std::string_view("invalid character in field name");
+  }
+  if (i == 0) return "empty field name";
+  // The value, leading OWS skipped (valid bytes); CR is not a field value byte, so the scan
+  // stops at the line's end if not before.
+  size_t value_start = i + 1;
+  while (value_start < input.size() && IsOws(input[value_start])) ++value_start;
+  const std::string_view rest(input.data() + value_start, input.size() - value_start);
+  const size_t bad = FindInvalidFieldValueChar(rest);
+  if (bad == rest.size()) return "malformed header section";
+  if (rest[bad] == '\r') {
+    if (bad + 1 == rest.size() || rest[bad + 1] != '\n') return "bare CR in field value";
+  } else {
+    return rest[bad] == '\n' ? std::string_view("bare LF line ending")
+                             : std::string_view("invalid character in field value");
+  }
+  size_t value_end = bad;
+  while (value_end > 0 && IsOws(rest[value_end - 1])) --value_end;
+  out->name = {input.data(), i};
+  out->value = {rest.data(), value_end};
+  *line_size = value_start + bad + 2;
   return {};
 }
 

@@ -12,6 +12,7 @@
 #define SLUICE_HTTP1_FIELD_H_
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
@@ -65,6 +66,11 @@ size_t FindInvalidFieldValueChar(std::string_view s);
 // The index of the first byte of `s` that IsTargetChar refuses, or s.size().
 size_t FindInvalidTargetChar(std::string_view s);
 
+// FindInvalidTargetChar that also finds the query: sets *question_mark to the index of the first
+// '?' of `s` before the byte returned (s.size() if there is none there). One pass over a request
+// target validates it and splits its path from its query.
+size_t FindInvalidTargetChar(std::string_view s, size_t* question_mark);
+
 // True if `s` is a non-empty token.
 bool IsToken(std::string_view s);
 
@@ -82,6 +88,15 @@ std::string_view NextListElement(std::string_view* list);
 // obs-fold (line starts with SP/HTAB), whitespace before the colon, a bad name character, a
 // missing colon, or a bad value byte (NUL, bare CR, LF, other controls, DEL).
 std::string_view ParseFieldLine(std::string_view line, Header* out);
+
+// Parses the field line at the start of `input` that ends at the first CRLF: the same checks and
+// reasons as ParseFieldLine on the line without its CRLF, where every LF of `input` up to that
+// CRLF must follow a CR ("bare LF line ending" otherwise). The line's end is found by the scan of
+// its value for invalid bytes, not by a search of its own. Returns "" and fills *out and
+// *line_size (the line's bytes with its CRLF) on success, or a short static reason on failure:
+// the reasons of ParseFieldLine, "bare LF line ending", or "malformed header section" when
+// `input` holds no CRLF.
+std::string_view ParseFieldLineUntilCrlf(std::string_view input, Header* out, size_t* line_size);
 
 }  // namespace sluice::http1
 

@@ -66,6 +66,20 @@ TEST(Field, FindsInvalidBytesAtEveryPosition) {
       }
     }
   }
+  // A valid byte the word test flags (HTAB) before another byte: the scan goes on past it.
+  for (int c = 0; c < 256; ++c) {
+    for (size_t len = 2; len <= 20; ++len) {
+      for (size_t tab = 0; tab + 1 < len; ++tab) {
+        for (size_t pos = tab + 1; pos < len; ++pos) {
+          std::string s(len, 'a');
+          s[tab] = '\t';
+          s[pos] = static_cast<char>(c);
+          const size_t want = IsFieldValueChar(static_cast<uint8_t>(c)) ? len : pos;
+          ASSERT_EQ(FindInvalidFieldValueChar(s), want) << c << " at " << pos << "/" << len;
+        }
+      }
+    }
+  }
   EXPECT_EQ(FindInvalidFieldValueChar(""), 0u);
   EXPECT_EQ(FindInvalidFieldValueChar("a\tb\x80"
                                       "c d\x7f"),
@@ -73,6 +87,87 @@ TEST(Field, FindsInvalidBytesAtEveryPosition) {
   EXPECT_EQ(FindInvalidTargetChar("/abc\xff"
                                   "defgh"),
             4u);
+}
+
+TEST(Field, FindsTheQueryWhileCheckingATarget) {
+  size_t question_mark = 0;
+  EXPECT_EQ(FindInvalidTargetChar("/plaintext", &question_mark), 10u);
+  EXPECT_EQ(question_mark, 10u);
+  EXPECT_EQ(FindInvalidTargetChar("/search?q=a?b&n=1", &question_mark), 17u);
+  EXPECT_EQ(question_mark, 7u);
+  EXPECT_EQ(FindInvalidTargetChar("?", &question_mark), 1u);
+  EXPECT_EQ(question_mark, 0u);
+  // A bad byte after the '?' is still found; one before it hides the '?'.
+  EXPECT_EQ(FindInvalidTargetChar("/a?b#c", &question_mark), 4u);
+  EXPECT_EQ(question_mark, 2u);
+  EXPECT_EQ(FindInvalidTargetChar("/a#b?c", &question_mark), 2u);
+  EXPECT_EQ(question_mark, 6u);
+  // Against the plain scan and find('?'), for every byte and a '?' at every offset.
+  for (int c = 0; c < 256; ++c) {
+    for (size_t len = 1; len <= 20; ++len) {
+      for (size_t pos = 0; pos < len; ++pos) {
+        for (size_t q = 0; q <= len; ++q) {
+          std::string s(len, 'a');
+          if (q < len) s[q] = '?';
+          s[pos] = static_cast<char>(c);
+          const size_t bad = FindInvalidTargetChar(s);
+          const size_t first_q = s.substr(0, bad).find('?');
+          ASSERT_EQ(FindInvalidTargetChar(s, &question_mark), bad) << c << " at " << pos;
+          ASSERT_EQ(question_mark, first_q == std::string::npos ? s.size() : first_q)
+              << c << " at " << pos << ", '?' at " << q << "/" << len;
+        }
+      }
+    }
+  }
+}
+
+TEST(Field, ParsesAFieldLineUpToItsCrlfAsParseFieldLineParsesTheLine) {
+  // Each line followed by CRLF and more bytes: the same outcome as ParseFieldLine on the line,
+  // and the line's size with its CRLF.
+  const std::string_view lines[] = {
+      "Content-Type:  text/html; charset=utf-8 \t",
+      "X:",
+      "Host: 127.0.0.1:8080",
+      "!#$%&'*+-.^_`|~09azAZ: v",
+      "X-Long: 0123456789abcdef0123456789abcdef",
+      "",
+      " X: v",
+      "X : v",
+      ": v",
+      "X",
+      "X(: v",
+      "X: a\rb",
+      std::string_view("X: a\0b", 6),
+      "X: a\x7f",
+      "X\r",
+      "X: a\r",
+      "\x80: v",
+  };
+  for (std::string_view line : lines) {
+    Header want;
+    const std::string_view want_reason = ParseFieldLine(line, &want);
+    for (std::string_view after : {"\r\n", "Next: x\r\n\r\n"}) {
+      const std::string input = std::string(line) + "\r\n" + std::string(after);
+      Header got;
+      size_t line_size = 0;
+      ASSERT_EQ(ParseFieldLineUntilCrlf(input, &got, &line_size), want_reason) << line;
+      if (want_reason.empty()) {
+        EXPECT_EQ(got, want) << line;
+        EXPECT_EQ(line_size, line.size() + 2) << line;
+      }
+    }
+  }
+}
+
+TEST(Field, RejectsAFieldLineWithoutCrlf) {
+  Header h;
+  size_t line_size = 0;
+  EXPECT_EQ(ParseFieldLineUntilCrlf("", &h, &line_size), "malformed header section");
+  EXPECT_EQ(ParseFieldLineUntilCrlf("X: v", &h, &line_size), "malformed header section");
+  EXPECT_EQ(ParseFieldLineUntilCrlf("X", &h, &line_size), "malformed header section");
+  EXPECT_EQ(ParseFieldLineUntilCrlf("X: v\r", &h, &line_size), "bare CR in field value");
+  EXPECT_EQ(ParseFieldLineUntilCrlf("X: v\n\r\n", &h, &line_size), "bare LF line ending");
+  EXPECT_EQ(ParseFieldLineUntilCrlf("X\n: v\r\n", &h, &line_size), "bare LF line ending");
 }
 
 TEST(Field, SplitsLists) {

@@ -185,16 +185,15 @@ std::string_view ParseFieldLines(const ScannedHead& head, FramingFields* framing
   size_t pos = head.start_line_size + 2;
   const size_t end = size - 2;
   while (pos < end) {
-    // The scan saw every LF of [pos, size) preceded by a CR; the checks keep a broken Parse
-    // contract (input that changed under a resumed scan) from reading out of bounds.
-    const void* lf = std::memchr(bytes + pos, '\n', size - pos);
-    if (lf == nullptr) return "malformed header section";
-    const size_t lf_pos = static_cast<size_t>(static_cast<const char*>(lf) - bytes);
-    if (lf_pos == pos || bytes[lf_pos - 1] != '\r') return "bare LF line ending";
+    // The scan saw every LF of [pos, size) preceded by a CR, so each line ends at its first CRLF,
+    // which parsing the line finds (its end was searched once, by the scan). Bounding the input
+    // by the head keeps a broken Parse contract (input that changed under a resumed scan) from
+    // reading out of bounds.
     Header h;
-    std::string_view bad = ParseFieldLine({bytes + pos, lf_pos - 1 - pos}, &h);
+    size_t line_size = 0;
+    std::string_view bad = ParseFieldLineUntilCrlf({bytes + pos, size - pos}, &h, &line_size);
     if (!bad.empty()) return bad;
-    pos = lf_pos + 1;
+    pos += line_size;
     bad = framing->Take(h);
     if (bad.empty()) bad = on_field(h);
     if (!bad.empty()) return bad;

@@ -6,32 +6,43 @@
 #include <string_view>
 
 #include "core/ascii.h"
-#include "http/target.h"
+#include "core/bytes.h"
 
 namespace sluice::http1 {
 
 namespace {
 
+// Whether the N - 1 bytes at `p` are the literal `s` (N - 1 characters and its NUL): a loop of
+// constant length, unrolled inline (a string_view == calls memcmp).
+template <size_t N>
+bool Is(const char* p, const char (&s)[N]) {
+  for (size_t i = 0; i + 1 < N; ++i) {
+    if (p[i] != s[i]) return false;
+  }
+  return true;
+}
+
 Method MethodFromToken(std::string_view m) {
+  const char* p = m.data();
   switch (m.size()) {
     case 3:
-      if (m == "GET") return Method::kGet;
-      if (m == "PUT") return Method::kPut;
+      if (Is(p, "GET")) return Method::kGet;
+      if (Is(p, "PUT")) return Method::kPut;
       break;
     case 4:
-      if (m == "HEAD") return Method::kHead;
-      if (m == "POST") return Method::kPost;
+      if (Is(p, "HEAD")) return Method::kHead;
+      if (Is(p, "POST")) return Method::kPost;
       break;
     case 5:
-      if (m == "PATCH") return Method::kPatch;
-      if (m == "TRACE") return Method::kTrace;
+      if (Is(p, "PATCH")) return Method::kPatch;
+      if (Is(p, "TRACE")) return Method::kTrace;
       break;
     case 6:
-      if (m == "DELETE") return Method::kDelete;
+      if (Is(p, "DELETE")) return Method::kDelete;
       break;
     case 7:
-      if (m == "OPTIONS") return Method::kOptions;
-      if (m == "CONNECT") return Method::kConnect;
+      if (Is(p, "OPTIONS")) return Method::kOptions;
+      if (Is(p, "CONNECT")) return Method::kConnect;
       break;
     default:
       break;
@@ -63,6 +74,16 @@ inline constexpr std::array<bool, 256> kHostChar = [] {
 }();
 
 bool IsHostChar(char c) { return kHostChar[static_cast<uint8_t>(c)]; }
+
+// Whether a 4-byte field name is "host" in any case, in one word compare: setting bit 5 of a
+// byte makes it a given lowercase letter only if it was that letter in either case.
+bool IsHostName(std::string_view name) {
+  uint32_t w;
+  std::memcpy(&w, name.data(), sizeof(w));
+  uint32_t host;
+  std::memcpy(&host, "host", sizeof(host));
+  return (w | 0x20202020u) == host;
+}
 
 // uri-host [":" port] (RFC 9110 §7.2, RFC 3986 §3.2). With `for_connect` (authority-form, RFC
 // 9112 §3.2.3) the host and the port must both be present. No userinfo.
@@ -96,8 +117,10 @@ struct TargetParts {
   std::string_view authority;  // absolute-form and authority-form only
 };
 
-// Splits a request-target by its form (RFC 9112 §3.2). Returns "" or a static reason.
-std::string_view SplitTarget(Method method, std::string_view target, TargetParts* parts) {
+// Splits a request-target by its form (RFC 9112 §3.2); `question_mark` is the index of its first
+// '?' (target.size() if none), found as it was validated. Returns "" or a static reason.
+std::string_view SplitTarget(Method method, std::string_view target, size_t question_mark,
+                             TargetParts* parts) {
   if (method == Method::kConnect) {
     if (!IsValidAuthority(target, /*for_connect=*/true)) {
       return "CONNECT needs an authority-form target (host:port)";
@@ -131,9 +154,15 @@ std::string_view SplitTarget(Method method, std::string_view target, TargetParts
     rest =
         authority_end == std::string_view::npos ? std::string_view() : rest.substr(authority_end);
   }
-  const http::PathAndQuery split = http::SplitPathAndQuery(rest);
-  parts->path = split.path;
-  parts->query = split.query;
+  // As http::SplitPathAndQuery(rest): no '?' comes before the authority's end, so the target's
+  // first is rest's.
+  if (question_mark == target.size()) {
+    parts->path = rest;
+  } else {
+    const size_t rest_start = static_cast<size_t>(rest.data() - target.data());
+    parts->path = target.substr(rest_start, question_mark - rest_start);
+    parts->query = target.substr(question_mark + 1);
+  }
   // An absolute-form target without a path means "/" (RFC 9112 §3.2.1); left empty here for the
   // caller to tell from a path in the line.
   return {};
@@ -227,7 +256,8 @@ ParseOutcome RequestParser::CheckRequestLine(std::string_view line) {
   }
   const std::string_view target =
       line.substr(method_len + 1, line.size() - kVersionLen - 1 - (method_len + 1));
-  if (FindInvalidTargetChar(target) != target.size()) {
+  size_t question_mark = 0;
+  if (FindInvalidTargetChar(target, &question_mark) != target.size()) {
     return Fail(400, "invalid character in request-target");
   }
   const std::string_view version = line.substr(line.size() - kVersionLen);
@@ -244,7 +274,7 @@ ParseOutcome RequestParser::CheckRequestLine(std::string_view line) {
   }
   const Method method = MethodFromToken(line.substr(0, method_len));
   TargetParts parts;
-  const std::string_view bad_target = SplitTarget(method, target, &parts);
+  const std::string_view bad_target = SplitTarget(method, target, question_mark, &parts);
   if (!bad_target.empty()) return Fail(400, bad_target);
 
   // Kept as offsets, so that ParseHead finds the parts without splitting the target again.
@@ -288,9 +318,9 @@ ParseOutcome RequestParser::ParseHead(const ScannedHead& scanned, RequestHead* h
         // The fields only a request has, told apart by length first.
         switch (h.name.size()) {
           case 4:
-            if (EqualsLowercase(h.name, "host")) {
+            if (IsHostName(h.name)) {
               if (++host_lines > 1) return "multiple Host fields";
-              if (h.value != valid_host_) {
+              if (!BytesEqual(h.value, valid_host_)) {
                 if (!IsValidAuthority(h.value, /*for_connect=*/false)) return "invalid Host";
                 if (h.value.size() <= kMaxRememberedHost) valid_host_.assign(h.value);
               }

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/ascii.h"
+#include "core/bytes.h"
 
 namespace sluice::http1 {
 
@@ -167,7 +168,39 @@ std::string_view ReasonPhrase(uint16_t status_code) {
   }
 }
 
+bool ResponseFieldsMemo::Matches(std::span<const Header> fields) const {
+  if (fields.size() != sizes_.size()) return false;
+  const char* p = lines_.data();
+  for (size_t i = 0; i < fields.size(); ++i) {
+    const Header& h = fields[i];
+    if (h.name.size() != sizes_[i].first || h.value.size() != sizes_[i].second) return false;
+    if (!BytesEqual(h.name, {p, h.name.size()})) return false;
+    p += h.name.size() + 2;  // ": "
+    if (!BytesEqual(h.value, {p, h.value.size()})) return false;
+    p += h.value.size() + 2;  // CRLF
+  }
+  return true;
+}
+
+bool ResponseFieldsMemo::Remember(std::span<const Header> fields, size_t size) {
+  sizes_.clear();
+  lines_.clear();
+  if (size > kMaxBytes) return false;
+  lines_.resize(size);
+  char* p = lines_.data();
+  PutFields(fields, &p);
+  for (const Header& h : fields) {
+    sizes_.emplace_back(static_cast<uint32_t>(h.name.size()),
+                        static_cast<uint32_t>(h.value.size()));
+  }
+  return true;
+}
+
 Status WriteResponseHead(const ResponseHead& head, PipeWriter* out) {
+  return WriteResponseHead(head, nullptr, out);
+}
+
+Status WriteResponseHead(const ResponseHead& head, ResponseFieldsMemo* memo, PipeWriter* out) {
   if (head.status_code < 100 || head.status_code > 999) {
     return InvalidArgumentError("status code outside 100..999");
   }
@@ -175,11 +208,15 @@ Status WriteResponseHead(const ResponseHead& head, PipeWriter* out) {
       head.framing != ResponseFraming::kNone) {
     return InvalidArgumentError("1xx and 204 responses have no body framing");
   }
+  if (!head.body.empty() &&
+      (head.framing != ResponseFraming::kContentLength || head.body.size() > head.content_length)) {
+    return InvalidArgumentError("body bytes beyond the head's Content-Length");
+  }
   // Only what the caller supplied is checked: the reason table and the date cache write valid
   // text.
   std::string_view reason = head.reason;
   if (reason.empty()) {
-    reason = ReasonPhrase(head.status_code);
+    reason = head.status_code == 200 ? std::string_view("OK") : ReasonPhrase(head.status_code);
   } else if (!IsValidText(reason)) {
     return InvalidArgumentError("invalid character in reason phrase");
   }
@@ -190,7 +227,15 @@ Status WriteResponseHead(const ResponseHead& head, PipeWriter* out) {
     return InvalidArgumentError("invalid character in Date");
   }
   size_t fields_size = 0;
-  if (Status s = CheckFields(head.headers, &fields_size); !s.ok()) return s;
+  // With a memo that holds them, the fields are copied as it serialized them.
+  bool fields_from_memo = false;
+  if (memo != nullptr && memo->Matches(head.headers)) {
+    fields_size = memo->lines().size();
+    fields_from_memo = true;
+  } else {
+    if (Status s = CheckFields(head.headers, &fields_size); !s.ok()) return s;
+    if (memo != nullptr) fields_from_memo = memo->Remember(head.headers, fields_size);
+  }
 
   char length[24];
   size_t length_size = 0;
@@ -218,6 +263,7 @@ Status WriteResponseHead(const ResponseHead& head, PipeWriter* out) {
     size += kChunked.size();
   }
   size += connection.size() + 2;
+  size += head.body.size();
 
   return WriteMeasured(size, out, [&](char** p) {
     // Nearly every response is a 200 OK: its status line is a constant, copied without a call.
@@ -244,7 +290,11 @@ Status WriteResponseHead(const ResponseHead& head, PipeWriter* out) {
       Put(date, p);
     }
     Put(kCrlf, p);
-    PutFields(head.headers, p);
+    if (fields_from_memo) {
+      Put(memo->lines(), p);
+    } else {
+      PutFields(head.headers, p);
+    }
     if (head.framing == ResponseFraming::kContentLength) {
       Put(kContentLength, p);
       PutShort({length, length_size}, p);
@@ -254,6 +304,7 @@ Status WriteResponseHead(const ResponseHead& head, PipeWriter* out) {
     }
     Put(connection, p);
     Put(kCrlf, p);
+    Put({reinterpret_cast<const char*>(head.body.data()), head.body.size()}, p);
   });
 }
 

@@ -16,7 +16,8 @@
 // Every function returns INVALID_ARGUMENT (writing nothing) for input that would make an invalid
 // or ambiguous message: a status code outside 100..999, a reason or field with CR, LF, NUL or
 // other controls, a field name that is not a token, a Content-Length or Transfer-Encoding field
-// among `headers` (framing belongs to the writer), a body framing on a 1xx or 204 response. They
+// among `headers` (framing belongs to the writer), a body framing on a 1xx or 204 response, body
+// bytes in a head without Content-Length or more of them than it says. They
 // return FAILED_PRECONDITION if the writer was completed.
 //
 // Thread-safety: stateless functions (the default Date comes from the calling thread's
@@ -24,9 +25,13 @@
 #ifndef SLUICE_HTTP1_RESPONSE_WRITER_H_
 #define SLUICE_HTTP1_RESPONSE_WRITER_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "core/pipe.h"
 #include "core/status.h"
@@ -63,15 +68,54 @@ struct ResponseHead {
   // The Date field's value. Empty: DateCache::ForThisThread().Now(). Every response carries a
   // Date (RFC 9110 §6.6.1: an origin server with a clock sends one).
   std::string_view date = {};
+  // With kContentLength: the start of the body (at most content_length bytes), written right
+  // after the head in the same span, so that a small response costs one write to the pipe.
+  // The caller writes the rest of the body, if any.
+  std::span<const uint8_t> body = {};
 };
 
 // The RFC 9110 reason phrase for `status_code` ("OK", "Not Found", ...), or "" for a code it
 // does not name (the status line then ends in "NNN \r\n", which is valid).
 std::string_view ReasonPhrase(uint16_t status_code);
 
+// The fields of the last response head written with it, remembered once found valid, with their
+// serialization ("name: value\r\n" each). A handler usually sets the same fields on every
+// response: comparing them with these costs less than checking them again byte by byte, and
+// validity depends on the bytes alone, so a match skips the check and is written with one copy.
+// Fields that differ in any byte are checked (and refused) as without a memo.
+//
+//   sluice::http1::ResponseFieldsMemo memo;  // one per connection
+//   Status s = sluice::http1::WriteResponseHead(head, &memo, &out);
+//
+// Thread-safety: thread-compatible; it belongs to the connection, used by whoever writes its
+// responses at the time.
+class ResponseFieldsMemo {
+ public:
+  // Fields whose serialization is larger than this are checked on every response instead.
+  static constexpr size_t kMaxBytes = 1024;
+
+  // Whether `fields` are the ones remembered: as many, each name and value equal byte for byte.
+  bool Matches(std::span<const Header> fields) const;
+  // Remembers `fields`, which the caller found valid, and serializes them; returns false (and
+  // remembers nothing, so that only an empty list matches) if they exceed kMaxBytes. `size` is
+  // their serialized size.
+  bool Remember(std::span<const Header> fields, size_t size);
+  // The remembered fields, serialized.
+  std::string_view lines() const { return lines_; }
+
+ private:
+  // The name and value size of each field, in order; the bytes are in lines_.
+  std::vector<std::pair<uint32_t, uint32_t>> sizes_;
+  std::string lines_;
+};
+
 // Appends the head: "HTTP/1.1 NNN Reason", Date, `headers`, the framing field, the Connection
 // field and the empty line, all in one span of `out`. Does not flush.
 [[nodiscard]] Status WriteResponseHead(const ResponseHead& head, PipeWriter* out);
+// The same, checking `head.headers` against *memo first (see ResponseFieldsMemo) and remembering
+// them there when they were checked and found valid. The outcome is the same as without it.
+[[nodiscard]] Status WriteResponseHead(const ResponseHead& head, ResponseFieldsMemo* memo,
+                                       PipeWriter* out);
 
 // Appends "HTTP/1.1 100 Continue" (the interim answer to Expect: 100-continue).
 [[nodiscard]] Status WriteContinue(PipeWriter* out);

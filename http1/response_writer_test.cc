@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -236,6 +237,97 @@ TEST_F(ResponseWriterTest, CoalescesPipelinedResponsesIntoOneFlush) {
   struct iovec iov[16];
   EXPECT_LE(read.buffer.ToIovecs(0, iov, 16), 2u);  // 16 * 128 bytes: one or two 4 KiB blocks
   ASSERT_TRUE(pipe.reader().AdvanceTo(read.buffer.size()).ok());
+}
+
+TEST_F(ResponseWriterTest, WritesTheBodyGivenWithTheHeadRightAfterIt) {
+  Pipe pipe({.pool = &pool()});
+  const std::string_view body = "Hello, World!";
+  const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(body.data()), 5);
+  ASSERT_TRUE(WriteResponseHead({.content_length = body.size(), .date = kDate, .body = bytes},
+                                &pipe.writer())
+                  .ok());
+  ASSERT_TRUE(pipe.writer().Write(body.substr(5)).ok());
+  EXPECT_EQ(Drain(pipe),
+            "HTTP/1.1 200 OK\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
+            "Content-Length: 13\r\n\r\nHello, World!");
+}
+
+TEST_F(ResponseWriterTest, RejectsBodyBytesBeyondTheContentLength) {
+  Pipe pipe({.pool = &pool()});
+  const std::string_view body = "Hello";
+  const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(body.data()), body.size());
+  EXPECT_EQ(
+      WriteResponseHead({.content_length = 4, .date = kDate, .body = bytes}, &pipe.writer()).code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(WriteResponseHead({.framing = ResponseFraming::kChunked, .date = kDate, .body = bytes},
+                              &pipe.writer())
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(pipe.writer().unflushed_bytes(), 0u);
+}
+
+TEST_F(ResponseWriterTest, WritesRememberedFieldsAsWithoutTheMemo) {
+  Pipe pipe({.pool = &pool()});
+  ResponseFieldsMemo memo;
+  const Header first[] = {{"Content-Type", "text/plain"}, {"Server", "sluice"}};
+  const Header other[] = {{"Content-Type", "text/html"}};
+  const std::span<const Header> none;
+  for (std::span<const Header> fields :
+       {std::span<const Header>(first), std::span<const Header>(first),
+        std::span<const Header>(other), none, none, std::span<const Header>(first)}) {
+    ASSERT_TRUE(
+        WriteResponseHead({.headers = fields, .content_length = 13, .date = kDate}, &pipe.writer())
+            .ok());
+    const std::string want = Drain(pipe);
+    ASSERT_TRUE(WriteResponseHead({.headers = fields, .content_length = 13, .date = kDate}, &memo,
+                                  &pipe.writer())
+                    .ok());
+    EXPECT_EQ(Drain(pipe), want);
+  }
+}
+
+TEST_F(ResponseWriterTest, RefusesInvalidFieldsThatDifferFromRememberedOnesInOneByte) {
+  // Each differs from the remembered field by one byte, or moves a byte between name and value:
+  // the comparison must not let any through unchecked.
+  Pipe pipe({.pool = &pool()});
+  ResponseFieldsMemo memo;
+  const Header valid[] = {{"X-Field", "value: abcdefgh"}};
+  const Header crlf[] = {{"X-Field", "value\r\nabcdefgh"}};
+  const Header nul[] = {{"X-Field", std::string_view("value: abcdefg\0", 15)}};
+  const Header bad_name[] = {{"X-Fiel ", "value: abcdefgh"}};
+  const Header shifted[] = {{"X-Field: value", "abcdefgh"}};
+  const Header framing[] = {{"Content-Length", "value: a"}};
+  const Header two[] = {{"X-Field", "value: abcdefgh"}, {"X", "a\nb"}};
+  for (std::span<const Header> invalid :
+       {std::span<const Header>(crlf), std::span<const Header>(nul),
+        std::span<const Header>(bad_name), std::span<const Header>(shifted),
+        std::span<const Header>(framing), std::span<const Header>(two)}) {
+    ASSERT_TRUE(WriteResponseHead({.headers = valid, .date = kDate}, &memo, &pipe.writer()).ok());
+    ASSERT_TRUE(WriteResponseHead({.headers = valid, .date = kDate}, &memo, &pipe.writer()).ok());
+    (void)Drain(pipe);
+    EXPECT_EQ(WriteResponseHead({.headers = invalid, .date = kDate}, &memo, &pipe.writer()).code(),
+              StatusCode::kInvalidArgument)
+        << invalid[0].name << ": " << invalid[0].value;
+    EXPECT_EQ(pipe.writer().unflushed_bytes(), 0u);
+  }
+}
+
+TEST_F(ResponseWriterTest, ChecksFieldsTooLargeToRememberEveryTime) {
+  Pipe pipe({.pool = &pool()});
+  ResponseFieldsMemo memo;
+  const std::string big(ResponseFieldsMemo::kMaxBytes, 'v');
+  const Header fields[] = {{"X-Big", big}};
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(WriteResponseHead({.headers = fields, .date = kDate}, &memo, &pipe.writer()).ok());
+    EXPECT_EQ(Drain(pipe), "HTTP/1.1 200 OK\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\nX-Big: " +
+                               big + "\r\nContent-Length: 0\r\n\r\n");
+  }
+  EXPECT_FALSE(memo.Matches(fields));
+  std::string bad = big;
+  bad.back() = '\n';
+  const Header invalid[] = {{"X-Big", bad}};
+  EXPECT_EQ(WriteResponseHead({.headers = invalid, .date = kDate}, &memo, &pipe.writer()).code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace
