@@ -14,6 +14,21 @@
 #include <string_view>
 
 namespace sluice {
+namespace bytes_internal {
+
+// For sizeof(Word) <= n <= 2 * sizeof(Word): the first and the last Word of a and b are equal
+// (together they cover all n bytes, overlapping when n < 2 * sizeof(Word)).
+template <typename Word>
+[[gnu::always_inline]] inline bool SameEnds(const char* a, const char* b, size_t n) {
+  Word x, y, u, v;
+  std::memcpy(&x, a, sizeof(Word));
+  std::memcpy(&y, b, sizeof(Word));
+  std::memcpy(&u, a + n - sizeof(Word), sizeof(Word));
+  std::memcpy(&v, b + n - sizeof(Word), sizeof(Word));
+  return ((x ^ y) | (u ^ v)) == 0;
+}
+
+}  // namespace bytes_internal
 
 // memcmp(a, b, n) == 0, inline and without a loop over the tail: words of eight bytes, the last
 // one ending at the end (overlapping the one before); below eight bytes, two words of four or two
@@ -30,22 +45,8 @@ namespace sluice {
     std::memcpy(&y, b + n - 8, 8);
     return x == y;
   }
-  if (n >= 4) {
-    uint32_t x, y, u, v;
-    std::memcpy(&x, a, 4);
-    std::memcpy(&y, b, 4);
-    std::memcpy(&u, a + n - 4, 4);
-    std::memcpy(&v, b + n - 4, 4);
-    return ((x ^ y) | (u ^ v)) == 0;
-  }
-  if (n >= 2) {
-    uint16_t x, y, u, v;
-    std::memcpy(&x, a, 2);
-    std::memcpy(&y, b, 2);
-    std::memcpy(&u, a + n - 2, 2);
-    std::memcpy(&v, b + n - 2, 2);
-    return ((x ^ y) | (u ^ v)) == 0;
-  }
+  if (n >= 4) return bytes_internal::SameEnds<uint32_t>(a, b, n);
+  if (n >= 2) return bytes_internal::SameEnds<uint16_t>(a, b, n);
   return n == 0 || a[0] == b[0];
 }
 
