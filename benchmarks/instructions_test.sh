@@ -101,7 +101,7 @@ line="$(cat "$work/client.txt")"
 check_figure client "$code" "$line" "$work/client.err"
 
 # A client whose output shows no requests made is not trusted with the count asked for.
-expect_run 1 "printed no result line known here" env -u SLUICE_TRANSPORT bash "$script" client \
+expect_run 1 "printed no result line with a count known here" env -u SLUICE_TRANSPORT bash "$script" client \
   --short 10 --long 20 --cpu "$last_cpu" --client-timeout 120 --out "$work/silent" \
   -- /bin/echo '{requests}'
 

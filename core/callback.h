@@ -5,11 +5,11 @@
 // std::function, which makes it empty) and reads like it (tests empty, compares with nullptr,
 // calls through a const operator()), but it cannot be copied, and it is cheaper to make, move
 // and destroy:
-// - A callable of up to kInlineSize bytes (four pointers) whose move constructor cannot throw
-//   is kept in place: no allocation for `[this]`, `[this, generation]`, `[self = shared_ptr]`
-//   (libstdc++'s std::function keeps only trivially copyable captures of up to 16 bytes in
-//   place), nor for a std::function handed on by a caller that still uses one. A bigger one,
-//   or one whose move may throw, goes to the heap.
+// - A callable of up to kInlineSize bytes (four pointers), aligned no more than a pointer, whose
+//   move constructor cannot throw is kept in place: no allocation for `[this]`,
+//   `[this, generation]`, `[self = shared_ptr]` (libstdc++'s std::function keeps only trivially
+//   copyable captures of up to 16 bytes in place), nor for a std::function handed on by a caller
+//   that still uses one. A bigger one, or one whose move may throw, goes to the heap.
 // - A call is one indirect call. Moving copies the bytes when the callable is trivially
 //   copyable or on the heap (the pointer moves), and destroying does nothing when it is
 //   trivially copyable; only other in-place callables (a shared_ptr capture) go through their
@@ -146,8 +146,8 @@ class Callback<R(Args...)> {
     return callback.invoke_ == nullptr;
   }
 
-  // Calls the callable. The callback must not be empty (std::function would throw; this is a
-  // bug in the caller, checked by an assert).
+  // Calls the callable. The callback must not be empty: std::function would throw; here it is a
+  // bug in the caller, checked by an assert (without asserts, a call through a null pointer).
   R operator()(Args... args) const {
     assert(invoke_ != nullptr && "sluice::Callback called empty");
     return invoke_(storage_, std::forward<Args>(args)...);
@@ -213,7 +213,16 @@ class Callback<R(Args...)> {
     if (other.ops_ != nullptr && other.ops_->relocate != nullptr) {
       other.ops_->relocate(other.storage_, storage_);
     } else {
+      // All the words, whatever the callable's size: those past it are copied indeterminate and
+      // never read. GCC cannot see that (-Wmaybe-uninitialized, with sanitizers' inlining).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
       std::memcpy(storage_.words, other.storage_.words, kInlineSize);
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
     }
     invoke_ = other.invoke_;
     ops_ = other.ops_;

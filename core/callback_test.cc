@@ -56,7 +56,7 @@ class Counted {
 using SmallCounted = Counted<8>;
 using BigCounted = Counted<64>;
 
-// In place only because its move cannot throw.
+// Small enough to be kept in place, but its move may throw: kept on the heap.
 struct ThrowingMove {
   ThrowingMove() = default;
   ThrowingMove(const ThrowingMove&) = default;

@@ -235,9 +235,9 @@ class SocketConnection : public std::enable_shared_from_this<SocketConnection>, 
 
   // The layer above that reads and writes this socket's pipes (a TlsConnection), held weakly for
   // the callbacks it leaves in them. Such a callback captures only this socket's address, which
-  // stays valid for as long as its pipes can call it, and libstdc++'s std::function keeps so
-  // small a capture inline; one that captured a weak_ptr of its own would be allocated at each
-  // registration (each loop pass). Set once, before the first such callback is registered;
+  // stays valid for as long as its pipes can call it (a Callback keeps so small a capture in
+  // place and moves it as bytes; a weak_ptr of its own would cost a reference count at each
+  // registration, each loop pass). Set once, before the first such callback is registered;
   // LockUpper is then thread-safe, and returns null once the upper layer is gone.
   void SetUpper(std::weak_ptr<void> upper) { upper_ = std::move(upper); }
   std::shared_ptr<void> LockUpper() const { return upper_.lock(); }

@@ -314,7 +314,7 @@ TlsConnectionStats TlsConnection::stats() const {
 // callbacks reach it through the socket's weak reference to it
 // (SocketConnection::SetUpper) and capture only the socket's address; the
 // plaintext pipes are members, so theirs capture only `this`. Either way
-// std::function stores the capture without allocating.
+// the Callback keeps the capture in place, without allocating.
 
 std::shared_ptr<TlsConnection> TlsConnection::FromSocket(SocketConnection* socket) {
   return std::static_pointer_cast<TlsConnection>(socket->LockUpper());

@@ -115,9 +115,9 @@ class Connection final : public http::ProtocolConnection,
     kDiscarding,  // response ended without reading it: drop it
   };
 
-  // The pipe callbacks. They refer to the connection without owning it (so std::function keeps
-  // them inline: no allocation per read or flush); while one is pending, read_keepalive_ /
-  // flush_keepalive_ own the connection instead, as a captured shared_ptr would.
+  // The pipe callbacks. They refer to the connection without owning it (so a Callback keeps
+  // them in place and moves them as bytes: no allocation per read or flush); while one is pending,
+  // read_keepalive_ / flush_keepalive_ own the connection instead, as a captured shared_ptr would.
   struct ReadReady {
     Connection* self;
     void operator()(ReadResult r) const;

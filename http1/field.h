@@ -95,7 +95,8 @@ std::string_view ParseFieldLine(std::string_view line, Header* out);
 // its value for invalid bytes, not by a search of its own. Returns "" and fills *out and
 // *line_size (the line's bytes with its CRLF) on success, or a short static reason on failure:
 // the reasons of ParseFieldLine, "bare LF line ending", or "malformed header section" when
-// `input` holds no CRLF.
+// `input` holds no CRLF (but a lone CR at its end is "bare CR in field value"; the head scanner
+// never passes such an input).
 std::string_view ParseFieldLineUntilCrlf(std::string_view input, Header* out, size_t* line_size);
 
 }  // namespace sluice::http1

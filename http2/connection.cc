@@ -74,8 +74,10 @@ class Connection::Stream final : public http::ResponseSink,
   // reset here, once per exchange, for the next one (StartRequest and AnswerDirectly take it as
   // it is): its sink is this stream for its whole life.
   void Recycle() {
-    http::RequestEditor(request_).Reset();
+    // The Response first: an exchange still reported is abandoned here, and its stop record
+    // reads the request (its body bytes), which must not be reset yet.
     response_.Reset(this);
+    http::RequestEditor(request_).Reset();
     id_ = 0;
     content_length_.reset();
     body_received_ = 0;
@@ -1217,8 +1219,13 @@ void Connection::MaybeCloseStream(Stream* s) {
 void Connection::RemoveStream(Stream* s, bool closed_in_writer) {
   if (!s->in_map_) return;
   auto it = streams_.find(s->id_);
-  if (it == streams_.end()) return;  // in_map_ says it is there: never taken
-  RemoveStream(it, closed_in_writer);
+  if (it != streams_.end()) {
+    RemoveStream(it, closed_in_writer);
+    return;
+  }
+  // in_map_ says it is there: never taken. Its timers and writer stream go all the same.
+  s->in_map_ = false;
+  DetachStream(s, closed_in_writer);
 }
 
 void Connection::RemoveStream(StreamTable::iterator it, bool closed_in_writer) {
@@ -1229,6 +1236,10 @@ void Connection::RemoveStream(StreamTable::iterator it, bool closed_in_writer) {
   // else holds it then.
   retired_streams_.push_back(std::move(it->second));
   streams_.erase(it);
+  DetachStream(s, closed_in_writer);
+}
+
+void Connection::DetachStream(Stream* s, bool closed_in_writer) {
   if (s->held_) ReportHeldStreamDropped(s);
   if (s->unfinished_timer_ != 0) {
     loop_->CancelTimer(s->unfinished_timer_);

@@ -83,9 +83,9 @@ class Connection final : public http::ProtocolConnection,
 
  private:
   class Stream;
-  // The pipe callbacks. They refer to the connection without owning it (so std::function keeps
-  // them inline, no allocation per read or flush); while one is pending, read_keepalive_ /
-  // flush_keepalive_ own the connection instead, as a captured shared_ptr would.
+  // The pipe callbacks. They refer to the connection without owning it (so a Callback keeps
+  // them in place and moves them as bytes, no allocation per read or flush); while one is pending,
+  // read_keepalive_ / flush_keepalive_ own the connection instead, as a captured shared_ptr would.
   struct ReadReady {
     Connection* self;
     void operator()(ReadResult r) const;
@@ -181,6 +181,9 @@ class Connection final : public http::ProtocolConnection,
   void RemoveStream(Stream* stream, bool closed_in_writer = false);
   // The same for the stream at `it`, which the caller found in streams_ (no second lookup).
   void RemoveStream(StreamTable::iterator it, bool closed_in_writer = false);
+  // What removing a stream does once it is out of the table: its held report, its timers, its
+  // writer stream (unless `closed_in_writer`), then the idle timer or the close.
+  void DetachStream(Stream* stream, bool closed_in_writer);
   // Whether `stream` is this connection's open stream `id` (a task that kept a weak reference
   // asks: a spare stream may serve another connection by now, under the same id).
   bool Serves(const Stream& stream, uint32_t id) const;

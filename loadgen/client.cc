@@ -123,8 +123,8 @@ void Client::PumpInput() {
   const uint64_t generation = generation_;
   while (open() && generation == generation_) {
     ReadResult in;
-    // 16 bytes of trivially copyable capture: std::function keeps it inline, no allocation. The
-    // result is taken by reference: std::function passes it on as an rvalue, so no copy is made.
+    // 16 bytes of trivially copyable capture: the Callback keeps it in place, no allocation. The
+    // result is taken by reference: the Callback passes it on as an rvalue, so no copy is made.
     const bool ready = In().Read(&in, [this, generation](ReadResult&& later) {
       if (generation != generation_) return;
       if (OnRead(later)) PumpInput();
