@@ -92,16 +92,21 @@ size_t Response::retained_bytes() const {
 
 void Response::BeginTelemetry(telemetry::Hooks* hooks, const Request& request) {
   if (hooks == nullptr || !hooks->active()) return;
-  telemetry_.error = telemetry::ErrorType::kNone;
-  telemetry_.error_code = 0;
-  telemetry_.status = 0;
-  telemetry_.request = &request;
-  telemetry_.method = request.method();
-  telemetry_.route = request.route();
-  telemetry_.scheme = request.scheme();
-  telemetry_.protocol_version = request.protocol_version();
-  telemetry_.peer_address = request.peer_address();
+  FillStart(telemetry_, request);
   hooks->Start(telemetry_);
+}
+
+void Response::FillStart(telemetry::ExchangeRecord& record, const Request& request) {
+  record.error = telemetry::ErrorType::kNone;
+  record.error_code = 0;
+  record.status = 0;
+  record.attribute_codes = 0;
+  record.request = &request;
+  record.method = request.method();
+  record.route = request.route();
+  record.scheme = request.scheme();
+  record.protocol_version = request.protocol_version();
+  record.peer_address = request.peer_address();
 }
 
 void Response::ReportError(telemetry::ErrorType type, uint32_t code) {

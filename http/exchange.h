@@ -314,6 +314,10 @@ class Response {
   void ReportError(telemetry::ErrorType type, uint32_t code);
   // Body bytes written so far.
   uint64_t body_bytes() const { return body_bytes_; }
+  // Fills what is known at the start into `record` (the request's method, route, scheme,
+  // version, peer) and clears what a previous exchange left (status, error, attribute codes).
+  // Used by BeginTelemetry and by the instrumentation middleware, so both start alike.
+  static void FillStart(telemetry::ExchangeRecord& record, const Request& request);
   // Fills what is known at the end into `record`: the status the peer got, the body sizes, the
   // error the protocol saw (ResponseSink::exchange_error) unless one is recorded. Used by the
   // listener hook's stop and by the instrumentation middleware, so both report the same.

@@ -233,6 +233,42 @@ TEST_P(TelemetryTest, MiddlewareAndListenerRecordTheSameForHandledRequests) {
   EXPECT_EQ(middleware, handled);  // the middleware: the same, for handled requests only
 }
 
+TEST_P(TelemetryTest, MethodsAlternatingOnOneConnectionAreRecordedUnderEach) {
+  // A connection reuses its Response (and the telemetry records in it) from one exchange to the
+  // next: each exchange's attributes must be its own, in both hook styles.
+  for (telemetry::HookStyle style :
+       {telemetry::HookStyle::kListener, telemetry::HookStyle::kMiddleware}) {
+    Start(style, /*metrics=*/true);
+    auto client = HttpTestClient::Connect(server_->port());
+    ASSERT_TRUE(client.ok());
+    const std::string post =
+        "POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\nhi";
+    for (const std::string& request : {Get("/plaintext"), post, Get("/plaintext"), post}) {
+      ASSERT_TRUE((*client)->Send(request));
+      auto response = (*client)->ReadResponse();
+      ASSERT_TRUE(response.ok());
+      EXPECT_EQ(response->status, 200);
+    }
+    // The last response was written before its exchange stopped: wait (bounded) for the stop.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    telemetry::MetricsSnapshot m;
+    for (;;) {
+      m = server_->telemetry()->metrics()->Collect();
+      uint64_t total = 0;
+      for (const auto& s : m.series) total += s.duration.count;
+      if (total >= 4 || std::chrono::steady_clock::now() > until) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::map<std::string, uint64_t> counts;
+    for (const auto& s : m.series) counts[s.method + " " + s.route] += s.duration.count;
+    EXPECT_EQ(counts, (std::map<std::string, uint64_t>{{"GET /plaintext", 2}, {"POST /echo", 2}}));
+    ASSERT_EQ(m.active.size(), 2u);
+    for (const auto& a : m.active) EXPECT_EQ(a.value, 0) << a.method;
+    server_->Shutdown();
+    server_.reset();
+  }
+}
+
 TEST_P(TelemetryTest, UserMiddlewareRunsInOrderAndMayAnswer) {
   auto order = std::make_shared<std::vector<std::string>>();
   auto mu = std::make_shared<std::mutex>();

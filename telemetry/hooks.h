@@ -125,6 +125,10 @@ struct ExchangeRecord {
   TraceContext trace;
   // The request's tracestate as the tracer kept it (validated, cut to the limits), for the span.
   std::string tracestate;
+  // method, scheme and protocol_version as small numbers, for instruments that key on them
+  // (HttpServerMetrics): 0 until the first that needs them encodes them at start, so the strings
+  // are compared once per exchange. Whoever starts using the record resets it to 0.
+  uint32_t attribute_codes = 0;
 
   // ---- Owned by Hooks --------------------------------------------------------------------
   // The registry and the listener list this exchange reports to; null when nobody listened

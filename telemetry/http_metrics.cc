@@ -35,6 +35,20 @@ uint8_t VersionIndex(std::string_view version) {
 }
 constexpr std::string_view kVersions[] = {"1.0", "1.1", "2"};
 
+// ExchangeRecord::attribute_codes: method | https << 8 | version << 16 | kCoded, so that a coded
+// record is never 0.
+constexpr uint32_t kCoded = 1u << 24;
+uint32_t EncodeAttributes(const ExchangeRecord& r) {
+  return uint32_t{MethodIndex(r.method)} | uint32_t{r.scheme == "https"} << 8 |
+         uint32_t{VersionIndex(r.protocol_version)} << 16 | kCoded;
+}
+// The record's codes, encoded at its start (RecordStart), or now for one that was not.
+uint32_t AttributeCodes(const ExchangeRecord& r) {
+  return r.attribute_codes != 0 ? r.attribute_codes : EncodeAttributes(r);
+}
+// The (method, scheme) pair's cell in ThreadCells::starts and overflow_stops.
+size_t ActiveIndex(uint8_t method, bool https) { return 2 * size_t{method} + (https ? 1 : 0); }
+
 // Bucket bounds in the unit a histogram records (ns for durations, bytes for sizes), so that a
 // value is placed by integer comparisons, with no conversion to seconds on the request path. Each
 // bound must be a whole number of that unit (every default one is); one that is not fails to
@@ -57,6 +71,19 @@ constexpr std::array<uint64_t, kDurationBuckets.size()> kDurationBoundsNs =
 constexpr std::array<uint64_t, kBodySizeBuckets.size()> kBodySizeBoundsBytes =
     ScaledBounds(kBodySizeBuckets, 1);
 
+// The bucket of each size up to the last bound under kSmallSize, so that the usual small body is
+// placed by one load instead of a scan.
+constexpr size_t kSmallSize = 100;
+constexpr std::array<uint8_t, kSmallSize + 1> kSmallSizeBucket = [] {
+  std::array<uint8_t, kSmallSize + 1> out{};
+  for (size_t v = 0; v <= kSmallSize; ++v) {
+    uint8_t i = 0;
+    while (i < kBodySizeBoundsBytes.size() && v > kBodySizeBoundsBytes[i]) ++i;
+    out[v] = i;
+  }
+  return out;
+}();
+
 template <size_t N>
 struct Hist {
   // The count is the buckets' sum, taken when collected: one store less per value, and a
@@ -66,11 +93,27 @@ struct Hist {
 
   void Record(uint64_t raw, const std::array<uint64_t, N>& bounds) {
     // Upper bounds are inclusive (OpenTelemetry's explicit bucket histogram). A linear scan: most
-    // values fall in the first buckets (durations under 5 ms, small bodies).
+    // values fall in the first buckets (durations under 5 ms).
     size_t i = 0;
     while (i < N && raw > bounds[i]) ++i;
-    PerThreadAdd(buckets[i]);
+    Add(i, raw);
+  }
+  // A body size (bounds kBodySizeBoundsBytes).
+  void RecordSize(uint64_t raw) {
+    if (raw <= kSmallSize) {
+      Add(kSmallSizeBucket[raw], raw);
+    } else {
+      Record(raw, kBodySizeBoundsBytes);
+    }
+  }
+  void Add(size_t bucket, uint64_t raw) {
+    PerThreadAdd(buckets[bucket]);
     if (raw != 0) PerThreadAdd(sum, raw);  // most bodies are empty
+  }
+  uint64_t count() const {
+    uint64_t n = 0;
+    for (const auto& b : buckets) n += b.load(std::memory_order_relaxed);
+    return n;
   }
   void AddTo(HistogramSnapshot* out, double divisor) const {
     if (out->buckets.empty()) out->buckets.assign(N + 1, 0);
@@ -83,23 +126,26 @@ struct Hist {
   }
 };
 
+}  // namespace
+
 // An attribute set as three words, compared and hashed whole. The words are built in registers:
 // a key written to memory field by field and then compared a word at a time makes each wide read
 // wait for the narrow writes before it (the store cannot be forwarded), which was a third of
 // the lookup's time.
-struct Key {
-  // method | https << 8 | version << 16 | error (ErrorType) << 24 | status << 32 | overflow << 48
+struct HttpServerMetrics::Key {
+  // method | https << 8 | version << 16 (attribute codes) | error (ErrorType) << 24 |
+  // status << 32 | overflow << 48
   uint64_t fields = 0;
   // The error's code, kept only where it names the error (HTTP/2 protocol errors) | the route's
   // length << 32.
   uint64_t code_and_length = 0;
   const char* route = nullptr;  // identity of the router's template; null when none
 
-  static Key Of(uint8_t method, bool https, uint8_t version, uint8_t error, uint16_t status,
-                bool overflow, uint32_t error_code, std::string_view route) {
+  static Key Of(uint32_t codes, uint8_t error, uint16_t status, bool overflow, uint32_t error_code,
+                std::string_view route) {
     Key k;
-    k.fields = uint64_t{method} | uint64_t{https} << 8 | uint64_t{version} << 16 |
-               uint64_t{error} << 24 | uint64_t{status} << 32 | uint64_t{overflow} << 48;
+    k.fields = uint64_t{codes & 0xffffff} | uint64_t{error} << 24 | uint64_t{status} << 32 |
+               uint64_t{overflow} << 48;
     k.code_and_length = uint64_t{error_code} | uint64_t{route.size()} << 32;
     k.route = route.empty() ? nullptr : route.data();
     return k;
@@ -127,21 +173,24 @@ struct Key {
   }
 };
 
+namespace {
+using Key = HttpServerMetrics::Key;
+
 Key KeyOf(const ExchangeRecord& r) {
   const uint32_t code = r.error == ErrorType::kProtocolError && r.http2() ? r.error_code : 0;
-  return Key::Of(MethodIndex(r.method), r.scheme == "https", VersionIndex(r.protocol_version),
-                 static_cast<uint8_t>(r.error), r.status, /*overflow=*/false, code, r.route);
+  return Key::Of(AttributeCodes(r), static_cast<uint8_t>(r.error), r.status, /*overflow=*/false,
+                 code, r.route);
 }
 
-struct Series {
+}  // namespace
+
+struct HttpServerMetrics::Series {
   Key key;
   std::string route;  // a copy: the router may go before the metrics
   Hist<kDurationBuckets.size()> duration;
   Hist<kBodySizeBuckets.size()> request_body;
   Hist<kBodySizeBuckets.size()> response_body;
 };
-
-}  // namespace
 
 // One recording thread's cells. The index is the owner's alone; `series` (stable pointers) grows
 // under `mu`, which Collect takes to walk it.
@@ -151,18 +200,12 @@ struct HttpServerMetrics::ThreadCells {
   std::vector<std::unique_ptr<Series>> series ABSL_GUARDED_BY(mu);
   std::vector<Series*> owned_view;  // the owner's copy of `series` pointers, read without mu
   Series* last = nullptr;           // the owner's: the set its previous exchange was recorded in
-  std::array<std::array<std::atomic<int64_t>, 2>, kKnownMethods.size()> active{};
-  // Bit 2 * method + https: that pair was ever active here (its gauge is exported, even at 0).
-  std::atomic<uint32_t> active_seen{0};
+  // Exchanges started here, by ActiveIndex(method, https); http.server.active_requests is what
+  // started minus what stopped (the series' counts, and overflow_stops for exchanges recorded
+  // under the overflow set, which has no method or scheme), summed over every thread.
+  std::array<std::atomic<uint64_t>, 2 * kKnownMethods.size()> starts{};
+  std::array<std::atomic<uint64_t>, 2 * kKnownMethods.size()> overflow_stops{};
   std::atomic<uint64_t> overflowed{0};  // exchanges recorded under the overflow set
-
-  void AddActive(uint8_t method, bool https, int64_t delta) {
-    auto& cell = active[method][https];
-    cell.store(cell.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
-    const uint32_t bit = 1u << (2 * method + (https ? 1 : 0));
-    const uint32_t seen = active_seen.load(std::memory_order_relaxed);
-    if ((seen & bit) == 0) active_seen.store(seen | bit, std::memory_order_relaxed);
-  }
 
   Series* Find(const Key& key) const {
     const size_t mask = index.size() - 1;
@@ -208,56 +251,54 @@ HttpServerMetrics::HttpServerMetrics(HttpMetricsOptions options)
 
 HttpServerMetrics::~HttpServerMetrics() = default;
 
-void HttpServerMetrics::RecordStart(const ExchangeRecord& record) {
-  cells_.Local().AddActive(MethodIndex(record.method), record.scheme == "https", +1);
+void HttpServerMetrics::RecordStart(ExchangeRecord& record) {
+  const uint32_t codes = record.attribute_codes = AttributeCodes(record);
+  PerThreadAdd(cells_.Local().starts[ActiveIndex(static_cast<uint8_t>(codes), (codes >> 8) & 1)]);
 }
 
 void HttpServerMetrics::RecordStop(const ExchangeRecord& record) {
   ThreadCells* cells = &cells_.Local();
   const Key key = KeyOf(record);
-  // The stop may run on another thread than the start (a handler's worker): per-thread values
-  // are signed and only their sum means anything.
-  cells->AddActive(key.method(), key.https(), -1);
-
   // Most exchanges on a thread land in the set the previous one did.
-  Series* s = cells->last != nullptr && cells->last->key == key ? cells->last : cells->Find(key);
-  if (s == nullptr) {
-    // Past the cap the shared count is only read: hostile traffic that makes a new set with
-    // every request writes per-thread cells, like any other.
-    if (series_count_.load(std::memory_order_relaxed) < options_.max_series) {
-      if (series_count_.fetch_add(1, std::memory_order_relaxed) < options_.max_series) {
-        s = cells->Insert(key, record.route);
-      } else {
-        series_count_.fetch_sub(1, std::memory_order_relaxed);
-      }
-    }
-    if (s == nullptr) {
-      PerThreadAdd(cells->overflowed);
-      const Key overflow = Key::Of(0, false, 0, 0, 0, /*overflow=*/true, 0, {});
-      s = cells->Find(overflow);
-      if (s == nullptr) s = cells->Insert(overflow, "");
-    }
-  }
+  Series* s = cells->last;
+  if (s == nullptr || !(s->key == key)) s = FindOrAdd(cells, key, record.route);
   cells->last = s;
   s->duration.Record(record.duration_ns, kDurationBoundsNs);
-  s->request_body.Record(record.request_body_bytes, kBodySizeBoundsBytes);
-  s->response_body.Record(record.response_body_bytes, kBodySizeBoundsBytes);
+  s->request_body.RecordSize(record.request_body_bytes);
+  s->response_body.RecordSize(record.response_body_bytes);
+}
+
+HttpServerMetrics::Series* HttpServerMetrics::FindOrAdd(ThreadCells* cells, const Key& key,
+                                                        std::string_view route) {
+  Series* s = cells->Find(key);
+  if (s != nullptr) return s;
+  // Past the cap the shared count is only read: hostile traffic that makes a new set with every
+  // request writes per-thread cells, like any other.
+  if (series_count_.load(std::memory_order_relaxed) < options_.max_series) {
+    if (series_count_.fetch_add(1, std::memory_order_relaxed) < options_.max_series) {
+      return cells->Insert(key, route);
+    }
+    series_count_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  PerThreadAdd(cells->overflowed);
+  PerThreadAdd(cells->overflow_stops[ActiveIndex(key.method(), key.https())]);
+  const Key overflow = Key::Of(0, 0, 0, /*overflow=*/true, 0, {});
+  s = cells->Find(overflow);
+  return s != nullptr ? s : cells->Insert(overflow, "");
 }
 
 MetricsSnapshot HttpServerMetrics::Collect() const {
   MetricsSnapshot out;
   out.start_unix_ns = start_unix_ns_;
   std::vector<std::pair<Key, SeriesSnapshot>> merged;
-  std::array<std::array<int64_t, 2>, kKnownMethods.size()> active{};
-  uint32_t seen = 0;
+  // Stops are read (with the series) before starts, so that an exchange whose stop is counted
+  // normally has its start counted too; the clamp below covers the rest.
+  std::array<uint64_t, 2 * kKnownMethods.size()> starts{}, stops{};
   cells_.ForEach([&](const ThreadCells& cells) {
-    for (size_t m = 0; m < kKnownMethods.size(); ++m) {
-      for (size_t h = 0; h < 2; ++h) {
-        active[m][h] += cells.active[m][h].load(std::memory_order_relaxed);
-      }
-    }
-    seen |= cells.active_seen.load(std::memory_order_relaxed);
     out.overflowed += cells.overflowed.load(std::memory_order_relaxed);
+    for (size_t i = 0; i < stops.size(); ++i) {
+      stops[i] += cells.overflow_stops[i].load(std::memory_order_relaxed);
+    }
     MutexLock cells_lock(&cells.mu);
     for (const auto& s : cells.series) {
       auto it = std::find_if(merged.begin(), merged.end(),
@@ -279,17 +320,27 @@ MetricsSnapshot HttpServerMetrics::Collect() const {
         merged.emplace_back(s->key, std::move(snap));
         it = merged.end() - 1;
       }
+      if (!s->key.overflow())
+        stops[ActiveIndex(s->key.method(), s->key.https())] += s->duration.count();
       s->duration.AddTo(&it->second.duration, 1e9);
       s->request_body.AddTo(&it->second.request_body_size, 1.0);
       s->response_body.AddTo(&it->second.response_body_size, 1.0);
     }
   });
   for (auto& [key, snap] : merged) out.series.push_back(std::move(snap));
+  cells_.ForEach([&](const ThreadCells& cells) {
+    for (size_t i = 0; i < starts.size(); ++i) {
+      starts[i] += cells.starts[i].load(std::memory_order_relaxed);
+    }
+  });
+  // A pair ever started is exported, also at 0.
   for (size_t m = 0; m < kKnownMethods.size(); ++m) {
     for (size_t h = 0; h < 2; ++h) {
-      if (seen & (1u << (2 * m + h))) {
-        out.active.push_back({std::string(kKnownMethods[m]), h ? "https" : "http", active[m][h]});
-      }
+      const size_t i = ActiveIndex(static_cast<uint8_t>(m), h != 0);
+      if (starts[i] == 0) continue;
+      // A stop on one thread may be seen before its start on another: never below 0.
+      const int64_t active = starts[i] >= stops[i] ? static_cast<int64_t>(starts[i] - stops[i]) : 0;
+      out.active.push_back({std::string(kKnownMethods[m]), h ? "https" : "http", active});
     }
   }
   return out;

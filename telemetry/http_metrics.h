@@ -16,7 +16,9 @@
 // that thread with relaxed stores and read by Collect() with relaxed loads; the only shared step
 // is creating a new attribute set, which happens once per set. The number of sets is capped
 // (max_series): past it, exchanges are recorded under one overflow set (otel.metric.overflow =
-// true) and counted, so hostile traffic cannot grow memory.
+// true) and counted, so hostile traffic cannot grow memory. A start only counts the exchange
+// under its method and scheme; active_requests is those counts minus the stops the series have
+// recorded, taken when collected, so a stop does no bookkeeping of its own for it.
 //
 // Both hook styles feed it the same way: as a listener (Listen(): OnRequestStart/Stop) or from the
 // instrumentation middleware (RecordStart/RecordStop on the same ExchangeRecord).
@@ -96,17 +98,24 @@ class HttpServerMetrics : public Listener {
   void OnRequestStart(ExchangeRecord& record) override { RecordStart(record); }
   void OnRequestStop(const ExchangeRecord& record) override { RecordStop(record); }
 
-  // The recording itself (also the middleware's): start counts the request as active, stop
-  // records its duration and sizes and counts it inactive. Every start needs its stop.
-  void RecordStart(const ExchangeRecord& record);
+  // The recording itself (also the middleware's): start counts the request as active (and
+  // encodes the record's attribute_codes for the stop), stop records its duration and sizes,
+  // which also counts it inactive. Every start needs its stop.
+  void RecordStart(ExchangeRecord& record);
   void RecordStop(const ExchangeRecord& record);
 
   MetricsSnapshot Collect() const;
   size_t series() const { return series_count_.load(std::memory_order_relaxed); }
 
   struct ThreadCells;  // one per recording thread (http_metrics.cc)
+  struct Key;
+  struct Series;
 
  private:
+  // The set `key` is recorded in on this thread: found, added (under the cap), else the overflow
+  // set. Out of line: most stops find the set of the exchange before.
+  [[gnu::noinline]] Series* FindOrAdd(ThreadCells* cells, const Key& key, std::string_view route);
+
   const HttpMetricsOptions options_;
   const int64_t start_unix_ns_;
   std::atomic<size_t> series_count_{0};

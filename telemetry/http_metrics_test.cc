@@ -178,5 +178,87 @@ TEST(HttpServerMetrics, BodySizesGoToTheirHistograms) {
   EXPECT_EQ(m.series[0].request_body_size.sum, 100);
 }
 
+TEST(HttpServerMetrics, EverySmallBodySizeLandsInTheBucketOfItsUpperBound) {
+  // Sizes up to 100 bytes are placed by a table, larger ones by a scan: both must agree with the
+  // inclusive upper bounds at every size around each bound.
+  for (uint64_t size = 0; size <= 130; ++size) {
+    HttpServerMetrics metrics;
+    ExchangeRecord r = Exchange("GET", "/s", 200, 1);
+    r.request_body_bytes = size;
+    r.response_body_bytes = size;
+    metrics.RecordStart(r);
+    metrics.RecordStop(r);
+    const MetricsSnapshot m = metrics.Collect();
+    ASSERT_EQ(m.series.size(), 1u);
+    size_t want = 0;
+    while (want < kBodySizeBuckets.size() && static_cast<double>(size) > kBodySizeBuckets[want]) {
+      ++want;
+    }
+    for (const HistogramSnapshot* h :
+         {&m.series[0].request_body_size, &m.series[0].response_body_size}) {
+      ASSERT_EQ(h->buckets.size(), kBodySizeBuckets.size() + 1);
+      EXPECT_EQ(h->buckets[want], 1u) << "size " << size;
+      EXPECT_EQ(h->count, 1u);
+      EXPECT_EQ(h->sum, static_cast<double>(size));
+    }
+  }
+}
+
+TEST(HttpServerMetrics, ActiveRequestsReturnToZeroWhenStopsOverflow) {
+  // Exchanges recorded under the overflow set (which has no method or scheme) still end their
+  // activity under the method and scheme they started with.
+  HttpServerMetrics metrics({.max_series = 1});
+  std::vector<ExchangeRecord> records;
+  for (uint16_t status = 200; status < 205; ++status) {
+    records.push_back(Exchange(status % 2 ? "POST" : "GET", "", status, 1));
+  }
+  for (ExchangeRecord& r : records) metrics.RecordStart(r);
+  MetricsSnapshot m = metrics.Collect();
+  ASSERT_EQ(m.active.size(), 2u);
+  for (const ActiveSnapshot& a : m.active) EXPECT_EQ(a.value, a.method == "GET" ? 3 : 2);
+  for (ExchangeRecord& r : records) metrics.RecordStop(r);
+  m = metrics.Collect();
+  EXPECT_EQ(m.overflowed, 4u);
+  ASSERT_EQ(m.active.size(), 2u);
+  for (const ActiveSnapshot& a : m.active) EXPECT_EQ(a.value, 0) << a.method;
+}
+
+TEST(HttpServerMetrics, AReusedRecordIsKeyedByItsNewAttributes) {
+  // The start encodes method, scheme and version once per exchange; a record reused for the next
+  // exchange (as a Response reuses its own) must not keep the last one's.
+  HttpServerMetrics metrics;
+  ExchangeRecord r = Exchange("GET", "/r", 200, 1, "2");
+  metrics.RecordStart(r);
+  metrics.RecordStop(r);
+  r.attribute_codes = 0;  // what whoever starts the record does (http::Response::FillStart)
+  r.method = "DELETE";
+  r.scheme = "https";
+  r.protocol_version = "1.1";
+  metrics.RecordStart(r);
+  metrics.RecordStop(r);
+  const MetricsSnapshot m = metrics.Collect();
+  ASSERT_EQ(m.series.size(), 2u);
+  const SeriesSnapshot* second = Find(m, "DELETE", "/r", 200);
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(second->scheme, "https");
+  EXPECT_EQ(second->protocol_version, "1.1");
+  ASSERT_EQ(m.active.size(), 2u);
+  for (const ActiveSnapshot& a : m.active) {
+    EXPECT_EQ(a.value, 0);
+    EXPECT_EQ(a.scheme, a.method == "GET" ? "http" : "https");
+  }
+}
+
+TEST(HttpServerMetrics, AStopWithoutAStartIsKeyedByTheRecordsStrings) {
+  HttpServerMetrics metrics;
+  ExchangeRecord r = Exchange("PUT", "/p", 201, 1, "1.0");
+  metrics.RecordStop(r);
+  const MetricsSnapshot m = metrics.Collect();
+  ASSERT_EQ(m.series.size(), 1u);
+  EXPECT_EQ(m.series[0].method, "PUT");
+  EXPECT_EQ(m.series[0].protocol_version, "1.0");
+  EXPECT_TRUE(m.active.empty());  // nothing started
+}
+
 }  // namespace
 }  // namespace sluice::telemetry

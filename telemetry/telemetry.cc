@@ -103,15 +103,7 @@ http::Middleware Telemetry::middleware() {
 void Telemetry::Instrument(http::Request& req, http::Response& res, const http::Next& next) {
   // The fields the listener hook would fill, on the middleware's own record.
   ExchangeRecord& r = res.middleware_record();
-  r.request = &req;
-  r.method = req.method();
-  r.route = req.route();
-  r.scheme = req.scheme();
-  r.protocol_version = req.protocol_version();
-  r.peer_address = req.peer_address();
-  r.status = 0;
-  r.error = ErrorType::kNone;
-  r.error_code = 0;
+  http::Response::FillStart(r, req);
   r.start_ticks = TickClock::PassTicksOrNow();  // as the listener's (hooks.h)
   for (Listener* l : instruments_.start) l->OnRequestStart(r);
   res.OnEnd([this](http::Response& done) {
