@@ -349,6 +349,7 @@ void EventLoop::RunPass() {
   RunTasks();
   RunDeferred();
   in_pass_ = false;
+  if (options_.stamp_pass_ticks) TickClock::EndPass();
 }
 
 int EventLoop::DispatchEpoll(int timeout_ms) {

@@ -145,6 +145,39 @@ TEST(EventLoop, AStampingLoopGivesEachPassItsOwnTickStampAndClearsItWhenItStops)
   }
 }
 
+TEST(EventLoop, AStampingLoopEndsEachPieceBeforeTheNextAndTheLastWithThePass) {
+  for (IoBackend backend : {IoBackend::kEpoll, IoBackend::kIoUring}) {
+    StatusOr<std::unique_ptr<EventLoop>> made =
+        EventLoop::Create({.backend = backend, .stamp_pass_ticks = true});
+    if (!made.ok() && backend == IoBackend::kIoUring) continue;  // no io_uring here
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    EventLoop* loop = made->get();
+    struct Ended {
+      int calls = 0;
+      uint64_t at = 0;
+    } ended;
+    auto record = [](void* arg, uint64_t end_ticks) {
+      auto* e = static_cast<Ended*>(arg);
+      ++e->calls;
+      e->at = end_ticks;
+    };
+    uint64_t registered_at = 0, ended_calls_seen_next_pass = 0, ended_at_seen = 0;
+    loop->Post([&] {
+      registered_at = TickClock::Now();
+      EXPECT_TRUE(TickClock::AtPieceEnd(record, &ended));
+      loop->Defer([&] { EXPECT_EQ(ended.calls, 0); });  // still the same piece of the pass
+      loop->Post([&] {                                  // the next pass
+        ended_calls_seen_next_pass = static_cast<uint64_t>(ended.calls);
+        ended_at_seen = ended.at;
+        loop->Stop();
+      });
+    });
+    loop->Run();
+    EXPECT_EQ(ended_calls_seen_next_pass, 1u);
+    EXPECT_GE(ended_at_seen, registered_at);
+  }
+}
+
 TEST(EventLoop, ALoopThatDoesNotStampLeavesNoPassStamp) {
   auto loop = MakeLoop();
   uint64_t stamp = 1;

@@ -96,6 +96,15 @@ TickClock::Calibration TickClock::Calibrate() {
   return c;
 }
 
+void TickClock::RunPieceEnds(uint64_t end_ticks) {
+  // Taken out first: a callback that registers again waits for the end of the next piece.
+  PieceEndCall calls[kMaxPieceEnds];
+  const int n = piece_end_count_;
+  for (int i = 0; i < n; ++i) calls[i] = piece_ends_[i];
+  piece_end_count_ = 0;
+  for (int i = 0; i < n; ++i) calls[i].fn(calls[i].arg, end_ticks);
+}
+
 int64_t TickClock::ToUnixNanos(uint64_t ticks) {
   const Calibration& c = calibration();
   const double delta = static_cast<double>(static_cast<int64_t>(ticks - c.ticks0));

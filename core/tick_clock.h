@@ -17,6 +17,11 @@
 // starts every exchange this way, so that measuring one costs about one read (at its end), however
 // many exchanges a connection's event carries.
 //
+// Piece ends: work that only needs to know when the piece it ran in ended (the HTTP server metrics'
+// durations) registers with AtPieceEnd and is called once the piece is over, with the reading
+// that ends it: the next piece's stamp, or a reading at the end of the pass (EndPass). Exchanges
+// that end in one piece then share one clock read, which the next piece's stamp often is anyway.
+//
 // Thread-safety: thread-safe (the calibration happens once, in a function-local static; the pass
 // stamp is per thread).
 #ifndef SLUICE_CORE_TICK_CLOCK_H_
@@ -62,10 +67,33 @@ class TickClock {
     const uint64_t pass = pass_ticks_;
     return pass != 0 ? pass : Now();
   }
-  // For the event loop: its pass begins now; it has stopped (so a later reader on this thread
-  // does not take an old pass's stamp).
-  static void StampPass() { pass_ticks_ = Now(); }
-  static void ClearPass() { pass_ticks_ = 0; }
+  // For the event loop: a piece of its pass begins now (which ends the piece before it); its pass
+  // is over (the last piece has ended); it has stopped (so a later reader on this thread does not
+  // take an old pass's stamp, and nothing waits for a piece end).
+  static void StampPass() {
+    const uint64_t now = Now();
+    pass_ticks_ = now;
+    if (piece_end_count_ != 0) RunPieceEnds(now);
+  }
+  static void EndPass() {
+    if (piece_end_count_ != 0) RunPieceEnds(Now());
+  }
+  static void ClearPass() {
+    EndPass();
+    pass_ticks_ = 0;
+  }
+
+  // Calls fn(arg, end_ticks) on this thread when the piece of the pass now running ends, with the
+  // reading that ends it (see the file comment). False, and nothing is registered, when no
+  // stamped piece is running on this thread (PassTicks() is 0) or kMaxPieceEnds callbacks are
+  // already waiting: the caller then does its work at once. `arg` must stay valid until the call.
+  using PieceEnd = void (*)(void* arg, uint64_t end_ticks);
+  static constexpr int kMaxPieceEnds = 4;
+  static bool AtPieceEnd(PieceEnd fn, void* arg) {
+    if (pass_ticks_ == 0 || piece_end_count_ == kMaxPieceEnds) return false;
+    piece_ends_[piece_end_count_++] = {fn, arg};
+    return true;
+  }
 
   // While it lives, PassTicks() is `ticks`, an earlier piece's stamp: for work this piece starts
   // on behalf of one that arrived then (a request held back), so that its measure counts the
@@ -98,7 +126,16 @@ class TickClock {
   static Calibration Calibrate();
   static uint64_t SteadyNanos();
 
+  // Runs the piece-end callbacks, including any a callback registers (for the piece that follows).
+  static void RunPieceEnds(uint64_t end_ticks);
+
+  struct PieceEndCall {
+    PieceEnd fn;
+    void* arg;
+  };
   static inline thread_local uint64_t pass_ticks_ = 0;
+  static inline thread_local int piece_end_count_ = 0;
+  static inline thread_local PieceEndCall piece_ends_[kMaxPieceEnds] = {};
 };
 
 }  // namespace sluice

@@ -88,5 +88,76 @@ TEST(TickClock, AnEarlierPassStandsInForTheStampWhileItLives) {
   TickClock::ClearPass();
 }
 
+struct PieceEndLog {
+  int calls = 0;
+  uint64_t end_ticks = 0;
+  bool register_again = false;
+};
+
+void LogPieceEnd(void* arg, uint64_t end_ticks) {
+  auto* log = static_cast<PieceEndLog*>(arg);
+  ++log->calls;
+  log->end_ticks = end_ticks;
+  if (log->register_again) {
+    log->register_again = false;
+    EXPECT_TRUE(TickClock::AtPieceEnd(&LogPieceEnd, log));
+  }
+}
+
+TEST(TickClock, APieceEndRunsWithTheStampOfTheNextPiece) {
+  PieceEndLog log;
+  EXPECT_FALSE(TickClock::AtPieceEnd(&LogPieceEnd, &log));  // no piece is running here
+  TickClock::StampPass();
+  ASSERT_TRUE(TickClock::AtPieceEnd(&LogPieceEnd, &log));
+  EXPECT_EQ(log.calls, 0);
+  TickClock::StampPass();  // the next piece begins: the first is over
+  EXPECT_EQ(log.calls, 1);
+  EXPECT_EQ(log.end_ticks, TickClock::PassTicks());
+  TickClock::StampPass();
+  EXPECT_EQ(log.calls, 1);  // once per registration
+  TickClock::ClearPass();
+}
+
+TEST(TickClock, ThePassEndEndsItsLastPieceAndAStopEndsWhatIsLeft) {
+  PieceEndLog log;
+  TickClock::StampPass();
+  const uint64_t stamp = TickClock::PassTicks();
+  ASSERT_TRUE(TickClock::AtPieceEnd(&LogPieceEnd, &log));
+  TickClock::EndPass();
+  EXPECT_EQ(log.calls, 1);
+  EXPECT_GE(log.end_ticks, stamp);
+  TickClock::EndPass();
+  EXPECT_EQ(log.calls, 1);
+  ASSERT_TRUE(TickClock::AtPieceEnd(&LogPieceEnd, &log));
+  TickClock::ClearPass();  // the loop stops: nothing is left waiting
+  EXPECT_EQ(log.calls, 2);
+  EXPECT_FALSE(TickClock::AtPieceEnd(&LogPieceEnd, &log));
+}
+
+TEST(TickClock, ACallbackThatRegistersAgainWaitsForTheFollowingPiece) {
+  PieceEndLog log;
+  log.register_again = true;
+  TickClock::StampPass();
+  ASSERT_TRUE(TickClock::AtPieceEnd(&LogPieceEnd, &log));
+  TickClock::StampPass();
+  EXPECT_EQ(log.calls, 1);
+  TickClock::StampPass();
+  EXPECT_EQ(log.calls, 2);
+  TickClock::ClearPass();
+}
+
+TEST(TickClock, PieceEndsBeyondTheSlotsAreRefused) {
+  PieceEndLog logs[TickClock::kMaxPieceEnds + 1];
+  TickClock::StampPass();
+  for (int i = 0; i < TickClock::kMaxPieceEnds; ++i) {
+    EXPECT_TRUE(TickClock::AtPieceEnd(&LogPieceEnd, &logs[i]));
+  }
+  EXPECT_FALSE(TickClock::AtPieceEnd(&LogPieceEnd, &logs[TickClock::kMaxPieceEnds]));
+  TickClock::EndPass();
+  for (int i = 0; i < TickClock::kMaxPieceEnds; ++i) EXPECT_EQ(logs[i].calls, 1);
+  EXPECT_EQ(logs[TickClock::kMaxPieceEnds].calls, 0);
+  TickClock::ClearPass();
+}
+
 }  // namespace
 }  // namespace sluice

@@ -74,10 +74,13 @@ void ListenersByEvent::Add(Listener* listener) {
   if (events & kStartEvents) start.push_back(listener);
   if (events & kHeadEvents) head.push_back(listener);
   if (events & kErrorEvents) error.push_back(listener);
+  const bool reads_duration = (events & kStopIgnoresDuration) == 0;
   if (events & kStopEvents) {
     stop.push_back(listener);
+    stop_reads_duration |= reads_duration;
   } else if (events & kSampledStopEvents) {
     sampled_stop.push_back(listener);
+    sampled_stop_reads_duration |= reads_duration;
   }
 }
 
@@ -156,8 +159,10 @@ void Hooks::ErrorSlow(ExchangeRecord& record, ErrorType type, uint32_t code) {
 }
 
 void Hooks::StopSlow(ExchangeRecord& record) {
-  record.duration_ns = TickClock::ToNanos(TickClock::Now() - record.start_ticks);
   const List* list = static_cast<const List*>(record.listeners);
+  record.duration_ns = list->StopReadsDuration(record)
+                           ? TickClock::ToNanos(TickClock::Now() - record.start_ticks)
+                           : 0;
   Each(list->stop, [&](Listener& l) { l.OnRequestStop(record); });
   if (record.trace.sampled) Each(list->sampled_stop, [&](Listener& l) { l.OnRequestStop(record); });
   record.hooks = nullptr;

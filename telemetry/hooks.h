@@ -24,8 +24,10 @@
 // Cost. With nobody subscribed, the start site is one relaxed atomic load and a predictable
 // branch, and every later site of that exchange tests a pointer it already holds: no clock read,
 // no allocation. With subscribers, the start takes its loop's stamp and the stop reads the clock
-// once (ExchangeRecord::start_ticks). With subscribers, an event is one indirect call per
-// listener that takes it (Listener::events()); an event nobody takes costs a test.
+// once (ExchangeRecord::start_ticks), or not at all when its listeners measure durations
+// themselves (kStopIgnoresDuration: the HTTP server metrics, which share one reading among the
+// exchanges that end in one piece of their loop's pass). With subscribers, an event is one indirect
+// call per listener that takes it (Listener::events()); an event nobody takes costs a test.
 //
 // Contract for listeners (the header's promise to the server): callbacks run synchronously on
 // the thread that drives the exchange (a loop thread, or a handler's worker thread for the head
@@ -117,7 +119,8 @@ struct ExchangeRecord {
   // waited behind those before it; and a measured exchange costs about one clock read, at its
   // stop.
   uint64_t start_ticks = 0;
-  uint64_t duration_ns = 0;          // at stop
+  // At stop; 0 when every listener that hears the stop measures its own (kStopIgnoresDuration).
+  uint64_t duration_ns = 0;
   uint64_t request_body_bytes = 0;   // at stop: read by the handler, or declared
   uint64_t response_body_bytes = 0;  // at stop: the body bytes written
   ErrorType error = ErrorType::kNone;
@@ -155,6 +158,10 @@ enum ListenerEvents : uint8_t {
   // the stop a test, not a call. With kStopEvents as well, every stop is heard (once). At a
   // stop, the kStopEvents listeners are called first, then these.
   kSampledStopEvents = 16,
+  // With a stop: the listener's OnRequestStop does not read duration_ns (it measures from
+  // start_ticks itself, as HttpServerMetrics does), so a stop heard only by such listeners reads
+  // no clock.
+  kStopIgnoresDuration = 32,
 };
 
 class Listener {
@@ -177,8 +184,14 @@ class Listener {
 struct ListenersByEvent {
   std::vector<Listener*> start, head, error, stop, sampled_stop;
   size_t added = 0;  // listeners added, whatever they take
+  // Some listener in `stop` / `sampled_stop` reads duration_ns (not kStopIgnoresDuration).
+  bool stop_reads_duration = false, sampled_stop_reads_duration = false;
 
   void Add(Listener* listener);
+  // Whether the stop of `record` must measure duration_ns for its listeners.
+  bool StopReadsDuration(const ExchangeRecord& record) const {
+    return stop_reads_duration || (record.trace.sampled && sampled_stop_reads_duration);
+  }
 };
 
 class Hooks {
@@ -213,7 +226,7 @@ class Hooks {
   static void Error(ExchangeRecord& record, ErrorType type, uint32_t code) {
     if (record.hooks != nullptr) record.hooks->ErrorSlow(record, type, code);
   }
-  // Sets duration_ns and calls OnRequestStop; detaches the record.
+  // Sets duration_ns (if a listener reads it) and calls OnRequestStop; detaches the record.
   static void Stop(ExchangeRecord& record) {
     if (record.hooks != nullptr) record.hooks->StopSlow(record);
   }

@@ -64,6 +64,48 @@ TEST(Hooks, DeliversStartHeadErrorStopInOrder) {
   EXPECT_EQ(r.hooks, nullptr);
 }
 
+// Hears stops and measures nothing itself: a stop it alone hears need not read the clock.
+class DurationBlind : public Recorder {
+ public:
+  uint8_t events() const override { return kStopEvents | kStopIgnoresDuration; }
+};
+
+TEST(Hooks, AStopHeardOnlyByListenersThatIgnoreDurationsMeasuresNone) {
+  Hooks hooks;
+  auto blind = std::make_shared<DurationBlind>();
+  hooks.Subscribe(blind);
+  ExchangeRecord r;
+  hooks.Start(r);
+  r.start_ticks -= 1'000'000;  // a measurable duration, had it been measured
+  Hooks::Stop(r);
+  EXPECT_THAT(blind->heard, ElementsAre("stop 0"));
+  EXPECT_EQ(blind->last_duration, 0u);
+
+  // Anyone else who hears the stop gets it measured, for everyone.
+  auto seeing = std::make_shared<Recorder>();
+  hooks.Subscribe(seeing);
+  hooks.Start(r);
+  r.start_ticks -= 1'000'000;
+  Hooks::Stop(r);
+  EXPECT_GT(seeing->last_duration, 0u);
+  EXPECT_EQ(blind->last_duration, seeing->last_duration);
+}
+
+TEST(Hooks, ASampledStopListenerThatReadsDurationsGetsThemForSampledExchangesOnly) {
+  ListenersByEvent listeners;
+  DurationBlind blind;
+  listeners.Add(&blind);
+  ExchangeRecord r;
+  EXPECT_FALSE(listeners.StopReadsDuration(r));
+  class Spans : public Listener {
+    uint8_t events() const override { return kSampledStopEvents; }
+  } spans;
+  listeners.Add(&spans);
+  EXPECT_FALSE(listeners.StopReadsDuration(r));
+  r.trace.sampled = true;
+  EXPECT_TRUE(listeners.StopReadsDuration(r));
+}
+
 TEST(Hooks, RejectedRequestsAreOneWholeExchange) {
   Hooks hooks;
   auto rec = std::make_shared<Recorder>();

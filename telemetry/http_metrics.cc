@@ -4,6 +4,8 @@
 #include <chrono>
 #include <utility>
 
+#include "core/tick_clock.h"
+
 namespace sluice::telemetry {
 namespace {
 
@@ -91,12 +93,14 @@ struct Hist {
   std::array<std::atomic<uint64_t>, N + 1> buckets{};
   std::atomic<uint64_t> sum{0};  // ns for durations, bytes for sizes
 
-  void Record(uint64_t raw, const std::array<uint64_t, N>& bounds) {
+  // Records `raw` `times` times.
+  void Record(uint64_t raw, const std::array<uint64_t, N>& bounds, uint64_t times = 1) {
     // Upper bounds are inclusive (OpenTelemetry's explicit bucket histogram). A linear scan: most
     // values fall in the first buckets (durations under 5 ms).
     size_t i = 0;
     while (i < N && raw > bounds[i]) ++i;
-    Add(i, raw);
+    PerThreadAdd(buckets[i], times);
+    if (raw != 0) PerThreadAdd(sum, raw * times);
   }
   // A body size (bounds kBodySizeBoundsBytes).
   void RecordSize(uint64_t raw) {
@@ -206,6 +210,49 @@ struct HttpServerMetrics::ThreadCells {
   std::array<std::atomic<uint64_t>, 2 * kKnownMethods.size()> starts{};
   std::array<std::atomic<uint64_t>, 2 * kKnownMethods.size()> overflow_stops{};
   std::atomic<uint64_t> overflowed{0};  // exchanges recorded under the overflow set
+  // The owner's: the durations of exchanges stopped in a piece of a loop's pass after another
+  // was measured in it, waiting for the piece's end. Exchanges a connection delivered together
+  // share their start stamp, and usually their set: one entry counts them all.
+  struct PendingDuration {
+    Hist<kDurationBuckets.size()>* hist;
+    uint64_t start_ticks;
+    uint64_t times;
+  };
+  static constexpr uint32_t kMaxPending = 64;
+  std::array<PendingDuration, kMaxPending> pending;
+  uint32_t pending_count = 0;
+  uint64_t measured_piece = 0;  // the pass stamp of the piece whose first stop was measured
+
+  static void EndPiece(void* arg, uint64_t end_ticks) {
+    auto* cells = static_cast<ThreadCells*>(arg);
+    for (uint32_t i = 0; i < cells->pending_count; ++i) {
+      const PendingDuration& p = cells->pending[i];
+      p.hist->Record(TickClock::ToNanos(end_ticks - p.start_ticks), kDurationBoundsNs, p.times);
+    }
+    cells->pending_count = 0;
+  }
+  // Records a duration that began at `start_ticks`: measured now for the first stop of a piece
+  // (and off a loop), at the piece's end for the later ones.
+  void RecordDuration(Hist<kDurationBuckets.size()>* hist, uint64_t start_ticks) {
+    const uint64_t piece = TickClock::PassTicks();
+    if (piece != 0 && piece == measured_piece && Defer(hist, start_ticks)) return;
+    measured_piece = piece;
+    hist->Record(TickClock::ToNanos(TickClock::Now() - start_ticks), kDurationBoundsNs);
+  }
+  bool Defer(Hist<kDurationBuckets.size()>* hist, uint64_t start_ticks) {
+    if (pending_count != 0) {
+      PendingDuration& last = pending[pending_count - 1];
+      if (last.hist == hist && last.start_ticks == start_ticks) {
+        ++last.times;
+        return true;
+      }
+      if (pending_count == kMaxPending) return false;
+    } else if (!TickClock::AtPieceEnd(&EndPiece, this)) {
+      return false;
+    }
+    pending[pending_count++] = {hist, start_ticks, 1};
+    return true;
+  }
 
   Series* Find(const Key& key) const {
     const size_t mask = index.size() - 1;
@@ -263,7 +310,11 @@ void HttpServerMetrics::RecordStop(const ExchangeRecord& record) {
   Series* s = cells->last;
   if (s == nullptr || !(s->key == key)) s = FindOrAdd(cells, key, record.route);
   cells->last = s;
-  s->duration.Record(record.duration_ns, kDurationBoundsNs);
+  if (record.start_ticks != 0) {
+    cells->RecordDuration(&s->duration, record.start_ticks);
+  } else {
+    s->duration.Record(record.duration_ns, kDurationBoundsNs);
+  }
   s->request_body.RecordSize(record.request_body_bytes);
   s->response_body.RecordSize(record.response_body_bytes);
 }

@@ -94,13 +94,22 @@ class HttpServerMetrics : public Listener {
   HttpServerMetrics& operator=(const HttpServerMetrics&) = delete;
 
   // As a listener.
-  uint8_t events() const override { return kStartEvents | kStopEvents; }
+  uint8_t events() const override { return kStartEvents | kStopEvents | kStopIgnoresDuration; }
   void OnRequestStart(ExchangeRecord& record) override { RecordStart(record); }
   void OnRequestStop(const ExchangeRecord& record) override { RecordStop(record); }
 
   // The recording itself (also the middleware's): start counts the request as active (and
   // encodes the record's attribute_codes for the stop), stop records its duration and sizes,
   // which also counts it inactive. Every start needs its stop.
+  //
+  // The duration: a record with start_ticks (every exchange a server reports) is measured from
+  // there to its stop, with one clock read; or, when another exchange's stop was measured earlier
+  // in the same piece of the event loop's pass, to the end of that piece (core/tick_clock.h,
+  // AtPieceEnd), which is when the duration histogram counts it: exchanges that end together (an
+  // HTTP/2 connection's streams answered in one read) share one reading. A record without
+  // start_ticks is recorded with its duration_ns. A thread that records within a stamped piece
+  // must end it (an event loop does, at the latest when it stops) before the metrics are
+  // destroyed.
   void RecordStart(ExchangeRecord& record);
   void RecordStop(const ExchangeRecord& record);
 

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/tick_clock.h"
 #include "telemetry/prometheus.h"
 
 namespace sluice::telemetry {
@@ -258,6 +259,151 @@ TEST(HttpServerMetrics, AStopWithoutAStartIsKeyedByTheRecordsStrings) {
   EXPECT_EQ(m.series[0].method, "PUT");
   EXPECT_EQ(m.series[0].protocol_version, "1.0");
   EXPECT_TRUE(m.active.empty());  // nothing started
+}
+
+TEST(HttpServerMetrics, AStopAfterTheFirstInALoopPieceIsMeasuredToThePiecesEnd) {
+  HttpServerMetrics metrics;
+  TickClock::StampPass();  // as an event loop does when a piece of its pass begins
+  ExchangeRecord first = Exchange("GET", "/p", 200, 0);
+  first.start_ticks = TickClock::PassTicks();
+  metrics.RecordStart(first);
+  metrics.RecordStop(first);
+  const uint64_t first_stopped = TickClock::Now();
+  MetricsSnapshot m = metrics.Collect();
+  ASSERT_EQ(m.series.size(), 1u);
+  EXPECT_EQ(m.series[0].duration.count, 1u);  // the piece's first stop: measured at once
+  EXPECT_LE(m.series[0].duration.sum,
+            static_cast<double>(TickClock::ToNanos(first_stopped - first.start_ticks)) / 1e9);
+
+  ExchangeRecord second = Exchange("GET", "/p", 200, 0);
+  second.start_ticks = TickClock::PassTicks();
+  second.response_body_bytes = 13;
+  metrics.RecordStart(second);
+  metrics.RecordStop(second);
+  m = metrics.Collect();
+  EXPECT_EQ(m.series[0].response_body_size.count, 2u);
+  EXPECT_EQ(m.series[0].duration.count, 1u);  // waits for the piece's end
+  ASSERT_EQ(m.active.size(), 1u);
+  EXPECT_EQ(m.active[0].value, 1);
+  const double first_sum = m.series[0].duration.sum;
+  TickClock::StampPass();  // the next piece: the first is over
+  const uint64_t end = TickClock::PassTicks();
+  m = metrics.Collect();
+  EXPECT_EQ(m.series[0].duration.count, 2u);
+  EXPECT_NEAR(m.series[0].duration.sum - first_sum,
+              static_cast<double>(TickClock::ToNanos(end - second.start_ticks)) / 1e9, 1e-9);
+  EXPECT_EQ(m.active[0].value, 0);
+
+  // The new piece's first stop is measured at once again.
+  ExchangeRecord third = Exchange("GET", "/p", 200, 0);
+  third.start_ticks = TickClock::PassTicks();
+  metrics.RecordStart(third);
+  metrics.RecordStop(third);
+  EXPECT_EQ(metrics.Collect().series[0].duration.count, 3u);
+  TickClock::ClearPass();
+}
+
+TEST(HttpServerMetrics, StopsWaitingForOnePieceEndKeepTheirOwnStartsAndSets) {
+  HttpServerMetrics metrics;
+  static const std::string a = "/a", b = "/b";
+  TickClock::StampPass();
+  const uint64_t stamp = TickClock::PassTicks();
+  // (set, ticks before the stamp): runs of one start and set are counted together, the others
+  // apart.
+  const std::pair<const std::string*, uint64_t> stops[] = {
+      {&a, 0}, {&a, 0}, {&b, 0}, {&a, 0}, {&a, 5000}, {&b, 5000}, {&b, 5000}};
+  ExchangeRecord opening = Exchange("GET", "/opening", 200, 0);  // the piece's measured stop
+  opening.start_ticks = stamp;
+  metrics.RecordStart(opening);
+  metrics.RecordStop(opening);
+  for (const auto& [route, before] : stops) {
+    ExchangeRecord r = Exchange("GET", *route, 200, 0);
+    r.start_ticks = stamp - before;
+    metrics.RecordStart(r);
+    metrics.RecordStop(r);
+  }
+  TickClock::StampPass();
+  const uint64_t end = TickClock::PassTicks();
+  const MetricsSnapshot m = metrics.Collect();
+  const double at_stamp = static_cast<double>(TickClock::ToNanos(end - stamp)) / 1e9;
+  const double earlier = static_cast<double>(TickClock::ToNanos(end - stamp + 5000)) / 1e9;
+  const SeriesSnapshot* sa = Find(m, "GET", a, 200);
+  const SeriesSnapshot* sb = Find(m, "GET", b, 200);
+  ASSERT_NE(sa, nullptr);
+  ASSERT_NE(sb, nullptr);
+  EXPECT_EQ(sa->duration.count, 4u);
+  EXPECT_EQ(sb->duration.count, 3u);
+  EXPECT_NEAR(sa->duration.sum, 3 * at_stamp + earlier, 1e-9);
+  EXPECT_NEAR(sb->duration.sum, at_stamp + 2 * earlier, 1e-9);
+  TickClock::ClearPass();
+}
+
+TEST(HttpServerMetrics, StopsOfManyStartsAndSetsInOnePieceAreAllRecordedWithTheirOwnDurations) {
+  HttpServerMetrics metrics;
+  static const std::string a = "/a", b = "/b";
+  TickClock::StampPass();
+  const uint64_t stamp = TickClock::PassTicks();
+  // 150 distinct starts (more than a thread keeps waiting for a piece's end), alternating between
+  // two sets, each start used by two exchanges in a row; then 20 exchanges sharing one start.
+  constexpr int kStarts = 150;
+  for (int i = 0; i < kStarts; ++i) {
+    for (int twice = 0; twice < 2; ++twice) {
+      ExchangeRecord r = Exchange("GET", i % 2 ? a : b, 200, 0);
+      r.start_ticks = stamp - static_cast<uint64_t>(i) * 1000;
+      metrics.RecordStart(r);
+      metrics.RecordStop(r);
+    }
+  }
+  for (int i = 0; i < 20; ++i) {
+    ExchangeRecord r = Exchange("GET", a, 200, 0);
+    r.start_ticks = stamp;
+    metrics.RecordStart(r);
+    metrics.RecordStop(r);
+  }
+  TickClock::StampPass();
+  const uint64_t end = TickClock::PassTicks();
+  const MetricsSnapshot m = metrics.Collect();
+  ASSERT_EQ(m.series.size(), 2u);
+  // Each duration runs from its own start to its stop (those past what the thread keeps waiting
+  // for a piece's end) or to the piece's end (the others): between these sums.
+  double least_a = 0, least_b = 0,
+         most_a = 20 * static_cast<double>(TickClock::ToNanos(end - stamp)), most_b = 0;
+  for (int i = 0; i < kStarts; ++i) {
+    const double before_stamp =
+        static_cast<double>(TickClock::ToNanos(static_cast<uint64_t>(i) * 1000));
+    (i % 2 ? least_a : least_b) += 2 * before_stamp;
+    (i % 2 ? most_a : most_b) +=
+        2 * (before_stamp + static_cast<double>(TickClock::ToNanos(end - stamp)));
+  }
+  const SeriesSnapshot* sa = Find(m, "GET", a, 200);
+  const SeriesSnapshot* sb = Find(m, "GET", b, 200);
+  ASSERT_NE(sa, nullptr);
+  ASSERT_NE(sb, nullptr);
+  EXPECT_EQ(sa->duration.count, static_cast<uint64_t>(kStarts + 20));
+  EXPECT_EQ(sb->duration.count, static_cast<uint64_t>(kStarts));
+  const double slack = 1e-6;  // the conversion's rounding of each piece of a sum
+  EXPECT_GE(sa->duration.sum, least_a / 1e9 - slack);
+  EXPECT_LE(sa->duration.sum, most_a / 1e9 + slack);
+  EXPECT_GE(sb->duration.sum, least_b / 1e9 - slack);
+  EXPECT_LE(sb->duration.sum, most_b / 1e9 + slack);
+  EXPECT_EQ(m.active[0].value, 0);
+  TickClock::ClearPass();
+}
+
+TEST(HttpServerMetrics, AStopOffALoopIsMeasuredAtOnce) {
+  HttpServerMetrics metrics;
+  ASSERT_EQ(TickClock::PassTicks(), 0u);  // no loop on this thread
+  uint64_t ticks = 1;                     // at least 6 ms of ticks
+  while (TickClock::ToNanos(ticks) < 6'000'000) ticks *= 2;
+  ExchangeRecord r = Exchange("GET", "/p", 200, 0);
+  r.start_ticks = TickClock::Now() - ticks;
+  metrics.RecordStart(r);
+  metrics.RecordStop(r);
+  const MetricsSnapshot m = metrics.Collect();
+  ASSERT_EQ(m.series.size(), 1u);
+  ASSERT_EQ(m.series[0].duration.count, 1u);       // not waiting for a piece's end
+  EXPECT_EQ(m.series[0].duration.buckets[0], 0u);  // over 5 ms
+  EXPECT_GE(m.series[0].duration.sum, static_cast<double>(TickClock::ToNanos(ticks)) / 1e9);
 }
 
 }  // namespace

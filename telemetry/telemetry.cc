@@ -109,7 +109,9 @@ void Telemetry::Instrument(http::Request& req, http::Response& res, const http::
   res.OnEnd([this](http::Response& done) {
     ExchangeRecord& rec = done.middleware_record();
     done.FillStop(rec);
-    rec.duration_ns = TickClock::ToNanos(TickClock::Now() - rec.start_ticks);
+    rec.duration_ns = instruments_.StopReadsDuration(rec)
+                          ? TickClock::ToNanos(TickClock::Now() - rec.start_ticks)
+                          : 0;
     for (Listener* l : instruments_.stop) l->OnRequestStop(rec);
     if (rec.trace.sampled) {
       for (Listener* l : instruments_.sampled_stop) l->OnRequestStop(rec);
