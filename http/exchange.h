@@ -55,6 +55,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/callback.h"
 #include "core/status.h"
 #include "core/transport_info.h"
 #include "telemetry/hooks.h"
@@ -300,7 +301,8 @@ class Response {
   // Runs `fn` once when the response ends (deferred responses too), on the thread that ends it,
   // just before its last bytes go to the protocol: how a middleware sees the end of a streamed
   // exchange. Callbacks run in the order added; the Request and Response are still valid.
-  void OnEnd(std::function<void(Response&)> fn) { on_end_.push_back(std::move(fn)); }
+  // (A Callback: a lambda capturing up to four pointers is kept without allocating.)
+  void OnEnd(Callback<void(Response&)> fn) { on_end_.push_back(std::move(fn)); }
 
   // The exchange as telemetry sees it (telemetry/hooks.h): attached to the listeners by
   // BeginTelemetry, reported at the head and the end.
@@ -367,7 +369,7 @@ class Response {
   bool deferred_ = false;
   bool peer_gone_ = false;
   uint64_t body_bytes_ = 0;
-  std::vector<std::function<void(Response&)>> on_end_;
+  std::vector<Callback<void(Response&)>> on_end_;
   size_t on_end_run_ = 0;
   telemetry::ExchangeRecord telemetry_;
   telemetry::ExchangeRecord middleware_record_;
