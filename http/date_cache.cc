@@ -61,18 +61,37 @@ std::string_view DateCache::Now() {
   return At(static_cast<int64_t>(ts.tv_sec));
 }
 
+int64_t DateCache::WallNanos() {
+  struct timespec ts {};
+  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+std::string_view DateCache::ReadAt(std::chrono::steady_clock::time_point steady_now,
+                                   int64_t (*wall_nanos)()) {
+  ++wall_reads_;
+  const int64_t wall = wall_nanos();
+  // Rounded down, also before 1970.
+  int64_t second = wall / 1'000'000'000;
+  if (wall % 1'000'000'000 < 0) --second;
+  const int64_t into_second = wall - second * 1'000'000'000;
+  const std::string_view text = At(second);
+  read_at_ = steady_now;
+  second_ends_at_ = steady_now + std::chrono::nanoseconds(1'000'000'000 - into_second);
+  return text;
+}
+
 std::string_view DateCache::At(int64_t unix_seconds) {
   if (unix_seconds != second_) {
     text_ = FormatImfFixdate(unix_seconds);
     second_ = unix_seconds;
     ++formats_;
+    // Now(steady_now) must read the clock again: what it read is not this second.
+    second_ends_at_ = std::chrono::steady_clock::time_point::min();
   }
   return {text_.data(), text_.size()};
 }
 
-DateCache& DateCache::ForThisThread() {
-  thread_local DateCache cache;
-  return cache;
-}
+constinit thread_local DateCache DateCache::this_thread_;
 
 }  // namespace sluice::http

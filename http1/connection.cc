@@ -50,6 +50,8 @@ Connection::Connection(std::unique_ptr<Transport> transport, const ConnectionOpt
     : transport_(std::move(transport)),
       loop_(transport_->loop()),
       inbox_(loop_->inbox()),
+      scheme_(transport_->secure() ? "https" : "http"),
+      transport_info_(&transport_->info()),
       options_(options),
       dispatcher_(dispatcher),
       counters_(counters),
@@ -165,7 +167,8 @@ bool Connection::ProcessPass(const ReadResult& read) {
       StartExchange();
       continue;
     }
-    offset = PumpBody(buffer, offset);
+    // Most requests have no body: nothing to deliver or drop.
+    if (body_state_ != BodyState::kNone) offset = PumpBody(buffer, offset);
     if (MaybeFinishExchange()) continue;
     examined_all = true;  // waiting for body bytes, a handler or a flush
     break;
@@ -209,12 +212,13 @@ void Connection::StartExchange() {
   edit.StoreHead(head_.bytes);
   edit.SetMethod(head_.method_text);
   edit.SetPath(head_.path);
-  edit.SetQuery(head_.query);
+  // Reset left the query empty: most requests have none.
+  if (!head_.query.empty()) edit.SetQuery(head_.query);
   edit.SetAuthority(head_.host);
-  edit.SetScheme(transport_->secure() ? "https" : "http");
+  edit.SetScheme(scheme_);
   edit.SetProtocolVersion(head_.version_minor == 1 ? "1.1" : "1.0");
-  edit.SetPeerAddress(transport_->peer_address());
-  edit.SetTransportInfo(&transport_->info());
+  edit.SetPeerAddress(transport_info_->peer_address);
+  edit.SetTransportInfo(transport_info_);
   for (const Header& h : head_.headers) edit.AddHeader(h.name, h.value);
   head_request_ = head_.method == Method::kHead;
   http10_ = head_.version_minor == 0;
@@ -498,9 +502,8 @@ void Connection::FailRequest(uint16_t status, std::string_view reason, telemetry
                              bool head_parsed) {
   CountError(status);
   http::ReportRejected(*dispatcher_, head_parsed ? std::string_view(head_.method_text) : "",
-                       transport_->secure() ? "https" : "http",
-                       head_parsed && head_.version_minor == 0 ? "1.0" : "1.1",
-                       transport_->peer_address(), status, type, status);
+                       scheme_, head_parsed && head_.version_minor == 0 ? "1.0" : "1.1",
+                       transport_info_->peer_address, status, type, status);
   if (handler_on_worker_) {
     CloseNow();
     return;
@@ -767,13 +770,15 @@ bool Connection::SendHead(uint16_t status,
                           std::span<const std::pair<std::string, std::string>> headers,
                           std::optional<uint64_t> content_length, std::span<const uint8_t> body,
                           bool end) {
-  if (!OwnsExchange()) {
+  // OwnsExchange(), the loop thread asked once.
+  const bool on_loop = loop_->IsInLoopThread();
+  if (!on_loop && t_running_handler != this) {
     return SendFromOtherThread(
         [&] { return SendHead(status, headers, content_length, body, end); });
   }
   // Only the loop sees output_completed_; a worker owns the writer, which
   // the loop never completes meanwhile.
-  if (response_superseded_ || (loop_->IsInLoopThread() && output_completed_)) {
+  if (response_superseded_ || (on_loop && output_completed_)) {
     return AfterWrite(end, false);
   }
   if (expect_continue_ && body_state_ == BodyState::kUnclaimed) {
@@ -785,11 +790,19 @@ bool Connection::SendHead(uint16_t status,
     keep_alive_ = false;
   }
   if (shutting_down_) keep_alive_ = false;
-  response_headers_.clear();
-  for (const auto& [name, value] : headers) response_headers_.push_back({name, value});
+  // A handler usually sets the same fields on every response: when the memo holds them, they are
+  // written from it, without a span of Headers made for them.
+  const bool fields_remembered = response_fields_memo_.Matches(headers);
   ResponseHead head;
   head.status_code = status;
-  head.headers = response_headers_;
+  if (!fields_remembered) {
+    response_headers_.clear();
+    for (const auto& [name, value] : headers) response_headers_.push_back({name, value});
+    head.headers = response_headers_;
+  }
+  // The Date from the pass's start: no clock read per response. EventLoop::Now() is the loop
+  // thread's; a worker's response reads the clock.
+  if (on_loop) head.steady_now = loop_->Now();
   if (HasNoBody(status)) {
     head.framing = ResponseFraming::kNone;
   } else if (content_length.has_value()) {
@@ -813,7 +826,8 @@ bool Connection::SendHead(uint16_t status,
                             body.size() <= kBodyInHeadLimit;
   if (body_in_head) head.body = body;
   PipeWriter& out = transport_->output();
-  Status s = WriteResponseHead(head, &response_fields_memo_, &out);
+  Status s = fields_remembered ? WriteResponseHeadFromMemo(head, &response_fields_memo_, &out)
+                               : WriteResponseHead(head, &response_fields_memo_, &out);
   if (s.code() == StatusCode::kInvalidArgument) {
     // The handler's status or fields cannot be sent as they are (a framing
     // field, CR/LF in a value...). Nothing was written: answer 500 instead,
@@ -830,7 +844,7 @@ bool Connection::SendHead(uint16_t status,
     s = chunked_response_ ? WriteChunk(body, &out) : out.Write(body);
   }
   if (s.ok() && end && chunked_response_ && !head_request_) s = WriteLastChunk({}, &out);
-  return AfterWrite(end, s.ok());
+  return on_loop ? AfterWriteOnLoop(end, s.ok()) : AfterWriteOnWorker(end, s.ok());
 }
 
 bool Connection::SendData(std::span<const uint8_t> data, bool end) {
@@ -861,22 +875,28 @@ void Connection::AbortResponse() {
   (void)AfterWrite(/*end=*/true, true);
 }
 
-bool Connection::AfterWrite(bool end, bool ok) {
-  if (!loop_->IsInLoopThread()) {
-    // The handler's worker owns the writer: it flushes streamed writes here
-    // and waits, which is the backpressure for it. The end of a small
-    // response waits for the loop's next pass, which flushes it together
-    // with the responses to requests pipelined behind it.
-    PipeWriter& out = transport_->output();
-    bool alive = true;
-    if (!end || out.unflushed_bytes() >= kWorkerCoalesceLimit) {
-      PerThreadAdd(counters_->per_request.Local().flushes);
-      alive = FlushFromWorker();
-    }
-    // The worker's completion task kicks the loop.
-    if (end) response_ended_.store(true, std::memory_order_release);
-    return ok && alive;
+// Out of line: AfterWrite, on the loop, stays small.
+[[gnu::noinline]] bool Connection::AfterWriteOnWorker(bool end, bool ok) {
+  // The handler's worker owns the writer: it flushes streamed writes here
+  // and waits, which is the backpressure for it. The end of a small
+  // response waits for the loop's next pass, which flushes it together
+  // with the responses to requests pipelined behind it.
+  PipeWriter& out = transport_->output();
+  bool alive = true;
+  if (!end || out.unflushed_bytes() >= kWorkerCoalesceLimit) {
+    PerThreadAdd(counters_->per_request.Local().flushes);
+    alive = FlushFromWorker();
   }
+  // The worker's completion task kicks the loop.
+  if (end) response_ended_.store(true, std::memory_order_release);
+  return ok && alive;
+}
+
+bool Connection::AfterWrite(bool end, bool ok) {
+  return loop_->IsInLoopThread() ? AfterWriteOnLoop(end, ok) : AfterWriteOnWorker(end, ok);
+}
+
+bool Connection::AfterWriteOnLoop(bool end, bool ok) {
   if (end) {
     response_ended_.store(true, std::memory_order_release);
     // Nearly every response ends without a hold or its timer: no call for those.

@@ -213,6 +213,9 @@ class Connection final : public http::ProtocolConnection,
   // After a sink call by the owner: flush (unless a pass will) and notice
   // the end. Returns `ok` unless the peer is gone.
   bool AfterWrite(bool end, bool ok);
+  // AfterWrite on the loop thread, and on the handler's worker.
+  bool AfterWriteOnLoop(bool end, bool ok);
+  bool AfterWriteOnWorker(bool end, bool ok);
   // http::BodySource
   void StartBody(http::BodyDataCallback on_data, http::BodyEndCallback on_end) override;
 
@@ -221,6 +224,10 @@ class Connection final : public http::ProtocolConnection,
   // Other threads (handler workers, a thread carrying a deferred response) post through the
   // inbox: it outlives the loop, so a post racing the server's shutdown is refused, not a crash.
   const std::shared_ptr<EventLoop::Inbox> inbox_;
+  // What every request of the connection carries from its transport, asked once: "http" or
+  // "https", and the transport's facts (valid as long as it is; peer_address among them).
+  const std::string_view scheme_;
+  const TransportInfo* const transport_info_;
   const ConnectionOptions options_;
   http::RequestDispatcher* const dispatcher_;
   ConnectionCounters* const counters_;

@@ -6,6 +6,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace sluice::http1 {
 
 namespace {
@@ -73,6 +77,31 @@ size_t FindInvalid(std::string_view s, Suspicious suspicious, Valid valid) {
   return n;
 }
 
+#if defined(__SSE2__)
+// 16 bytes at a time where SSE2 is there (every x86-64): the bits of the bytes at `p` that a
+// field value refuses (controls, DEL), HTAB included: the caller skips that one.
+uint32_t SuspiciousValueBytes16(const char* p) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  // v >= 0x20, unsigned: max(v, 0x20) == v.
+  const __m128i printable = _mm_cmpeq_epi8(_mm_max_epu8(v, _mm_set1_epi8(0x20)), v);
+  const __m128i del = _mm_cmpeq_epi8(v, _mm_set1_epi8(0x7f));
+  return (static_cast<uint32_t>(_mm_movemask_epi8(printable)) ^ 0xffffu) |
+         static_cast<uint32_t>(_mm_movemask_epi8(del));
+}
+
+// The bits of the bytes at `p` that a request-target refuses, and of its '?' with `question`.
+uint32_t SuspiciousTargetBytes16(const char* p, bool question) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  // 0x21..0x7f as signed bytes: above 0x20 and not negative (obs-text is refused here).
+  const __m128i in_range = _mm_cmpgt_epi8(v, _mm_set1_epi8(0x20));
+  __m128i refused =
+      _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(0x7f)), _mm_cmpeq_epi8(v, _mm_set1_epi8('#')));
+  if (question) refused = _mm_or_si128(refused, _mm_cmpeq_epi8(v, _mm_set1_epi8('?')));
+  return (static_cast<uint32_t>(_mm_movemask_epi8(in_range)) ^ 0xffffu) |
+         static_cast<uint32_t>(_mm_movemask_epi8(refused));
+}
+#endif
+
 }  // namespace
 
 size_t FindInvalidFieldValueChar(std::string_view s) {
@@ -95,30 +124,56 @@ size_t FindInvalidTargetChar(std::string_view s) {
 }
 
 size_t FindInvalidTargetChar(std::string_view s, size_t* question_mark) {
-  // Until the first '?' a word holding one is looked at byte by byte too; after it, as above.
+  const char* const p = s.data();
+  const size_t n = s.size();
+  size_t question = n;
   size_t i = 0;
-  for (; i + 8 <= s.size(); i += 8) {
-    const uint64_t w = Load64(s.data() + i);
-    if ((SuspiciousTargetWord(w) | HasByte(w, '?')) == 0) continue;
-    for (size_t j = i; j < i + 8; ++j) {
-      if (!IsTargetChar(static_cast<uint8_t>(s[j]))) {
-        *question_mark = s.size();
-        return j;
+#if defined(__SSE2__)
+  // 16 bytes at a time; until the first '?' is found, a '?' is suspicious too.
+  while (i + 16 <= n) {
+    const uint32_t flagged = SuspiciousTargetBytes16(p + i, question == n);
+    if (flagged == 0) {
+      i += 16;
+      continue;
+    }
+    i += static_cast<size_t>(std::countr_zero(flagged));
+    if (p[i] == '?' && question == n) {
+      question = i++;
+      continue;
+    }
+    *question_mark = question;
+    return i;  // every other flagged byte is refused
+  }
+#endif
+  if constexpr (std::endian::native == std::endian::little) {
+    // A word at a time, as above. The lowest byte a mask flags is exact (a borrow only flags
+    // bytes above a real one), so the first suspicious byte is found with one count of trailing
+    // zeros.
+    while (i + 8 <= n) {
+      const uint64_t w = Load64(p + i);
+      uint64_t flagged = SuspiciousTargetWord(w);
+      if (question == n) flagged |= HasByte(w, '?');
+      if (flagged == 0) {
+        i += 8;
+        continue;
       }
-      if (s[j] == '?') {
-        *question_mark = j;
-        return j + 1 + FindInvalidTargetChar(s.substr(j + 1));
+      i += static_cast<size_t>(std::countr_zero(flagged)) / 8;
+      if (p[i] == '?' && question == n) {
+        question = i++;
+        continue;
       }
+      if (!IsTargetChar(static_cast<uint8_t>(p[i]))) {
+        *question_mark = question;
+        return i;
+      }
+      ++i;  // not reached: a flagged byte other than the first '?' is invalid
     }
   }
-  for (; i < s.size(); ++i) {
-    if (!IsTargetChar(static_cast<uint8_t>(s[i]))) break;
-    if (s[i] == '?') {
-      *question_mark = i;
-      return i + 1 + FindInvalidTargetChar(s.substr(i + 1));
-    }
+  for (; i < n; ++i) {
+    if (!IsTargetChar(static_cast<uint8_t>(p[i]))) break;
+    if (p[i] == '?' && question == n) question = i;
   }
-  *question_mark = s.size();
+  *question_mark = question;
   return i;
 }
 
@@ -181,40 +236,76 @@ std::string_view ParseFieldLine(std::string_view line, Header* out) {
 std::string_view ParseFieldLineUntilCrlf(std::string_view input, Header* out, size_t* line_size) {
   // ParseFieldLine's checks in its order; where it looks at the end of the line, a CR here is
   // that end only when an LF follows it.
-  const auto crlf_at = [input](size_t i) {
-    return i + 1 < input.size() && input[i] == '\r' && input[i + 1] == '\n';
-  };
-  if (input.empty()) return "malformed header section";
-  if (crlf_at(0)) return "empty field line";
-  if (IsOws(input.front())) return "obs-fold (line folding) in field section";
+  const char* const p = input.data();
+  const size_t n = input.size();
+  const auto crlf_at = [p, n](size_t i) { return i + 1 < n && p[i] == '\r' && p[i + 1] == '\n'; };
   size_t i = 0;
-  while (i < input.size() && IsTokenChar(static_cast<uint8_t>(input[i]))) ++i;
-  if (i == input.size()) return "malformed header section";
-  if (input[i] != ':') {
+  while (i < n && IsTokenChar(static_cast<uint8_t>(p[i]))) ++i;
+  if (i == 0) {
+    // What a line that does not start with a name is, in ParseFieldLine's order (a line that
+    // does cannot be empty or folded).
+    if (n == 0) return "malformed header section";
+    if (crlf_at(0)) return "empty field line";
+    if (IsOws(p[0])) return "obs-fold (line folding) in field section";
+  }
+  if (i == n) return "malformed header section";
+  if (p[i] != ':') {
     if (crlf_at(i)) return "field line without a colon";
-    if (input[i] == '\n') return "bare LF line ending";
-    return IsOws(input[i]) ? std::string_view("whitespace between field name and colon")
-                           : std::string_view("invalid character in field name");
+    if (p[i] == '\n') return "bare LF line ending";
+    return IsOws(p[i]) ? std::string_view("whitespace between field name and colon")
+                       : std::string_view("invalid character in field name");
   }
   if (i == 0) return "empty field name";
   // The value, leading OWS skipped (valid bytes); CR is not a field value byte, so the scan
   // stops at the line's end if not before.
   size_t value_start = i + 1;
-  while (value_start < input.size() && IsOws(input[value_start])) ++value_start;
-  const std::string_view rest(input.data() + value_start, input.size() - value_start);
-  const size_t bad = FindInvalidFieldValueChar(rest);
-  if (bad == rest.size()) return "malformed header section";
-  if (rest[bad] == '\r') {
-    if (bad + 1 == rest.size() || rest[bad + 1] != '\n') return "bare CR in field value";
+  // Usually one space, then the value.
+  if (value_start < n && p[value_start] == ' ') ++value_start;
+  while (value_start < n && IsOws(p[value_start])) ++value_start;
+  // The first byte IsFieldValueChar refuses: FindInvalidFieldValueChar, inline. A word at a time
+  // (the lowest byte the mask flags is exact, and only HTAB among those is valid), the last few
+  // bytes one at a time.
+  size_t bad = value_start;
+  while (true) {
+#if defined(__SSE2__)
+    if (bad + 16 <= n) {
+      const uint32_t flagged = SuspiciousValueBytes16(p + bad);
+      if (flagged == 0) {
+        bad += 16;
+        continue;
+      }
+      bad += static_cast<size_t>(std::countr_zero(flagged));
+      if (p[bad] != '\t') break;
+      ++bad;  // HTAB: valid in a value
+      continue;
+    }
+#endif
+    if (std::endian::native == std::endian::little && bad + 8 <= n) {
+      const uint64_t w = Load64(p + bad);
+      const uint64_t flagged = HasByteBelow(w, 0x20) | HasByte(w, 0x7f);
+      if (flagged == 0) {
+        bad += 8;
+        continue;
+      }
+      bad += static_cast<size_t>(std::countr_zero(flagged)) / 8;
+    } else {
+      while (bad < n && IsFieldValueChar(static_cast<uint8_t>(p[bad]))) ++bad;
+      if (bad == n) return "malformed header section";
+    }
+    if (p[bad] != '\t') break;
+    ++bad;  // HTAB: valid in a value
+  }
+  if (p[bad] == '\r') {
+    if (bad + 1 == n || p[bad + 1] != '\n') return "bare CR in field value";
   } else {
-    return rest[bad] == '\n' ? std::string_view("bare LF line ending")
-                             : std::string_view("invalid character in field value");
+    return p[bad] == '\n' ? std::string_view("bare LF line ending")
+                          : std::string_view("invalid character in field value");
   }
   size_t value_end = bad;
-  while (value_end > 0 && IsOws(rest[value_end - 1])) --value_end;
-  out->name = {input.data(), i};
-  out->value = {rest.data(), value_end};
-  *line_size = value_start + bad + 2;
+  while (value_end > value_start && IsOws(p[value_end - 1])) --value_end;
+  out->name = {p, i};
+  out->value = {p + value_start, value_end - value_start};
+  *line_size = bad + 2;
   return {};
 }
 

@@ -159,6 +159,70 @@ TEST(Field, ParsesAFieldLineUpToItsCrlfAsParseFieldLineParsesTheLine) {
   }
 }
 
+// The bytes whose classes differ, for the tests below that cover every length and position.
+constexpr unsigned char kByteKinds[] = {0x00, '\t', '\n', '\r', ' ',  '!',  '#',
+                                        '?',  ':',  'a',  0x7e, 0x7f, 0x80, 0xff};
+
+TEST(Field, FindsTargetEndAndQueryInLongTargets) {
+  // Long enough for the 16-byte and the 8-byte steps and the byte tail, in every mix.
+  for (unsigned char c : kByteKinds) {
+    for (size_t len = 1; len <= 48; ++len) {
+      for (size_t pos = 0; pos < len; ++pos) {
+        for (size_t q : {size_t{0}, size_t{7}, size_t{15}, size_t{16}, size_t{31}, len}) {
+          if (q > len) continue;
+          std::string s(len, 'a');
+          if (q < len) s[q] = '?';
+          s[pos] = static_cast<char>(c);
+          size_t want = 0;
+          while (want < s.size() && IsTargetChar(static_cast<uint8_t>(s[want]))) ++want;
+          const size_t first_q = s.substr(0, want).find('?');
+          size_t question_mark = 0;
+          ASSERT_EQ(FindInvalidTargetChar(s, &question_mark), want)
+              << int{c} << " at " << pos << "/" << len;
+          ASSERT_EQ(question_mark, first_q == std::string::npos ? s.size() : first_q)
+              << int{c} << " at " << pos << ", '?' at " << q << "/" << len;
+        }
+      }
+    }
+  }
+}
+
+TEST(Field, FindsTheEndOfLongFieldValuesAsParseFieldLine) {
+  // Values long enough for the 16-byte and the 8-byte steps and the byte tail; a byte of each
+  // kind at every position, alone and after an HTAB (valid, but flagged by the wide steps).
+  for (unsigned char c : kByteKinds) {
+    for (size_t len = 1; len <= 48; ++len) {
+      for (size_t pos = 0; pos < len; ++pos) {
+        for (size_t tab : {len, size_t{0}, pos / 2}) {
+          std::string value(len, 'v');
+          if (tab < pos) value[tab] = '\t';
+          value[pos] = static_cast<char>(c);
+          const std::string line = "Name: " + value;
+          Header want;
+          const std::string_view want_reason = ParseFieldLine(line, &want);
+          for (std::string_view after : {"", "Next: x\r\n\r\n"}) {
+            const std::string input = line + "\r\n" + std::string(after);
+            Header got;
+            size_t line_size = 0;
+            const std::string_view got_reason = ParseFieldLineUntilCrlf(input, &got, &line_size);
+            if (want_reason.empty()) {
+              ASSERT_EQ(got_reason, "") << int{c} << " at " << pos << "/" << len;
+              ASSERT_EQ(got, want) << int{c} << " at " << pos << "/" << len;
+              ASSERT_EQ(line_size, line.size() + 2);
+            } else if (c == '\n') {
+              // ParseFieldLine, given the line alone, calls an LF a bad value byte; before a
+              // CRLF it is a bare LF line ending.
+              ASSERT_EQ(got_reason, "bare LF line ending") << pos << "/" << len;
+            } else {
+              ASSERT_EQ(got_reason, want_reason) << int{c} << " at " << pos << "/" << len;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Field, RejectsAFieldLineWithoutCrlf) {
   Header h;
   size_t line_size = 0;

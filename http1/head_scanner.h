@@ -38,6 +38,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/ascii.h"
@@ -172,33 +173,50 @@ class FramingFields {
   bool connection_keep_alive_ = false;
 };
 
-// Parses the field lines of `head` (between the start line and the final CRLF), appending each
-// to *headers in order, names as sent and values with surrounding whitespace removed. Every line
-// must be a valid field line (ParseFieldLine) ending in CRLF; each goes to framing->Take and then
-// to `on_field(const Header&)`, which returns "" or a static reason to refuse it (the parser's
-// own fields: Host, Expect). Returns "" or the reason for the first line refused.
+// Parses the field lines that start `*pos` bytes into `bytes`, up to and including the empty line
+// that ends them, all within bytes[0, size): appends each to *headers in order, names as sent and
+// values with surrounding whitespace removed. Every line must be a valid field line
+// (ParseFieldLine) ending in CRLF, and is found by parsing it (ParseFieldLineUntilCrlf): there is
+// no separate search for line ends. Each goes to framing->Take and then to `on_field(const
+// Header&)`, which returns "" or a static reason to refuse it (the parser's own fields: Host,
+// Expect). Returns "" with *pos just past the empty line, or the reason for the first line
+// refused; input that ends before the empty line is refused too ("malformed header section", or
+// the reason its last, cut line gets), so a caller that is not sure the section is complete
+// cannot tell that from an invalid one.
 template <typename OnField>
-std::string_view ParseFieldLines(const ScannedHead& head, FramingFields* framing,
-                                 std::vector<Header>* headers, OnField&& on_field) {
-  const char* const bytes = head.bytes;
-  const size_t size = head.size;
-  size_t pos = head.start_line_size + 2;
-  const size_t end = size - 2;
-  while (pos < end) {
-    // The scan saw every LF of [pos, size) preceded by a CR, so each line ends at its first CRLF,
-    // which parsing the line finds (its end was searched once, by the scan). Bounding the input
-    // by the head keeps a broken Parse contract (input that changed under a resumed scan) from
-    // reading out of bounds.
+std::string_view ParseFieldSection(const char* bytes, size_t size, size_t* pos,
+                                   FramingFields* framing, std::vector<Header>* headers,
+                                   OnField&& on_field) {
+  size_t p = *pos;
+  while (true) {
+    if (size - p >= 2 && bytes[p] == '\r' && bytes[p + 1] == '\n') {
+      *pos = p + 2;
+      return {};
+    }
     Header h;
     size_t line_size = 0;
-    std::string_view bad = ParseFieldLineUntilCrlf({bytes + pos, size - pos}, &h, &line_size);
+    std::string_view bad = ParseFieldLineUntilCrlf({bytes + p, size - p}, &h, &line_size);
     if (!bad.empty()) return bad;
-    pos += line_size;
+    p += line_size;
     bad = framing->Take(h);
     if (bad.empty()) bad = on_field(h);
     if (!bad.empty()) return bad;
     headers->push_back(h);
   }
+}
+
+// ParseFieldSection over the field lines of a complete `head` (between the start line and the
+// final CRLF). The scan saw every LF of the head preceded by a CR and ended it at its first empty
+// line, so parsing the lines reaches exactly the head's end. Bounding the input by the head keeps
+// a broken Parse contract (input that changed under a resumed scan) from reading out of bounds.
+template <typename OnField>
+std::string_view ParseFieldLines(const ScannedHead& head, FramingFields* framing,
+                                 std::vector<Header>* headers, OnField&& on_field) {
+  size_t pos = head.start_line_size + 2;
+  const std::string_view bad = ParseFieldSection(head.bytes, head.size, &pos, framing, headers,
+                                                 std::forward<OnField>(on_field));
+  if (!bad.empty()) return bad;
+  if (pos != head.size) return "malformed header section";
   return {};
 }
 
@@ -228,6 +246,9 @@ class HeadScanner {
                                    StartLine& start_line);
 
   void Reset() { state_ = State(); }
+
+  // Whether the scanner holds the resume state of an incomplete head: the next Scan continues it.
+  bool resuming() const { return state_.scanned != 0; }
 
  private:
   // Where the search for the end of the head got to, relative to the `offset` given to Scan.

@@ -1,8 +1,10 @@
 #include "http1/request_parser.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <string_view>
 
 #include "core/ascii.h"
@@ -53,6 +55,13 @@ Method MethodFromToken(std::string_view m) {
 // The 8 bytes at `p` as a word, for comparing with another loaded the same way.
 uint64_t Load64(const char* p) {
   uint64_t w;
+  std::memcpy(&w, p, sizeof(w));
+  return w;
+}
+
+// The same for 4 bytes.
+uint32_t Load32(const char* p) {
+  uint32_t w;
   std::memcpy(&w, p, sizeof(w));
   return w;
 }
@@ -202,12 +211,16 @@ RequestParser::RequestParser(ParseLimits limits)
                               .max_header_count = limits.max_header_count,
                               .max_leading_empty_lines = limits.max_leading_empty_lines}) {}
 
-ParseOutcome RequestParser::Parse(const BufferSequence& input, size_t offset, RequestHead* head) {
+ParseOutcome RequestParser::Scan(const BufferSequence& input, size_t offset, RequestHead* head) {
   RequestLine line{this, head};
   return scanner_.Scan(input, offset, input.size(), line);
 }
 
 ParseOutcome RequestParser::Parse(std::string_view input, RequestHead* head) {
+  if (!scanner_.resuming() && !input.empty()) {
+    const size_t consumed = ParseInPlace(input.data(), input.size(), head);
+    if (consumed != 0) return ParseOutcome::Complete(consumed);
+  }
   RequestLine line{this, head};
   return scanner_.Scan(ContiguousInput(input), 0, input.size(), line);
 }
@@ -272,12 +285,21 @@ ParseOutcome RequestParser::CheckRequestLine(std::string_view line) {
     // sends one, and refusing what we do not implement is the simpler contract.
     return Fail(505, "HTTP version not supported");
   }
+  const ParseOutcome r = RecordRequestLine(line, method_len, target, question_mark,
+                                           static_cast<uint8_t>(version[7] - '0'));
+  if (r.error()) ++counters_.errors;
+  return r;
+}
+
+ParseOutcome RequestParser::RecordRequestLine(std::string_view line, size_t method_len,
+                                              std::string_view target, size_t question_mark,
+                                              uint8_t version_minor) {
   const Method method = MethodFromToken(line.substr(0, method_len));
   TargetParts parts;
   const std::string_view bad_target = SplitTarget(method, target, question_mark, &parts);
-  if (!bad_target.empty()) return Fail(400, bad_target);
+  if (!bad_target.empty()) return ParseOutcome::Error(400, bad_target);
 
-  // Kept as offsets, so that ParseHead finds the parts without splitting the target again.
+  // Kept as offsets, so that ParseFields finds the parts without splitting the target again.
   const auto offset_of = [line](std::string_view part) {
     return LinePart{part.empty() ? 0 : static_cast<size_t>(part.data() - line.data()), part.size()};
   };
@@ -288,16 +310,107 @@ ParseOutcome RequestParser::CheckRequestLine(std::string_view line) {
   line_.query = offset_of(parts.query);
   line_.authority = offset_of(parts.authority);
   line_.root_path = parts.path.empty() && method != Method::kConnect;
-  line_.version_minor = static_cast<uint8_t>(version[7] - '0');
+  line_.version_minor = version_minor;
   return ParseOutcome::Incomplete();
+}
+
+size_t RequestParser::ParseInPlace(const char* data, size_t size, RequestHead* head) {
+  // A head the scanner accepts is at most this long; looking no further bounds the work spent on
+  // input that is not one before the scanner refuses it.
+  const size_t max_head = limits_.max_request_line + 2 + limits_.max_header_bytes;
+  if (size > max_head) size = max_head;
+  // method SP request-target SP HTTP-version CRLF, split by the syntax of each part: the method
+  // ends at its first byte that is not a token character, the target at its first byte that is
+  // not a target character (SP is not one), and the version is exactly HTTP/1.1 or HTTP/1.0. A
+  // line split so has no CR or LF before its CRLF, so it is the line the scanner would find, and
+  // CheckRequestLine would split it the same way.
+  size_t method_len = 0;
+  // The method of nearly every request, in one compare.
+  const bool get = size >= 4 && Load32(data) == Load32("GET ");
+  if (get) {
+    method_len = 3;
+  } else {
+    while (method_len < size && IsTokenChar(static_cast<uint8_t>(data[method_len]))) ++method_len;
+    if (method_len == 0 || method_len == size || data[method_len] != ' ') return 0;
+  }
+  const size_t target_start = method_len + 1;
+  size_t question_mark = 0;
+  const size_t target_len = FindInvalidTargetChar(
+      {data + target_start, std::min(size - target_start, limits_.max_request_line)},
+      &question_mark);
+  constexpr size_t kVersionLen = 8;  // "HTTP/1.1"
+  const size_t version = target_start + target_len + 1;
+  if (target_len == 0 || size < version + kVersionLen + 2 || data[version - 1] != ' ' ||
+      data[version + kVersionLen] != '\r' || data[version + kVersionLen + 1] != '\n') {
+    return 0;
+  }
+  const uint64_t version_word = Load64(data + version);
+  uint8_t version_minor;
+  if (version_word == Load64("HTTP/1.1")) {
+    version_minor = 1;
+  } else if (version_word == Load64("HTTP/1.0")) {
+    version_minor = 0;
+  } else {
+    return 0;
+  }
+  const size_t line_size = version + kVersionLen;
+  if (line_size > limits_.max_request_line) return 0;
+  // The scan found no '?' in the target: the first is past it, or there is none.
+  if (question_mark > target_len) question_mark = target_len;
+  const Method method = get ? Method::kGet : MethodFromToken({data, method_len});
+  if (data[target_start] == '/' && method != Method::kConnect) {
+    // origin-form, as SplitTarget and RecordRequestLine take it: the path up to the first '?',
+    // the query after it.
+    line_.method = method;
+    line_.method_len = method_len;
+    line_.target_len = target_len;
+    line_.path = {target_start, question_mark};
+    line_.query = question_mark + 1 >= target_len
+                      ? LinePart{}
+                      : LinePart{target_start + question_mark + 1, target_len - question_mark - 1};
+    line_.authority = {};
+    line_.root_path = false;
+    line_.version_minor = version_minor;
+  } else if (RecordRequestLine({data, line_size}, method_len, {data + target_start, target_len},
+                               question_mark, version_minor)
+                 .error()) {
+    return 0;
+  }
+  const size_t fields_start = line_size + 2;
+  const ParseOutcome r = ParseFields(data, size, fields_start, head);
+  if (!r.complete() || r.consumed - fields_start > limits_.max_header_bytes ||
+      head->headers.size() > limits_.max_header_count) {
+    return 0;
+  }
+  ++counters_.requests;
+  return r.consumed;
 }
 
 ParseOutcome RequestParser::ParseHead(const ScannedHead& scanned, RequestHead* head) {
   if (scanned.linearized) ++counters_.linearized;
+  const ParseOutcome r =
+      ParseFields(scanned.bytes, scanned.size, scanned.start_line_size + 2, head);
+  if (r.error()) {
+    ++counters_.errors;
+    return r;
+  }
+  // The scan ended the head at its first empty line, where parsing its field lines ends too.
+  if (r.consumed != scanned.size) return Fail(400, "malformed header section");
+  ++counters_.requests;
+  return ParseOutcome::Complete(scanned.end);
+}
+
+ParseOutcome RequestParser::ParseFields(const char* bytes, size_t size, size_t fields_start,
+                                        RequestHead* head) {
   const LineParts& l = line_;
-  const char* const bytes = scanned.bytes;
-  head->Clear();
-  head->bytes = {bytes, scanned.size};
+  // Every member is set below (RequestHead::Clear, without storing most of them twice).
+  head->bytes = {};
+  head->headers.clear();
+  head->framing = BodyFraming::kNone;
+  head->content_length = 0;
+  head->expect_continue = false;
+  head->keep_alive = false;
+  head->host = {};
   head->method = l.method;
   head->method_text = {bytes, l.method_len};
   head->target = {bytes + l.method_len + 1, l.target_len};
@@ -313,8 +426,9 @@ ParseOutcome RequestParser::ParseHead(const ScannedHead& scanned, RequestHead* h
   std::string_view host;
   bool bad_expect = false;
   FramingFields framing(FramingFields::CodingAfterChunked::kRefused);
-  const std::string_view bad_field =
-      ParseFieldLines(scanned, &framing, &head->headers, [&](const Header& h) -> std::string_view {
+  size_t end = fields_start;
+  const std::string_view bad_field = ParseFieldSection(
+      bytes, size, &end, &framing, &head->headers, [&](const Header& h) -> std::string_view {
         // The fields only a request has, told apart by length first.
         switch (h.name.size()) {
           case 4:
@@ -342,29 +456,31 @@ ParseOutcome RequestParser::ParseHead(const ScannedHead& scanned, RequestHead* h
         }
         return {};
       });
-  if (!bad_field.empty()) return Fail(400, bad_field);
+  if (!bad_field.empty()) return ParseOutcome::Error(400, bad_field);
+  head->bytes = {bytes, end};
 
   // Framing (RFC 9112 §6.1, §6.3): the request smuggling defences.
   const std::string_view conflict =
       framing.Conflict(l.version_minor, "Transfer-Encoding in an HTTP/1.0 request");
-  if (!conflict.empty()) return Fail(400, conflict);
+  if (!conflict.empty()) return ParseOutcome::Error(400, conflict);
   if (framing.transfer_encoding_seen()) {
-    if (!framing.chunked_last()) return Fail(400, "chunked is not the final transfer coding");
-    if (framing.other_coding()) return Fail(501, "unsupported transfer coding");
+    if (!framing.chunked_last()) {
+      return ParseOutcome::Error(400, "chunked is not the final transfer coding");
+    }
+    if (framing.other_coding()) return ParseOutcome::Error(501, "unsupported transfer coding");
     head->framing = BodyFraming::kChunked;
   } else if (framing.content_length_seen()) {
     head->framing = BodyFraming::kContentLength;
     head->content_length = framing.content_length();
   }
-  if (l.version_minor == 1 && host_lines == 0) return Fail(400, "missing Host");
-  if (bad_expect) return Fail(417, "unsupported expectation");
+  if (l.version_minor == 1 && host_lines == 0) return ParseOutcome::Error(400, "missing Host");
+  if (bad_expect) return ParseOutcome::Error(417, "unsupported expectation");
 
   head->host = head->method == Method::kConnect ? head->target
                : !authority.empty()             ? authority
                                                 : host;
   head->keep_alive = framing.KeepAlive(l.version_minor);
-  ++counters_.requests;
-  return ParseOutcome::Complete(scanned.end);
+  return ParseOutcome::Complete(end);
 }
 
 }  // namespace sluice::http1

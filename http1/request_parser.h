@@ -3,12 +3,15 @@
 // Parse() looks for the end of the head (the empty line) across the segments of a
 // BufferSequence, enforcing the size limits as it goes, so a head that grows without end is cut
 // at the limit before it completes. When the whole head lies in one contiguous chunk (the common
-// case) it is parsed in place and every string_view of the RequestHead points into the input;
-// otherwise only the head is copied into the parser's scratch buffer (bounded by the limits) and
-// parsed there. Bodies are not touched: `consumed` is the size of the head, and the caller reads
-// `content_length` bytes or runs a ChunkedDecoder from there. The scan, the field lines and the
-// framing fields are http1/head_scanner.h, which the response parser shares; this file adds the
-// request line and the fields only a request has (Host, Expect).
+// case) it is parsed in place and every string_view of the RequestHead points into the input:
+// in one pass, the request line split by its syntax and each field line finding its own end.
+// Otherwise (the head spans chunks, is
+// incomplete, or is refused) the head scanner parses it, and only the head is copied into the
+// parser's scratch buffer (bounded by the limits) when it spans chunks. Both ways accept and
+// refuse the same heads with the same answers. Bodies are not touched: `consumed` is the size of
+// the head, and the caller reads `content_length` bytes or runs a ChunkedDecoder from there. The
+// scan, the field lines and the framing fields are http1/head_scanner.h, which the response parser
+// shares; this file adds the request line and the fields only a request has (Host, Expect).
 //
 //   sluice::http1::RequestParser parser;          // one per connection
 //   sluice::http1::RequestHead head;              // reused: its header vector keeps capacity
@@ -45,6 +48,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -194,7 +198,19 @@ class RequestParser {
   // Read loop does: the offset may change as earlier requests are consumed). To parse unrelated
   // input after kIncomplete (a new connection), call Reset() first. A kComplete or kError
   // result forgets the resume state by itself.
-  ParseOutcome Parse(const BufferSequence& input, size_t offset, RequestHead* head);
+  ParseOutcome Parse(const BufferSequence& input, size_t offset, RequestHead* head) {
+    // Nearly every head starts in the first chunk and ends there too: parsed in place (inline:
+    // this is the connection's call per request).
+    if (!scanner_.resuming() && offset < input.size()) {
+      const std::span<const uint8_t> first = *input.begin();
+      if (offset < first.size()) {
+        const size_t consumed = ParseInPlace(reinterpret_cast<const char*>(first.data()) + offset,
+                                             first.size() - offset, head);
+        if (consumed != 0) return ParseOutcome::Complete(consumed);
+      }
+    }
+    return Scan(input, offset, head);
+  }
   ParseOutcome Parse(const BufferSequence& input, RequestHead* head) {
     return Parse(input, 0, head);
   }
@@ -232,11 +248,32 @@ class RequestParser {
     uint8_t version_minor = 1;
   };
 
+  // Parse by the head scanner: a head that spans chunks, or that ParseInPlace declined.
+  ParseOutcome Scan(const BufferSequence& input, size_t offset, RequestHead* head);
   // Validates a complete request line (without CRLF) and records it in line_. Returns
   // kIncomplete (meaning "fine, go on") or the error.
   ParseOutcome CheckRequestLine(std::string_view line);
+  // The part of the request line checks after the line was split: the method (its first
+  // `method_len` bytes), the target (valid bytes, its first '?' at `question_mark` or none at
+  // target.size()) and the version. Records the line in line_ and returns kIncomplete, or the
+  // error, not counted.
+  ParseOutcome RecordRequestLine(std::string_view line, size_t method_len, std::string_view target,
+                                 size_t question_mark, uint8_t version_minor);
   // Parses the complete head `scanned`, whose request line is line_, into *head.
   ParseOutcome ParseHead(const ScannedHead& scanned, RequestHead* head);
+  // Fills *head from line_ (the request line, as offsets from `bytes`) and the field lines that
+  // start at `fields_start`, up to and including the empty line that ends them, all within
+  // bytes[0, size). Returns kComplete with the head's size (from `bytes`), or the error, not
+  // counted: a field section without its empty line before `size` is "malformed header section".
+  ParseOutcome ParseFields(const char* bytes, size_t size, size_t fields_start, RequestHead* head);
+  // The fast path of Parse, for a head that starts at `data` with no scan to resume: the request
+  // line is split by its own syntax and the field lines find their ends as they are parsed, so
+  // the head's bytes are examined once, with no separate search for line ends. Returns the
+  // head's size, *head filled, when the whole head is within the `size` bytes at `data` and
+  // valid. Anything else (an incomplete head, an error, a limit reached, leading empty lines)
+  // returns 0 without counting anything, and the scanner parses the head instead: what is
+  // accepted, and every error and its order, stay the scanner's.
+  size_t ParseInPlace(const char* data, size_t size, RequestHead* head);
   // The answer to what the scanner refused.
   ParseOutcome Fail(HeadFault fault);
   ParseOutcome Fail(uint16_t code, std::string_view reason);

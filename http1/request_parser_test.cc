@@ -645,6 +645,183 @@ TEST_F(RequestParserTest, ParsesEveryRequestSplitAtEveryByteAcrossTwoSegments) {
   }
 }
 
+// A head that lies in one chunk is parsed in place (the request line split by its syntax, the
+// field lines finding their own ends); one that spans chunks goes through the head scanner. The
+// two must agree on every outcome, errors and limits included: each input here is parsed whole,
+// and split after its first byte (so the head spans two chunks), by fresh parsers.
+TEST_F(RequestParserTest, InPlaceAndScannedParsesAgreeOnEveryOutcome) {
+  const ParseLimits small{.max_request_line = 32, .max_header_bytes = 64, .max_header_count = 3};
+  const std::string at_line_limit = "GET /" + std::string(32 - 14, 'a') + " HTTP/1.1\r\n";
+  const std::string over_line_limit = "GET /" + std::string(33 - 14, 'a') + " HTTP/1.1\r\n";
+  // "Host: a\r\n" (9) + "X: " + value + "\r\n" + "\r\n" (7) == 64 bytes.
+  const std::string at_bytes_limit = "Host: a\r\nX: " + std::string(64 - 16, 'v') + "\r\n\r\n";
+  const std::string over_bytes_limit = "Host: a\r\nX: " + std::string(65 - 16, 'v') + "\r\n\r\n";
+  const std::vector<std::string> inputs = {
+      "GET /plaintext HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n",
+      "GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /next HTTP/1.1\r\n",  // pipelined
+      "GET /?q HTTP/1.1\r\nHost: a\r\n\r\n",
+      "GET /? HTTP/1.1\r\nHost: a\r\n\r\n",
+      "GET /a?b?c#d HTTP/1.1\r\nHost: a\r\n\r\n",
+      "GET /a?b HTTP/1.0\r\n\r\n",
+      "HEAD /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+      "get / HTTP/1.1\r\nHost: a\r\n\r\n",
+      "GETX / HTTP/1.1\r\nHost: a\r\n\r\n",
+      "GET  / HTTP/1.1\r\nHost: a\r\n\r\n",
+      "GET / HTTP/1.1 \r\nHost: a\r\n\r\n",
+      "GET /  HTTP/1.1\r\nHost: a\r\n\r\n",
+      "GET / HTTP/1.2\r\nHost: a\r\n\r\n",
+      "GET / http/1.1\r\nHost: a\r\n\r\n",
+      "GET / HTTP/1.1\nHost: a\r\n\r\n",
+      "GET / HTTP/1.1\rHost: a\r\n\r\n",
+      "GET /\x7f HTTP/1.1\r\nHost: a\r\n\r\n",
+      "GET / HTTP/1.1\r\nHost: a\r\nX: a\rb\r\n\r\n",
+      "GET / HTTP/1.1\r\nHost: a\r\nX: a\nb\r\n\r\n",
+      "GET / HTTP/1.1\r\nHost: a\r\n\nX: 1\r\n\r\n",
+      "GET / HTTP/1.1\r\nHost: a\r\n folded\r\n\r\n",
+      "GET / HTTP/1.1\r\nHost: a\r\nX : 1\r\n\r\n",
+      "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+      "GET / HTTP/1.1\r\nHost: a b\r\n\r\n",
+      "GET / HTTP/1.1\r\nX: 1\r\n\r\n",
+      "GET / HTTP/1.1\r\nHost: a\r\nExpect: nothing\r\n\r\n",
+      "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n",
+      "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+      "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 1\r\n\r\n",
+      "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n",
+      "GET * HTTP/1.1\r\nHost: a\r\n\r\n",
+      "CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n",
+      "CONNECT /a HTTP/1.1\r\nHost: a\r\n\r\n",
+      "GET http://b.example HTTP/1.1\r\nHost: a\r\n\r\n",
+      "GET http://[x HTTP/1.1\r\nHost: a\r\n\r\n",
+      "\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+      at_line_limit + "Host: a\r\n\r\n",
+      over_line_limit + "Host: a\r\n\r\n",
+      "GET / HTTP/1.1\r\n" + at_bytes_limit,
+      "GET / HTTP/1.1\r\n" + over_bytes_limit,
+      "GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 2\r\n\r\n",
+      "GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 2\r\nC: 3\r\n\r\n",
+      "GET / HTTP/1.1\r\nHost: a\r\n",  // incomplete
+      "GET / HTTP/1.1\r\nHost: a\r",
+  };
+  for (const std::string& input : inputs) {
+    RequestParser whole(small);
+    RequestHead whole_head;
+    const ParseOutcome want = whole.Parse(input, &whole_head);
+    SegmentedInput split(&pool(),
+                         {std::string_view(input).substr(0, 1), std::string_view(input).substr(1)});
+    RequestParser scanned(small);
+    RequestHead scanned_head;
+    const ParseOutcome got = scanned.Parse(split.Read(), &scanned_head);
+    ASSERT_EQ(Describe(got), Describe(want)) << input;
+    if (want.complete()) {
+      EXPECT_EQ(Describe(scanned_head), Describe(whole_head)) << input;
+      EXPECT_EQ(scanned_head.bytes, whole_head.bytes) << input;
+      // Split inside the head (after leading empty lines, the head starts in the second chunk).
+      EXPECT_EQ(scanned.counters().linearized, input[0] == '\r' ? 0u : 1u) << input;
+    }
+    EXPECT_EQ(whole.counters().linearized, 0u) << input;
+    EXPECT_EQ(whole.counters().requests, scanned.counters().requests) << input;
+    EXPECT_EQ(whole.counters().errors, scanned.counters().errors) << input;
+    EXPECT_EQ(whole.counters().request_line_too_long, scanned.counters().request_line_too_long);
+    EXPECT_EQ(whole.counters().header_bytes_too_large, scanned.counters().header_bytes_too_large);
+    EXPECT_EQ(whole.counters().header_count_too_large, scanned.counters().header_count_too_large);
+  }
+}
+
+TEST_F(RequestParserTest, ParsesAFieldLineSplitAcrossChunksAsInOneChunk) {
+  const std::string request =
+      "GET /a?b=c HTTP/1.1\r\nHost: example.com\r\nX-Field:  spaced value\t \r\n\r\n";
+  RequestHead whole;
+  ASSERT_TRUE(ParseOnce(request, &whole).complete());
+  EXPECT_EQ(whole.Find("x-field"), "spaced value");
+  // Splits inside "X-Field:  spaced value\t \r\n": in its name, its value, its CRLF.
+  const size_t line = request.find("X-Field");
+  for (size_t k = line; k <= line + 25; ++k) {
+    SegmentedInput input(
+        &pool(), {std::string_view(request).substr(0, k), std::string_view(request).substr(k)});
+    RequestParser parser;
+    RequestHead head;
+    const ParseOutcome r = parser.Parse(input.Read(), &head);
+    ASSERT_TRUE(r.complete()) << Describe(r) << " split at " << k;
+    EXPECT_EQ(Describe(head), Describe(whole)) << "split at " << k;
+    EXPECT_EQ(parser.counters().linearized, 1u);
+  }
+}
+
+TEST_F(RequestParserTest, ParsesPipelinedHeadsInPlaceOneAfterAnother) {
+  // Three heads in one chunk, the last cut short: the first two in place, the third incomplete
+  // until the rest arrives in a second chunk, then scanned from where the scan stopped.
+  const std::string first = "GET /1 HTTP/1.1\r\nHost: a\r\n\r\n";
+  const std::string second = "GET /2?x HTTP/1.1\r\nHost: a\r\n\r\n";
+  const std::string third = "GET /3 HTTP/1.1\r\nHost: a\r\n\r\n";
+  SegmentedInput input(&pool());
+  input.Append(first + second + third.substr(0, 20));
+  RequestParser parser;
+  RequestHead head;
+  const BufferSequence* buffer = &input.Read();
+  ParseOutcome r = parser.Parse(*buffer, 0, &head);
+  ASSERT_TRUE(r.complete()) << Describe(r);
+  EXPECT_EQ(head.path, "/1");
+  r = parser.Parse(*buffer, first.size(), &head);
+  ASSERT_TRUE(r.complete()) << Describe(r);
+  EXPECT_EQ(head.path, "/2");
+  EXPECT_EQ(head.query, "x");
+  const size_t third_at = first.size() + second.size();
+  EXPECT_TRUE(parser.Parse(*buffer, third_at, &head).incomplete());
+  input.Break();
+  input.Append(third.substr(20));
+  buffer = &input.Read();
+  r = parser.Parse(*buffer, third_at, &head);
+  ASSERT_TRUE(r.complete()) << Describe(r);
+  EXPECT_EQ(r.consumed, third.size());
+  EXPECT_EQ(head.path, "/3");
+  EXPECT_EQ(parser.counters().requests, 3u);
+  EXPECT_EQ(parser.counters().linearized, 1u);
+}
+
+TEST_F(RequestParserTest, ParsesAHeadThatDiffersInAnyByteAfresh) {
+  const std::string request = "GET /a HTTP/1.1\r\nHost: example.com\r\nX: 1\r\n\r\n";
+  // Every byte of the head changed to a byte of each kind, parsed by a parser that has just
+  // parsed the unchanged head: the outcome is that of a fresh parser (errors included).
+  for (size_t i = 0; i < request.size(); ++i) {
+    for (char c : {'b', ' ', '\r', '\n', '\0', ':', '/', '?'}) {
+      if (request[i] == c) continue;
+      std::string changed = request;
+      changed[i] = c;
+      RequestParser parser;
+      RequestHead head;
+      ASSERT_TRUE(parser.Parse(request, &head).complete());
+      const ParseOutcome r = parser.Parse(changed, &head);
+      RequestHead fresh;
+      const ParseOutcome want = ParseOnce(changed, &fresh);
+      ASSERT_EQ(Describe(r), Describe(want)) << "byte " << i << " as " << int{c};
+      if (want.complete()) {
+        ASSERT_EQ(Describe(head), Describe(fresh)) << "byte " << i << " as " << int{c};
+      }
+    }
+  }
+}
+
+TEST_F(RequestParserTest, ParsesAPipelinedRepeatAndItsPrefixesStayIncomplete) {
+  const std::string request = "GET /p HTTP/1.1\r\nHost: a\r\n\r\n";
+  RequestParser parser;
+  RequestHead head;
+  const std::string twice = request + request;
+  ParseOutcome r = parser.Parse(twice, &head);
+  ASSERT_TRUE(r.complete());
+  SegmentedInput input(&pool(), {twice});
+  const BufferSequence& buffer = input.Read();
+  r = parser.Parse(buffer, request.size(), &head);
+  ASSERT_TRUE(r.complete()) << Describe(r);
+  EXPECT_EQ(r.consumed, request.size());
+  EXPECT_EQ(head.path, "/p");
+  // A prefix of the head just parsed is incomplete, as for a fresh parser.
+  for (size_t k = 1; k < request.size(); ++k) {
+    RequestParser p;
+    ASSERT_TRUE(p.Parse(request, &head).complete());
+    EXPECT_TRUE(p.Parse(std::string_view(request).substr(0, k), &head).incomplete()) << k;
+  }
+}
+
 TEST_F(RequestParserTest, ParsesEveryRequestSplitIntoThreeSegments) {
   for (const std::string& request : ValidRequests()) {
     RequestHead expected;

@@ -168,23 +168,58 @@ std::string_view ReasonPhrase(uint16_t status_code) {
   }
 }
 
-bool ResponseFieldsMemo::Matches(std::span<const Header> fields) const {
+namespace {
+
+std::string_view NameOf(const Header& h) { return h.name; }
+std::string_view ValueOf(const Header& h) { return h.value; }
+std::string_view NameOf(const std::pair<std::string, std::string>& h) { return h.first; }
+std::string_view ValueOf(const std::pair<std::string, std::string>& h) { return h.second; }
+
+// SameBytes, with the 8 to 16 bytes most names and values have compared as two overlapping
+// words, without a loop.
+[[gnu::always_inline]] inline bool SameFieldBytes(const char* a, const char* b, size_t n) {
+  if (n >= 8 && n <= 16) {
+    uint64_t a0, a1, b0, b1;
+    std::memcpy(&a0, a, 8);
+    std::memcpy(&b0, b, 8);
+    std::memcpy(&a1, a + n - 8, 8);
+    std::memcpy(&b1, b + n - 8, 8);
+    return ((a0 ^ b0) | (a1 ^ b1)) == 0;
+  }
+  return SameBytes(a, b, n);
+}
+
+}  // namespace
+
+template <typename Field>
+bool ResponseFieldsMemo::MatchesFields(std::span<const Field> fields) const {
   if (fields.size() != sizes_.size()) return false;
   const char* p = lines_.data();
   for (size_t i = 0; i < fields.size(); ++i) {
-    const Header& h = fields[i];
-    if (h.name.size() != sizes_[i].first || h.value.size() != sizes_[i].second) return false;
-    if (!BytesEqual(h.name, {p, h.name.size()})) return false;
-    p += h.name.size() + 2;  // ": "
-    if (!BytesEqual(h.value, {p, h.value.size()})) return false;
-    p += h.value.size() + 2;  // CRLF
+    const std::string_view name = NameOf(fields[i]);
+    const std::string_view value = ValueOf(fields[i]);
+    if (name.size() != sizes_[i].first || value.size() != sizes_[i].second) return false;
+    if (!SameFieldBytes(name.data(), p, name.size())) return false;
+    p += name.size() + 2;  // ": "
+    if (!SameFieldBytes(value.data(), p, value.size())) return false;
+    p += value.size() + 2;  // CRLF
   }
   return true;
+}
+
+bool ResponseFieldsMemo::Matches(std::span<const Header> fields) const {
+  return MatchesFields(fields);
+}
+
+bool ResponseFieldsMemo::Matches(
+    std::span<const std::pair<std::string, std::string>> fields) const {
+  return MatchesFields(fields);
 }
 
 bool ResponseFieldsMemo::Remember(std::span<const Header> fields, size_t size) {
   sizes_.clear();
   lines_.clear();
+  last_head_.bytes.clear();  // made of the fields before
   if (size > kMaxBytes) return false;
   lines_.resize(size);
   char* p = lines_.data();
@@ -196,11 +231,17 @@ bool ResponseFieldsMemo::Remember(std::span<const Header> fields, size_t size) {
   return true;
 }
 
-Status WriteResponseHead(const ResponseHead& head, PipeWriter* out) {
-  return WriteResponseHead(head, nullptr, out);
-}
+struct ResponseWriterAccess {
+  using LastHead = ResponseFieldsMemo::LastHead;
+  static LastHead& Last(ResponseFieldsMemo* memo) { return memo->last_head_; }
+};
 
-Status WriteResponseHead(const ResponseHead& head, ResponseFieldsMemo* memo, PipeWriter* out) {
+namespace {
+
+// WriteResponseHead: with the fields *memo remembers when `fields_matched` (head.headers
+// ignored), else with head.headers, checked against *memo (when not null) as the header says.
+Status WriteHead(const ResponseHead& head, bool fields_matched, ResponseFieldsMemo* memo,
+                 PipeWriter* out) {
   if (head.status_code < 100 || head.status_code > 999) {
     return InvalidArgumentError("status code outside 100..999");
   }
@@ -214,27 +255,51 @@ Status WriteResponseHead(const ResponseHead& head, ResponseFieldsMemo* memo, Pip
   }
   // Only what the caller supplied is checked: the reason table and the date cache write valid
   // text.
-  std::string_view reason = head.reason;
-  if (reason.empty()) {
-    reason = head.status_code == 200 ? std::string_view("OK") : ReasonPhrase(head.status_code);
-  } else if (!IsValidText(reason)) {
+  if (!head.reason.empty() && !IsValidText(head.reason)) {
     return InvalidArgumentError("invalid character in reason phrase");
   }
   std::string_view date = head.date;
   if (date.empty()) {
-    date = http::DateCache::ForThisThread().Now();
+    http::DateCache& dates = http::DateCache::ForThisThread();
+    date = head.steady_now != std::chrono::steady_clock::time_point() ? dates.Now(head.steady_now)
+                                                                      : dates.Now();
   } else if (!IsValidText(date)) {
     return InvalidArgumentError("invalid character in Date");
   }
-  size_t fields_size = 0;
   // With a memo that holds them, the fields are copied as it serialized them.
+  if (!fields_matched && memo != nullptr && memo->Matches(head.headers)) fields_matched = true;
+  size_t fields_size = 0;
   bool fields_from_memo = false;
-  if (memo != nullptr && memo->Matches(head.headers)) {
+  if (fields_matched) {
     fields_size = memo->lines().size();
     fields_from_memo = true;
   } else {
     if (Status s = CheckFields(head.headers, &fields_size); !s.ok()) return s;
-    if (memo != nullptr) fields_from_memo = memo->Remember(head.headers, fields_size);
+    if (memo != nullptr && memo->Remember(head.headers, fields_size)) fields_from_memo = true;
+  }
+  // The memo's last head, when this one is made of the same: its bytes are this head's.
+  ResponseWriterAccess::LastHead* last = nullptr;
+  if (fields_from_memo && head.reason.empty() && date.size() == http::kImfFixdateLength) {
+    last = &ResponseWriterAccess::Last(memo);
+    const bool same_length = head.framing != ResponseFraming::kContentLength ||
+                             head.content_length == last->content_length;
+    if (!last->bytes.empty() && last->status_code == head.status_code &&
+        last->framing == head.framing && last->connection == head.connection && same_length &&
+        SameBytes(last->date.data(), date.data(), http::kImfFixdateLength)) {
+      return WriteMeasured(last->bytes.size() + head.body.size(), out, [&](char** p) {
+        Put(last->bytes, p);
+        Put({reinterpret_cast<const char*>(head.body.data()), head.body.size()}, p);
+      });
+    }
+    // Kept only when the length repeats (see ResponseFieldsMemo).
+    const bool keep =
+        head.framing != ResponseFraming::kContentLength || head.content_length == last->last_length;
+    last->last_length = head.content_length;
+    if (!keep) last = nullptr;
+  }
+  std::string_view reason = head.reason;
+  if (reason.empty()) {
+    reason = head.status_code == 200 ? std::string_view("OK") : ReasonPhrase(head.status_code);
   }
 
   char length[24];
@@ -266,6 +331,7 @@ Status WriteResponseHead(const ResponseHead& head, ResponseFieldsMemo* memo, Pip
   size += head.body.size();
 
   return WriteMeasured(size, out, [&](char** p) {
+    char* const start = *p;
     // Nearly every response is a 200 OK: its status line is a constant, copied without a call.
     constexpr std::string_view kOk = "HTTP/1.1 200 OK\r\n";
     if (head.status_code == 200 && head.reason.empty()) {
@@ -304,8 +370,32 @@ Status WriteResponseHead(const ResponseHead& head, ResponseFieldsMemo* memo, Pip
     }
     Put(connection, p);
     Put(kCrlf, p);
+    if (last != nullptr) {
+      last->bytes.assign(start, static_cast<size_t>(*p - start));
+      last->status_code = head.status_code;
+      last->framing = head.framing;
+      last->connection = head.connection;
+      last->content_length =
+          head.framing == ResponseFraming::kContentLength ? head.content_length : 0;
+      std::memcpy(last->date.data(), date.data(), http::kImfFixdateLength);
+    }
     Put({reinterpret_cast<const char*>(head.body.data()), head.body.size()}, p);
   });
+}
+
+}  // namespace
+
+Status WriteResponseHead(const ResponseHead& head, PipeWriter* out) {
+  return WriteHead(head, false, nullptr, out);
+}
+
+Status WriteResponseHead(const ResponseHead& head, ResponseFieldsMemo* memo, PipeWriter* out) {
+  return WriteHead(head, false, memo, out);
+}
+
+Status WriteResponseHeadFromMemo(const ResponseHead& head, ResponseFieldsMemo* memo,
+                                 PipeWriter* out) {
+  return WriteHead(head, true, memo, out);
 }
 
 Status WriteContinue(PipeWriter* out) { return out->Write("HTTP/1.1 100 Continue\r\n\r\n"); }

@@ -25,6 +25,8 @@
 #ifndef SLUICE_HTTP1_RESPONSE_WRITER_H_
 #define SLUICE_HTTP1_RESPONSE_WRITER_H_
 
+#include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -65,9 +67,14 @@ struct ResponseHead {
   // With kContentLength.
   uint64_t content_length = 0;
   ConnectionOption connection = ConnectionOption::kDefault;
-  // The Date field's value. Empty: DateCache::ForThisThread().Now(). Every response carries a
-  // Date (RFC 9110 §6.6.1: an origin server with a clock sends one).
+  // The Date field's value. Empty: DateCache::ForThisThread().Now(), or Now(steady_now) when
+  // that is set. Every response carries a Date (RFC 9110 §6.6.1: an origin server with a clock
+  // sends one).
   std::string_view date = {};
+  // A steady_clock reading the caller already has (its event loop's pass start, on the loop
+  // thread): the default Date is then taken from it, without a clock read per response (see
+  // http/date_cache.h). The epoch (unset): the cache reads the clock.
+  std::chrono::steady_clock::time_point steady_now = {};
   // With kContentLength: the start of the body (at most content_length bytes), written right
   // after the head in the same span, so that a small response costs one write to the pipe.
   // The caller writes the rest of the body, if any.
@@ -84,6 +91,12 @@ std::string_view ReasonPhrase(uint16_t status_code);
 // validity depends on the bytes alone, so a match skips the check and is written with one copy.
 // Fields that differ in any byte are checked (and refused) as without a memo.
 //
+// With the fields, it keeps the last whole head (status line to empty line) written with them,
+// and the status, Date, framing, length and Connection it was made of: a response that repeats
+// all of them (a handler answering the same way within a second) is written as a copy of it. A
+// head is kept once a response repeats its predecessor's length, so a handler whose bodies vary
+// in length does not pay for keeping one on every response.
+//
 //   sluice::http1::ResponseFieldsMemo memo;  // one per connection
 //   Status s = sluice::http1::WriteResponseHead(head, &memo, &out);
 //
@@ -96,6 +109,8 @@ class ResponseFieldsMemo {
 
   // Whether `fields` are the ones remembered: as many, each name and value equal byte for byte.
   bool Matches(std::span<const Header> fields) const;
+  // The same for fields held as (name, value) strings, as a handler's response keeps them.
+  bool Matches(std::span<const std::pair<std::string, std::string>> fields) const;
   // Remembers `fields`, which the caller found valid, and serializes them; returns false (and
   // remembers nothing, so that only an empty list matches) if they exceed kMaxBytes. `size` is
   // their serialized size.
@@ -104,6 +119,24 @@ class ResponseFieldsMemo {
   std::string_view lines() const { return lines_; }
 
  private:
+  friend struct ResponseWriterAccess;  // response_writer.cc: the last head
+
+  template <typename Field>
+  bool MatchesFields(std::span<const Field> fields) const;
+
+  // The last head written whole with these fields (empty: none), and what it was made of.
+  struct LastHead {
+    std::string bytes;
+    uint16_t status_code = 0;
+    ResponseFraming framing = ResponseFraming::kNone;
+    ConnectionOption connection = ConnectionOption::kDefault;
+    uint64_t content_length = 0;
+    std::array<char, http::kImfFixdateLength> date{};
+    // The Content-Length of the last response written with these fields, kept or not.
+    uint64_t last_length = UINT64_MAX;
+  };
+  LastHead last_head_;
+
   // The name and value size of each field, in order; the bytes are in lines_.
   std::vector<std::pair<uint32_t, uint32_t>> sizes_;
   std::string lines_;
@@ -116,6 +149,12 @@ class ResponseFieldsMemo {
 // them there when they were checked and found valid. The outcome is the same as without it.
 [[nodiscard]] Status WriteResponseHead(const ResponseHead& head, ResponseFieldsMemo* memo,
                                        PipeWriter* out);
+
+// The same, with the fields *memo remembers (found valid when remembered, written as it
+// serialized them) in place of `head.headers`, which must be empty: for a caller that found its
+// fields equal to the memo's (Matches) before making a span of Headers for them.
+[[nodiscard]] Status WriteResponseHeadFromMemo(const ResponseHead& head, ResponseFieldsMemo* memo,
+                                               PipeWriter* out);
 
 // Appends "HTTP/1.1 100 Continue" (the interim answer to Expect: 100-continue).
 [[nodiscard]] Status WriteContinue(PipeWriter* out);

@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/pipe.h"
@@ -328,6 +330,136 @@ TEST_F(ResponseWriterTest, ChecksFieldsTooLargeToRememberEveryTime) {
   const Header invalid[] = {{"X-Big", bad}};
   EXPECT_EQ(WriteResponseHead({.headers = invalid, .date = kDate}, &memo, &pipe.writer()).code(),
             StatusCode::kInvalidArgument);
+}
+
+TEST_F(ResponseWriterTest, MatchesFieldsHeldAsStringPairsByteForByte) {
+  Pipe pipe({.pool = &pool()});
+  ResponseFieldsMemo memo;
+  // Names and values shorter than a word, of one to two words, and longer.
+  const Header fields[] = {{"X", "short"},
+                           {"Content-Type", "text/plain"},
+                           {"X-Long-Field-Name", "a value longer than sixteen bytes"}};
+  ASSERT_TRUE(WriteResponseHead({.headers = fields, .date = kDate}, &memo, &pipe.writer()).ok());
+  (void)Drain(pipe);
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (const Header& h : fields) pairs.emplace_back(h.name, h.value);
+  EXPECT_TRUE(memo.Matches(pairs));
+  // Any one byte changed, in any field, at any position: no match.
+  for (size_t f = 0; f < pairs.size(); ++f) {
+    for (int part = 0; part < 2; ++part) {
+      std::string& text = part == 0 ? pairs[f].first : pairs[f].second;
+      for (size_t i = 0; i < text.size(); ++i) {
+        const char was = text[i];
+        text[i] = static_cast<char>(was ^ 0x20);
+        EXPECT_FALSE(memo.Matches(pairs)) << f << " " << part << " " << i;
+        text[i] = was;
+      }
+    }
+  }
+  EXPECT_TRUE(memo.Matches(pairs));
+  pairs.pop_back();
+  EXPECT_FALSE(memo.Matches(pairs));
+}
+
+TEST_F(ResponseWriterTest, WritesAMatchedMemosFieldsAsTheFieldsThemselves) {
+  Pipe pipe({.pool = &pool()});
+  ResponseFieldsMemo memo;
+  const Header fields[] = {{"Content-Type", "text/plain"}, {"Server", "sluice"}};
+  const std::span<const uint8_t> body(reinterpret_cast<const uint8_t*>("Hello"), 5);
+  ASSERT_TRUE(
+      WriteResponseHead({.headers = fields, .content_length = 5, .date = kDate, .body = body},
+                        &memo, &pipe.writer())
+          .ok());
+  const std::string want = Drain(pipe);
+  ASSERT_TRUE(memo.Matches(fields));
+  ASSERT_TRUE(WriteResponseHeadFromMemo({.content_length = 5, .date = kDate, .body = body}, &memo,
+                                        &pipe.writer())
+                  .ok());
+  EXPECT_EQ(Drain(pipe), want);
+}
+
+TEST_F(ResponseWriterTest, TakesTheDefaultDateFromAStampWithoutAClockReadPerResponse) {
+  Pipe pipe({.pool = &pool()});
+  http::DateCache& dates = http::DateCache::ForThisThread();
+  const auto stamp = std::chrono::steady_clock::now();
+  const uint64_t reads = dates.wall_reads();
+  std::string first;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(WriteResponseHead(
+                    {.status_code = 204, .framing = ResponseFraming::kNone, .steady_now = stamp},
+                    &pipe.writer())
+                    .ok());
+    const std::string out = Drain(pipe);
+    ASSERT_GT(out.size(), 17u + 6u + 29u + 2u) << out;
+    const std::string date = out.substr(out.find("Date: ") + 6, 29);
+    if (i == 0) first = date;
+    // The same stamp: the same date, and the wall clock read at most once for the three.
+    EXPECT_EQ(date, first);
+    EXPECT_EQ(date, dates.Now(stamp));
+  }
+  EXPECT_LE(dates.wall_reads(), reads + 1);
+}
+
+TEST_F(ResponseWriterTest, RepeatedHeadsAreWrittenAsWithoutTheMemo) {
+  // Responses that repeat the last one, and that differ from it in one of what a head is made
+  // of (status, reason, Date, length, framing, Connection, fields): each written with the memo
+  // (which keeps and copies whole heads) exactly as without it.
+  Pipe pipe({.pool = &pool()});
+  ResponseFieldsMemo memo;
+  const Header fields[] = {{"Content-Type", "text/plain"}};
+  const Header other[] = {{"Content-Type", "text/html"}};
+  const std::span<const uint8_t> body(reinterpret_cast<const uint8_t*>("Hello, World!"), 13);
+  const ResponseHead base{.headers = fields, .content_length = 13, .date = kDate, .body = body};
+  std::vector<ResponseHead> heads;
+  for (int i = 0; i < 3; ++i) heads.push_back(base);
+  ResponseHead h = base;
+  h.status_code = 201;
+  heads.push_back(h);
+  heads.push_back(base);
+  h = base;
+  h.reason = "Fine";
+  heads.push_back(h);
+  heads.push_back(base);
+  h = base;
+  h.date = "Sun, 06 Nov 1994 08:49:38 GMT";
+  heads.push_back(h);
+  heads.push_back(h);
+  heads.push_back(base);
+  h = base;
+  h.content_length = 14;
+  heads.push_back(h);
+  heads.push_back(h);
+  heads.push_back(base);
+  heads.push_back(base);
+  h = base;
+  h.connection = ConnectionOption::kClose;
+  heads.push_back(h);
+  heads.push_back(base);
+  h = base;
+  h.framing = ResponseFraming::kChunked;
+  h.body = {};
+  heads.push_back(h);
+  heads.push_back(h);
+  heads.push_back(base);
+  h = base;
+  h.headers = other;
+  heads.push_back(h);
+  heads.push_back(h);
+  heads.push_back(base);
+  heads.push_back(base);
+  for (size_t i = 0; i < heads.size(); ++i) {
+    ASSERT_TRUE(WriteResponseHead(heads[i], &pipe.writer()).ok());
+    const std::string want = Drain(pipe);
+    ASSERT_TRUE(WriteResponseHead(heads[i], &memo, &pipe.writer()).ok()) << i;
+    EXPECT_EQ(Drain(pipe), want) << i;
+    // And through the memo's fields, as a connection does once they matched.
+    if (memo.Matches(heads[i].headers)) {
+      ResponseHead without_fields = heads[i];
+      without_fields.headers = {};
+      ASSERT_TRUE(WriteResponseHeadFromMemo(without_fields, &memo, &pipe.writer()).ok()) << i;
+      EXPECT_EQ(Drain(pipe), want) << i;
+    }
+  }
 }
 
 }  // namespace
