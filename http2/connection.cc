@@ -136,7 +136,11 @@ class Connection::Stream final : public http::ResponseSink,
       auto r = std::to_chars(length_text, length_text + sizeof(length_text), *content_length);
       fields[n++] = {"content-length", std::string_view(length_text, r.ptr - length_text)};
     }
-    fields[n++] = {"date", http::DateCache::ForThisThread().Now()};
+    // On the loop thread, the date of the loop's pass time: the wall clock is read about once a
+    // second, not once a response.
+    http::DateCache& dates = http::DateCache::ForThisThread();
+    fields[n++] = {"date",
+                   conn_->loop_->IsInLoopThread() ? dates.Now(conn_->loop_->Now()) : dates.Now()};
     if (head_request_) body = {};
     const bool ok = conn_->writer_.SendHead(*out_, std::span<const HeaderField>(fields, n), body,
                                             end, conn_->LoopAlone());

@@ -24,6 +24,7 @@
 #include "core/event_loop.h"
 #include "core/memory_pool.h"
 #include "core/memory_transport.h"
+#include "http/date_cache.h"
 #include "http/router_dispatcher.h"
 #include "http2/frame.h"
 #include "http2/hpack.h"
@@ -429,6 +430,45 @@ TEST_F(ConnectionTest, ResponseFieldNamesGoOutLowercaseWhereverTheirUppercaseLet
     for (char& c : name) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c);
   }
   EXPECT_EQ(sent, lowered);
+  EndAll({&a});
+}
+
+// A wall clock stopped at a whole second of 1994, for the loop's date cache.
+int64_t WallClockIn1994() { return int64_t{784111777} * 1'000'000'000; }
+
+TEST_F(ConnectionTest, AnswersOnTheLoopTakeTheirDateFromItsPassTime) {
+  // The loop thread's date cache is primed at a pass time with a wall clock stopped in 1994: an
+  // answer given on the loop within that second of pass time carries the cached date, which only
+  // a date taken from the pass time (no wall clock read per response) can.
+  ASSERT_TRUE(
+      dispatcher_.Add("GET", "/d", [](http::Request&, http::Response& res) { res.Write(kBody); })
+          .ok());
+  SpareStreams spares;
+  std::unique_ptr<Client> a_client = Connect(&spares);
+  Client& a = *a_client;
+  const std::vector<HeaderField> get = {
+      {":method", "GET"}, {":path", "/d"}, {":scheme", "http"}, {":authority", "a"}};
+  OnLoop([&] { (void)a.ReadHeaderFields(); });  // our SETTINGS and window
+  EventLoop::Clock::time_point primed_at;
+  OnLoop([&] {
+    primed_at = loop_->Now();
+    http::DateCache& dates = http::DateCache::ForThisThread();
+    (void)dates.At(0);  // another second: what an earlier test left cached is forgotten
+    (void)dates.NowWithWallClock(primed_at, &WallClockIn1994);
+  });
+  std::string date;
+  EventLoop::Clock::time_point answered_at;
+  OnLoop([&] { (void)a.Send(get, 1); });
+  OnLoop([&] {
+    answered_at = loop_->Now();
+    for (const auto& [name, value] : a.ReadHeaderFields()) {
+      if (name == "date") date = value;
+    }
+  });
+  if (answered_at - primed_at >= std::chrono::milliseconds(900)) {
+    GTEST_SKIP() << "the loop took most of a second to answer: the cached second is over";
+  }
+  EXPECT_EQ(date, "Sun, 06 Nov 1994 08:49:37 GMT");
   EndAll({&a});
 }
 
