@@ -103,7 +103,8 @@ class Callback<R(Args...)> {
   // the callable held (a callback kept in a capture, which is then on the heap or behind a
   // pointer of the capture, and does not move when the callable does): it is taken before that
   // callable is destroyed. Moving a callback to itself changes nothing.
-  Callback& operator=(Callback&& other) noexcept {
+  // Always inline: a pipe moves a callback in and out for every read and flush that waits.
+  [[gnu::always_inline]] Callback& operator=(Callback&& other) noexcept {
     if (this == &other) return *this;
     if (invoke_ == nullptr) {
       TakeFrom(other);
@@ -208,7 +209,7 @@ class Callback<R(Args...)> {
   static constexpr Ops kHeapOps{nullptr, &DestroyOnHeap<F>};
 
   // Moves `other`'s callable into this empty callback and empties `other`.
-  void TakeFrom(Callback& other) noexcept {
+  [[gnu::always_inline]] void TakeFrom(Callback& other) noexcept {
     if (other.invoke_ == nullptr) return;
     if (other.ops_ != nullptr && other.ops_->relocate != nullptr) {
       other.ops_->relocate(other.storage_, storage_);

@@ -57,10 +57,22 @@ BufferSequence::Iterator BufferSequence::end() const { return Iterator(); }
 
 std::span<const uint8_t> BufferSequence::FirstSpan() const {
   if (size_ == 0) return {};
+  // Usually the head segment holds bytes: its chunk, without the iterator's walk.
+  const size_t end = head_ == tail_ ? tail_end_ : head_->end;
+  if (end > head_offset_) {
+    return {head_->block.data() + head_offset_, std::min(end - head_offset_, size_)};
+  }
   return *begin();
 }
 
 size_t BufferSequence::ToIovecs(size_t offset, struct iovec* iov, size_t max_iov) const {
+  if (head_ == tail_) {
+    // The whole sequence is in one segment (or empty): at most one iovec, without the iterator.
+    if (offset >= size_ || max_iov == 0) return 0;
+    iov[0].iov_base = const_cast<uint8_t*>(head_->block.data() + head_offset_ + offset);
+    iov[0].iov_len = size_ - offset;
+    return 1;
+  }
   size_t used = 0;
   for (std::span<const uint8_t> chunk : *this) {
     if (used == max_iov) break;
@@ -168,10 +180,6 @@ Status PipeWriter::Write(std::string_view bytes) {
                                         bytes.size()));
 }
 
-bool PipeWriter::Flush(FlushResult* result, FlushCallback on_done) {
-  return pipe_->DoFlush(result, &on_done);
-}
-
 FlushResult PipeWriter::FlushAndWait() {
   FlushResult result;
   std::mutex m;
@@ -202,14 +210,6 @@ void PipeWriter::SetOneThread(bool one_thread) { pipe_->one_thread_ = one_thread
 // ---------------------------------------------------------------------------
 // PipeReader
 
-bool PipeReader::Read(ReadResult* result, ReadCallback on_ready) {
-  return pipe_->DoRead(result, &on_ready, nullptr);
-}
-
-bool PipeReader::ReadOrNotify(ReadResult* result, ReadableCallback on_readable) {
-  return pipe_->DoRead(result, nullptr, &on_readable);
-}
-
 ReadResult PipeReader::ReadAndWait() {
   ReadResult result;
   std::mutex m;
@@ -226,10 +226,6 @@ ReadResult PipeReader::ReadAndWait() {
   std::unique_lock<std::mutex> lock(m);
   cv.wait(lock, [&] { return done; });
   return result;
-}
-
-Status PipeReader::AdvanceTo(size_t consumed, size_t examined) {
-  return pipe_->DoAdvanceTo(consumed, examined);
 }
 
 void PipeReader::CancelPendingRead() { pipe_->DoCancelPendingRead(); }
@@ -330,7 +326,7 @@ Status Pipe::Reset() {
   return OkStatus();
 }
 
-void Pipe::Publish() {
+[[gnu::always_inline]] inline void Pipe::Publish() {
   if (writer_.tail_ != nullptr) {
     if (head_ == nullptr) {
       head_ = writer_.unpublished_head_;
@@ -374,7 +370,8 @@ bool Pipe::ReadReady() const {
   return read_canceled_ || writer_completed_ || published_total_ > examined_total_;
 }
 
-void Pipe::FillReadResult(ReadResult* result) {
+// Inline: it runs for every read, from DoRead, DoAdvanceAndRead and TakeReadWaiter.
+[[gnu::always_inline]] inline void Pipe::FillReadResult(ReadResult* result) {
   // Every field of the sequence is set: no need to clear it first.
   BufferSequence& buffer = result->buffer;
   buffer.head_ = head_;
@@ -395,7 +392,7 @@ void Pipe::FillReadResult(ReadResult* result) {
   last_read_size_ = buffer.size_;
 }
 
-void Pipe::TakeReadWaiter(ReadWake* wake) {
+[[gnu::always_inline]] inline void Pipe::TakeReadWaiter(ReadWake* wake) {
   read_waiting_ = false;
   // A moved-from Callback is empty: the pending one is cleared by the move.
   if (pending_notify_) {
@@ -429,6 +426,22 @@ bool Pipe::FlushCanComplete(bool resuming) const {
                   : unconsumed < options_.pause_threshold;
 }
 
+[[gnu::always_inline]] inline bool Pipe::FinishFlush(FlushResult* result, FlushCallback* on_done) {
+  if (writer_completed_) {
+    *result = FlushResult{.is_canceled = false, .is_completed = true};
+    return true;
+  }
+  // A second flush while one waits gets the state as it is rather than
+  // replacing the first one's callback.
+  if (flush_waiting_ || FlushCanComplete(/*resuming=*/false)) {
+    *result = TakeFlushResult();
+    return true;
+  }
+  pending_flush_ = std::move(*on_done);
+  flush_waiting_ = true;
+  return false;
+}
+
 bool Pipe::DoFlush(FlushResult* result, FlushCallback* on_done) {
   // Two phases: publish (and wake the reader) first, then decide whether
   // this flush waits. A reader woken inline by the first phase can consume
@@ -446,22 +459,6 @@ bool Pipe::DoFlush(FlushResult* result, FlushCallback* on_done) {
 
   Guard lock(this);
   return FinishFlush(result, on_done);
-}
-
-bool Pipe::FinishFlush(FlushResult* result, FlushCallback* on_done) {
-  if (writer_completed_) {
-    *result = FlushResult{.is_canceled = false, .is_completed = true};
-    return true;
-  }
-  // A second flush while one waits gets the state as it is rather than
-  // replacing the first one's callback.
-  if (flush_waiting_ || FlushCanComplete(/*resuming=*/false)) {
-    *result = TakeFlushResult();
-    return true;
-  }
-  pending_flush_ = std::move(*on_done);
-  flush_waiting_ = true;
-  return false;
 }
 
 void Pipe::DoCancelPendingFlush() {
@@ -492,20 +489,8 @@ void Pipe::DoCompleteWriter(Status status) {
   wake();
 }
 
-bool Pipe::DoRead(ReadResult* result, ReadCallback* on_ready, ReadableCallback* on_readable) {
-  Guard lock(this);
-  if (reader_completed_) {
-    *result = ReadResult();
-    result->status = FailedPreconditionError("PipeReader::Read after Complete");
-    return true;
-  }
-  if (read_outstanding_ || read_waiting_) {
-    *result = ReadResult();
-    result->status = FailedPreconditionError(
-        read_waiting_ ? "PipeReader::Read called while a read or readable callback waits"
-                      : "PipeReader::Read called again before AdvanceTo");
-    return true;
-  }
+[[gnu::always_inline]] inline bool Pipe::ReadOrWait(ReadResult* result, ReadCallback* on_ready,
+                                                    ReadableCallback* on_readable) {
   if (ReadReady()) {
     FillReadResult(result);
     return true;
@@ -520,44 +505,93 @@ bool Pipe::DoRead(ReadResult* result, ReadCallback* on_ready, ReadableCallback* 
   return false;
 }
 
+bool Pipe::DoRead(ReadResult* result, ReadCallback* on_ready, ReadableCallback* on_readable) {
+  Guard lock(this);
+  if (reader_completed_) {
+    *result = ReadResult();
+    result->status = FailedPreconditionError("PipeReader::Read after Complete");
+    return true;
+  }
+  if (read_outstanding_ || read_waiting_) {
+    *result = ReadResult();
+    result->status = FailedPreconditionError(
+        read_waiting_ ? "PipeReader::Read called while a read or readable callback waits"
+                      : "PipeReader::Read called again before AdvanceTo");
+    return true;
+  }
+  return ReadOrWait(result, on_ready, on_readable);
+}
+
+[[gnu::always_inline]] inline Status Pipe::Advance(size_t consumed, size_t examined) {
+  if (!read_outstanding_) {
+    return FailedPreconditionError("PipeReader::AdvanceTo without a preceding Read");
+  }
+  if (consumed > examined || examined > last_read_size_) {
+    return InvalidArgumentError("PipeReader::AdvanceTo out of the read buffer's range");
+  }
+  read_outstanding_ = false;
+  uint64_t base = consumed_total_;
+  size_t left = consumed;
+  while (left > 0) {
+    size_t end = head_ == published_tail_ ? published_end_ : head_->end;
+    if (head_offset_ == end) {
+      Segment* done = head_;
+      head_ = head_->next;
+      head_offset_ = head_->start;
+      FreeSegment(done);
+      continue;
+    }
+    size_t take = std::min(end - head_offset_, left);
+    head_offset_ += take;
+    left -= take;
+  }
+  consumed_total_ += consumed;
+  examined_total_ = std::max(examined_total_, base + examined);
+  ReleaseConsumed();
+  return OkStatus();
+}
+
+[[gnu::always_inline]] inline bool Pipe::TakeResumedFlush(FlushCallback* callback,
+                                                          FlushResult* result) {
+  if (!flush_waiting_ || !FlushCanComplete(/*resuming=*/true)) return false;
+  *callback = std::move(pending_flush_);
+  flush_waiting_ = false;
+  *result = TakeFlushResult();
+  return true;
+}
+
 Status Pipe::DoAdvanceTo(size_t consumed, size_t examined) {
   FlushCallback wake_writer;
   FlushResult flush_result;
   {
     Guard lock(this);
-    if (!read_outstanding_) {
-      return FailedPreconditionError("PipeReader::AdvanceTo without a preceding Read");
+    if (Status s = Advance(consumed, examined); !s.ok()) return s;
+    if (!TakeResumedFlush(&wake_writer, &flush_result)) return OkStatus();
+  }
+  wake_writer(flush_result);
+  return OkStatus();
+}
+
+bool Pipe::DoAdvanceAndRead(size_t consumed, size_t examined, ReadResult* result,
+                            ReadCallback* on_ready, ReadableCallback* on_readable) {
+  FlushCallback wake_writer;
+  FlushResult flush_result;
+  {
+    Guard lock(this);
+    if (Status s = Advance(consumed, examined); !s.ok()) {
+      *result = ReadResult();
+      result->status = std::move(s);
+      return true;
     }
-    if (consumed > examined || examined > last_read_size_) {
-      return InvalidArgumentError("PipeReader::AdvanceTo out of the read buffer's range");
-    }
-    read_outstanding_ = false;
-    uint64_t base = consumed_total_;
-    size_t left = consumed;
-    while (left > 0) {
-      size_t end = head_ == published_tail_ ? published_end_ : head_->end;
-      if (head_offset_ == end) {
-        Segment* done = head_;
-        head_ = head_->next;
-        head_offset_ = head_->start;
-        FreeSegment(done);
-        continue;
-      }
-      size_t take = std::min(end - head_offset_, left);
-      head_offset_ += take;
-      left -= take;
-    }
-    consumed_total_ += consumed;
-    examined_total_ = std::max(examined_total_, base + examined);
-    ReleaseConsumed();
-    if (flush_waiting_ && FlushCanComplete(/*resuming=*/true)) {
-      wake_writer = std::move(pending_flush_);
-      flush_waiting_ = false;
-      flush_result = TakeFlushResult();
+    // The advance ended the outstanding read (so none waits either) and the reader has not
+    // completed (that clears the outstanding read): Read's misuse checks would all pass.
+    if (!TakeResumedFlush(&wake_writer, &flush_result)) {
+      return ReadOrWait(result, on_ready, on_readable);
     }
   }
-  if (wake_writer) wake_writer(flush_result);
-  return OkStatus();
+  // The writer's callback may flush (or complete either side): read what it left, as Read would.
+  wake_writer(flush_result);
+  return DoRead(result, on_ready, on_readable);
 }
 
 void Pipe::DoCancelPendingRead() {

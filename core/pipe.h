@@ -5,7 +5,8 @@
 // consumed as a sequence of segments (Read), and says how much it consumed
 // and how far it looked (AdvanceTo): consumed bytes are freed, and the next
 // Read waits for bytes beyond what was examined rather than returning the
-// same incomplete input again.
+// same incomplete input again. A reader that consumes and reads on at once
+// says both in one call (AdvanceAndRead, AdvanceAndReadOrNotify).
 //
 // Backpressure: when more than `pause_threshold` published bytes are
 // unconsumed, Flush does not complete until the reader brings them below
@@ -249,6 +250,19 @@ class PipeReader {
   // Blocks until a read completes. Not for event loop threads.
   ReadResult ReadAndWait();
 
+  // AdvanceTo(consumed, examined), then Read(result, on_ready): one call for a reader that
+  // consumes what it parsed and reads on at once (one lock and none of a second call's misuse
+  // checks, which a successful advance makes moot). When the advance resumes a waiting flush,
+  // the flush's callback runs (with no lock held) before the read, as between the two calls.
+  // When the advance fails (AdvanceTo's errors: no preceding Read, out of range), nothing is
+  // read and nothing waits: returns true with result->status holding the error and
+  // is_completed false.
+  [[nodiscard]] bool AdvanceAndRead(size_t consumed, size_t examined, ReadResult* result,
+                                    ReadCallback on_ready);
+  // AdvanceTo(consumed, examined), then ReadOrNotify(result, on_readable), as AdvanceAndRead.
+  [[nodiscard]] bool AdvanceAndReadOrNotify(size_t consumed, size_t examined, ReadResult* result,
+                                            ReadableCallback on_readable);
+
   // Frees the first `consumed` bytes of the last read buffer and records
   // that the first `examined` bytes were looked at (consumed <= examined <=
   // buffer size). INVALID_ARGUMENT if out of range, FAILED_PRECONDITION
@@ -305,7 +319,7 @@ class Pipe {
   // Frees every segment, published or not.
   void FreeChain() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes the writer's committed bytes visible to the reader.
-  void Publish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void Publish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees fully consumed segments ahead of the published tail. Inline: it is called on every
   // flush and AdvanceTo, and there is nothing to free unless the head is not the tail.
   void ReleaseConsumed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -315,7 +329,7 @@ class Pipe {
   // Consumes everything published (the reader is gone).
   void DropUnconsumed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fills the result of a ready read and marks the read outstanding.
-  void FillReadResult(ReadResult* result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void FillReadResult(ReadResult* result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ReadReady() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a flush may complete: a new one below the pause threshold, a
   // waiting one (`resuming`) below the resume threshold.
@@ -347,20 +361,33 @@ class Pipe {
     };
   };
   // Takes the waiting reader's callback into *wake (filling a Read's result) and ends the wait.
-  void TakeReadWaiter(ReadWake* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void TakeReadWaiter(ReadWake* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Writer operations needing the shared state.
   // Moves from *on_done only when the flush waits.
   bool DoFlush(FlushResult* result, FlushCallback* on_done);
   // DoFlush's second phase, once the reader has been woken (or there was none to wake).
-  bool FinishFlush(FlushResult* result, FlushCallback* on_done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline bool FinishFlush(FlushResult* result, FlushCallback* on_done)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DoCompleteWriter(Status status);
   void DoCancelPendingFlush();
   // Reader operations.
   // Waits with *on_readable when it is given and not empty, else with *on_ready (if not empty);
   // the callback is moved from only when the read waits.
   bool DoRead(ReadResult* result, ReadCallback* on_ready, ReadableCallback* on_readable);
+  // DoRead's part after the misuse checks: completes the read now or makes it wait.
+  inline bool ReadOrWait(ReadResult* result, ReadCallback* on_ready, ReadableCallback* on_readable)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status DoAdvanceTo(size_t consumed, size_t examined);
+  // AdvanceTo's checks and bookkeeping, without waking a flush it resumes.
+  inline Status Advance(size_t consumed, size_t examined) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a flush waits and may now complete; if so, ends the wait and takes its callback and
+  // result, to be called once the lock is released.
+  inline bool TakeResumedFlush(FlushCallback* callback, FlushResult* result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Both AdvanceAndRead calls: on_ready or on_readable as DoRead.
+  bool DoAdvanceAndRead(size_t consumed, size_t examined, ReadResult* result,
+                        ReadCallback* on_ready, ReadableCallback* on_readable);
   void DoCancelPendingRead();
   void DoCompleteReader(Status status);
 
@@ -427,6 +454,35 @@ class Pipe {
   FlushCallback pending_flush_ ABSL_GUARDED_BY(mu_);
   bool flush_waiting_ ABSL_GUARDED_BY(mu_) = false;
 };
+
+// The calls made for every request, defined here so that a caller reaches the pipe's work in one
+// call.
+
+inline bool PipeWriter::Flush(FlushResult* result, FlushCallback on_done) {
+  return pipe_->DoFlush(result, &on_done);
+}
+
+inline bool PipeReader::Read(ReadResult* result, ReadCallback on_ready) {
+  return pipe_->DoRead(result, &on_ready, nullptr);
+}
+
+inline bool PipeReader::ReadOrNotify(ReadResult* result, ReadableCallback on_readable) {
+  return pipe_->DoRead(result, nullptr, &on_readable);
+}
+
+inline Status PipeReader::AdvanceTo(size_t consumed, size_t examined) {
+  return pipe_->DoAdvanceTo(consumed, examined);
+}
+
+inline bool PipeReader::AdvanceAndRead(size_t consumed, size_t examined, ReadResult* result,
+                                       ReadCallback on_ready) {
+  return pipe_->DoAdvanceAndRead(consumed, examined, result, &on_ready, nullptr);
+}
+
+inline bool PipeReader::AdvanceAndReadOrNotify(size_t consumed, size_t examined, ReadResult* result,
+                                               ReadableCallback on_readable) {
+  return pipe_->DoAdvanceAndRead(consumed, examined, result, nullptr, &on_readable);
+}
 
 }  // namespace sluice
 

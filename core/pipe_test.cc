@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -319,6 +320,217 @@ TEST_P(PipeTest, ReadingTwiceWithoutAdvanceIsAnError) {
   EXPECT_EQ(pipe.reader().AdvanceTo(4).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(pipe.reader().AdvanceTo(2, 1).code(), StatusCode::kInvalidArgument);
   ASSERT_TRUE(pipe.reader().AdvanceTo(3).ok());
+}
+
+TEST_P(PipeTest, AdvanceAndReadReturnsWhatWasNotConsumedAtOnce) {
+  Pipe pipe(Options());
+  WriteAndFlush(pipe, "abcdef");
+  ReadResult r;
+  ASSERT_TRUE(pipe.reader().Read(&r, nullptr));
+  // Consumed 2, examined 2: the other 4 bytes are unexamined, so the read completes now.
+  ASSERT_TRUE(pipe.reader().AdvanceAndRead(2, 2, &r, nullptr));
+  EXPECT_TRUE(r.status.ok());
+  EXPECT_EQ(r.buffer.ToString(), "cdef");
+  EXPECT_EQ(pipe.unconsumed_bytes(), 4u);
+  ASSERT_TRUE(pipe.reader().AdvanceTo(4).ok());
+  EXPECT_EQ(pipe.unconsumed_bytes(), 0u);
+}
+
+TEST_P(PipeTest, AdvanceAndReadPastPartialDataWaitsForNewBytes) {
+  Pipe pipe(Options());
+  WriteAndFlush(pipe, "GET /");
+  ReadResult r;
+  ASSERT_TRUE(pipe.reader().Read(&r, nullptr));
+  std::string seen;
+  int called = 0;
+  // Consumed 3 of 5, examined all: waits for bytes beyond the examined 5.
+  ASSERT_FALSE(pipe.reader().AdvanceAndRead(3, 5, &r, [&](ReadResult later) {
+    ++called;
+    seen = later.buffer.ToString();
+    ASSERT_TRUE(pipe.reader().AdvanceTo(later.buffer.size()).ok());
+  }));
+  EXPECT_EQ(called, 0);
+  EXPECT_EQ(pipe.unconsumed_bytes(), 2u);
+  WriteAndFlush(pipe, " HTTP");
+  EXPECT_EQ(called, 1);
+  EXPECT_EQ(seen, " / HTTP");
+}
+
+TEST_P(PipeTest, AdvanceAndReadOrNotifyWaitsWithoutTakingARead) {
+  Pipe pipe(Options());
+  WriteAndFlush(pipe, "first");
+  ReadResult r;
+  ASSERT_TRUE(pipe.reader().ReadOrNotify(&r, nullptr));
+  int notified = 0;
+  ASSERT_FALSE(pipe.reader().AdvanceAndReadOrNotify(5, 5, &r, [&] { ++notified; }));
+  WriteAndFlush(pipe, "second");
+  EXPECT_EQ(notified, 1);
+  WriteAndFlush(pipe, "third");
+  EXPECT_EQ(notified, 1);
+  // Nothing was read for the caller: AdvanceTo is refused and a Read takes both flushes.
+  EXPECT_EQ(pipe.reader().AdvanceTo(0).code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(pipe.reader().Read(&r, nullptr));
+  EXPECT_EQ(r.buffer.ToString(), "secondthird");
+  // Completes at once when unexamined bytes remain.
+  ASSERT_TRUE(pipe.reader().AdvanceAndReadOrNotify(6, 6, &r, [&] { ++notified; }));
+  EXPECT_EQ(r.buffer.ToString(), "third");
+  ASSERT_TRUE(pipe.reader().AdvanceTo(5).ok());
+  EXPECT_EQ(notified, 1);
+}
+
+TEST_P(PipeTest, AdvanceAndReadWithoutAPrecedingReadFailsAndLeavesNothingWaiting) {
+  Pipe pipe(Options());
+  ReadResult r;
+  bool called = false;
+  ASSERT_TRUE(pipe.reader().AdvanceAndRead(0, 0, &r, [&](ReadResult) { called = true; }));
+  EXPECT_EQ(r.status.code(), StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(r.is_completed);
+  WriteAndFlush(pipe, "x");
+  EXPECT_FALSE(called);
+  // The pipe is as it was: a plain read works.
+  ASSERT_TRUE(pipe.reader().Read(&r, nullptr));
+  EXPECT_TRUE(r.status.ok());
+  EXPECT_EQ(r.buffer.ToString(), "x");
+  ASSERT_TRUE(pipe.reader().AdvanceTo(1).ok());
+}
+
+TEST_P(PipeTest, AdvanceAndReadOutOfRangeFailsAndKeepsTheReadOutstanding) {
+  Pipe pipe(Options());
+  WriteAndFlush(pipe, "abc");
+  ReadResult r;
+  ASSERT_TRUE(pipe.reader().Read(&r, nullptr));
+  ReadResult again;
+  ASSERT_TRUE(pipe.reader().AdvanceAndRead(4, 4, &again, nullptr));
+  EXPECT_EQ(again.status.code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(pipe.reader().AdvanceAndReadOrNotify(2, 1, &again, nullptr));
+  EXPECT_EQ(again.status.code(), StatusCode::kInvalidArgument);
+  // Nothing was consumed; the first read is still the outstanding one.
+  EXPECT_EQ(pipe.unconsumed_bytes(), 3u);
+  ASSERT_TRUE(pipe.reader().AdvanceTo(3).ok());
+}
+
+TEST_P(PipeTest, AdvanceAndReadSeesTheWritersCompletion) {
+  Pipe pipe(Options());
+  WriteAndFlush(pipe, "ab");
+  ReadResult r;
+  ASSERT_TRUE(pipe.reader().Read(&r, nullptr));
+  pipe.writer().Complete(UnavailableError("gone"));
+  ASSERT_TRUE(pipe.reader().AdvanceAndRead(2, 2, &r, nullptr));
+  EXPECT_TRUE(r.is_completed);
+  EXPECT_TRUE(r.buffer.empty());
+  EXPECT_EQ(r.status.code(), StatusCode::kUnavailable);
+  ASSERT_TRUE(pipe.reader().AdvanceTo(0).ok());
+}
+
+TEST_P(PipeTest, AdvanceAndReadSeesACancellation) {
+  Pipe pipe(Options());
+  WriteAndFlush(pipe, "ab");
+  ReadResult r;
+  ASSERT_TRUE(pipe.reader().Read(&r, nullptr));
+  pipe.reader().CancelPendingRead();
+  ASSERT_TRUE(pipe.reader().AdvanceAndRead(2, 2, &r, nullptr));
+  EXPECT_TRUE(r.is_canceled);
+  EXPECT_TRUE(r.status.ok());
+  ASSERT_TRUE(pipe.reader().AdvanceTo(0).ok());
+  // The cancellation was taken: the next read waits.
+  ASSERT_FALSE(pipe.reader().Read(&r, nullptr));
+}
+
+TEST_P(PipeTest, AdvanceAndReadAfterTheReaderCompletedIsAnError) {
+  Pipe pipe(Options());
+  WriteAndFlush(pipe, "ab");
+  ReadResult r;
+  ASSERT_TRUE(pipe.reader().Read(&r, nullptr));
+  pipe.reader().Complete();
+  ASSERT_TRUE(pipe.reader().AdvanceAndRead(2, 2, &r, nullptr));
+  EXPECT_EQ(r.status.code(), StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(r.is_completed);
+}
+
+TEST_P(PipeTest, AdvanceAndReadRunsTheResumedFlushFirstAndReadsWhatItWrote) {
+  Pipe pipe(Options(/*pause=*/100, /*resume=*/50));
+  ASSERT_TRUE(pipe.writer().Write(std::string(120, 'x')).ok());
+  FlushResult fr;
+  bool resumed = false;
+  ASSERT_FALSE(pipe.writer().Flush(&fr, [&](FlushResult) {
+    resumed = true;
+    // The writer continues inside the reader's call: the read that follows sees this.
+    ASSERT_TRUE(pipe.writer().Write("yz").ok());
+    FlushResult again;
+    ASSERT_TRUE(pipe.writer().Flush(&again, nullptr));
+  }));
+  ReadResult r;
+  ASSERT_TRUE(pipe.reader().Read(&r, nullptr));
+  // 20 left: below resume, so the flush completes within the call.
+  ASSERT_TRUE(pipe.reader().AdvanceAndRead(100, 120, &r, nullptr));
+  EXPECT_TRUE(resumed);
+  EXPECT_EQ(r.buffer.ToString(), std::string(20, 'x') + "yz");
+  ASSERT_TRUE(pipe.reader().AdvanceTo(r.buffer.size()).ok());
+}
+
+TEST_P(PipeTest, AdvanceAndReadFromAReadCallbackChainsReads) {
+  Pipe pipe(Options());
+  std::string seen;
+  // Each callback consumes what it got and reads on from inside the callback, as an event
+  // loop's reader does.
+  std::function<void(ReadResult)> on_read = [&](ReadResult got) {
+    seen += got.buffer.ToString() + "|";
+    ReadResult next;
+    while (pipe.reader().AdvanceAndRead(got.buffer.size(), got.buffer.size(), &next, on_read)) {
+      if (!next.status.ok()) {
+        seen += "error";
+        return;
+      }
+      seen += next.buffer.ToString() + "|";
+      got = next;
+    }
+  };
+  ReadResult r;
+  ASSERT_FALSE(pipe.reader().Read(&r, on_read));
+  WriteAndFlush(pipe, "one");
+  WriteAndFlush(pipe, "two");
+  EXPECT_EQ(seen, "one|two|");
+  EXPECT_EQ(pipe.unconsumed_bytes(), 0u);
+}
+
+TEST_P(PipeTest, ToIovecsAndFirstSpanOfOneSegmentStartAtTheUnconsumedBytes) {
+  Pipe pipe(Options());
+  WriteAndFlush(pipe, "hello world");
+  ReadResult r;
+  ASSERT_TRUE(pipe.reader().Read(&r, nullptr));
+  ASSERT_TRUE(pipe.reader().AdvanceAndRead(2, 2, &r, nullptr));
+  auto first = r.buffer.FirstSpan();
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(first.data()), first.size()), "llo world");
+  struct iovec iov[2];
+  ASSERT_EQ(r.buffer.ToIovecs(4, iov, 2), 1u);
+  EXPECT_EQ(std::string(static_cast<const char*>(iov[0].iov_base), iov[0].iov_len), "world");
+  EXPECT_EQ(r.buffer.ToIovecs(9, iov, 2), 0u);   // at the end
+  EXPECT_EQ(r.buffer.ToIovecs(20, iov, 2), 0u);  // past it
+  EXPECT_EQ(r.buffer.ToIovecs(0, iov, 0), 0u);   // no room
+  ASSERT_TRUE(pipe.reader().AdvanceTo(9).ok());
+  ASSERT_FALSE(pipe.reader().Read(&r, nullptr));
+  ReadResult none;
+  EXPECT_TRUE(none.buffer.FirstSpan().empty());
+  EXPECT_EQ(none.buffer.ToIovecs(0, iov, 2), 0u);
+}
+
+TEST_P(PipeTest, FirstSpanAndToIovecsSkipAnEmptyHeadSegment) {
+  Pipe pipe(Options(0, 0));
+  // A small span left unwritten, then one too large for its block: the first segment stays empty.
+  ASSERT_FALSE(pipe.writer().GetSpan(1).empty());
+  auto span = pipe.writer().GetSpan(100000);
+  ASSERT_GE(span.size(), 100000u);
+  std::memset(span.data(), 'q', 100000);
+  ASSERT_TRUE(pipe.writer().Advance(100000).ok());
+  FlushResult fr;
+  ASSERT_TRUE(pipe.writer().Flush(&fr, nullptr));
+  ReadResult r;
+  ASSERT_TRUE(pipe.reader().Read(&r, nullptr));
+  EXPECT_EQ(r.buffer.FirstSpan().size(), 100000u);
+  struct iovec iov[4];
+  ASSERT_EQ(r.buffer.ToIovecs(10, iov, 4), 1u);
+  EXPECT_EQ(iov[0].iov_len, 100000u - 10);
+  ASSERT_TRUE(pipe.reader().AdvanceTo(100000).ok());
 }
 
 TEST_P(PipeTest, LargeSizeHintGetsOneContiguousUnpooledBlock) {

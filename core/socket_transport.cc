@@ -582,16 +582,33 @@ void SocketConnection::OnOutputReadable() {
 }
 
 bool SocketConnection::ReadOutput(ReadResult* result) {
-  if (!output_.reader().ReadOrNotify(result, MakeOutputReadableCallback())) {
+  return CheckOutputRead(output_.reader().ReadOrNotify(result, MakeOutputReadableCallback()),
+                         *result);
+}
+
+bool SocketConnection::ReadMoreOutput(size_t sent, ReadResult* result) {
+  const bool ready =
+      output_.reader().AdvanceAndReadOrNotify(sent, sent, result, MakeOutputReadableCallback());
+  // The advance may have resumed the application's flush, whose callback ran in the call.
+  if (closed_) return false;
+  return CheckOutputRead(ready, *result);
+}
+
+bool SocketConnection::CheckOutputRead(bool ready, const ReadResult& result) {
+  if (!ready) {
     output_waiting_ = true;
     return false;
   }
-  if (!result->is_completed && !result->status.ok()) {
-    // Our own misuse of the pipe; never the peer's doing.
-    Terminate(InternalError("output pipe: " + result->status.ToString()), /*reset=*/true);
+  if (!result.is_completed && !result.status.ok()) {
+    OutputPipeMisused(result.status);
     return false;
   }
   return true;
+}
+
+void SocketConnection::OutputPipeMisused(const Status& status) {
+  // Our own misuse of the pipe; never the peer's doing.
+  Terminate(InternalError("output pipe: " + status.ToString()), /*reset=*/true);
 }
 
 void SocketConnection::PumpOutput() {
@@ -601,9 +618,12 @@ void SocketConnection::PumpOutput() {
   }
   if (output_ended_ || output_waiting_ || !writable_ || connecting_ || closed_) return;
   struct iovec iov[kMaxIovecs];
+  // The previous pass's read, all sent: the next read advances past it.
+  size_t sent = 0;
+  bool advance_owed = false;
   while (true) {
     ReadResult result;
-    if (!ReadOutput(&result)) return;
+    if (!(advance_owed ? ReadMoreOutput(sent, &result) : ReadOutput(&result))) return;
     const size_t size = result.buffer.size();
     size_t written = 0;
     while (written < size) {
@@ -640,14 +660,14 @@ void SocketConnection::PumpOutput() {
       output_.reader().AdvanceTo(written, written).IgnoreError();
       return;
     }
-    const bool completed = result.is_completed;
-    Status status = std::move(result.status);
-    output_.reader().AdvanceTo(size, size).IgnoreError();
-    if (completed) {
+    if (result.is_completed) {
+      Status status = std::move(result.status);
+      output_.reader().AdvanceTo(size, size).IgnoreError();
       EndOutput(std::move(status));
       return;
     }
-    if (closed_) return;
+    sent = size;
+    advance_owed = true;
   }
 }
 

@@ -261,6 +261,14 @@ class SocketConnection : public std::enable_shared_from_this<SocketConnection>, 
   // The first step of both send loops (PumpOutput, SendOutput): reads the output pipe. False when
   // the read waits (the pipe calls back) or the pipe was misused (the connection is terminated).
   bool ReadOutput(ReadResult* result);
+  // ReadOutput after the whole last read, `sent` bytes, went out: the advance past them and the
+  // next read are one pipe call (PipeReader::AdvanceAndReadOrNotify).
+  bool ReadMoreOutput(size_t sent, ReadResult* result);
+  // The end of both: the read completed (`ready`) without misuse.
+  bool CheckOutputRead(bool ready, const ReadResult& result);
+  // Terminates the connection for a misuse of the output pipe (`status`). Apart, and never
+  // inlined: the string it builds would weigh on every read's call frame.
+  [[gnu::cold, gnu::noinline]] void OutputPipeMisused(const Status& status);
   void PumpOutput();
   void OnOutputReadable();
   void EndOutput(Status status);

@@ -125,10 +125,18 @@ void Client::PumpInput() {
     ReadResult in;
     // 16 bytes of trivially copyable capture: the Callback keeps it in place, no allocation. The
     // result is taken by reference: the Callback passes it on as an rvalue, so no copy is made.
-    const bool ready = In().Read(&in, [this, generation](ReadResult&& later) {
+    auto on_ready = [this, generation](ReadResult&& later) {
       if (generation != generation_) return;
       if (OnRead(later)) PumpInput();
-    });
+    };
+    bool ready;
+    if (advance_owed_) {
+      // What the last OnInput consumed is freed by the same call that reads on.
+      advance_owed_ = false;
+      ready = In().AdvanceAndRead(advance_consumed_, advance_examined_, &in, on_ready);
+    } else {
+      ready = In().Read(&in, on_ready);
+    }
     if (!ready) return;
     if (!OnRead(in)) return;
   }
@@ -246,6 +254,7 @@ void Client::CheckTimeout(int64_t now) {
 
 void Client::CloseSocket() {
   ++generation_;
+  advance_owed_ = false;  // the input it was for goes with the connection
   if (open()) {
     // Completing our input side first drops our pending read callback.
     In().Complete();

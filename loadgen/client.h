@@ -88,9 +88,9 @@ class Client {
   [[nodiscard]] virtual Status CheckAlpn(std::string_view alpn) const = 0;
   // A connection is open: start the protocol on it.
   virtual void OnOpen() = 0;
-  // What the server sent (`in.status` is OK or the input completed). Consumes what it used,
-  // records completions, sends what is due (FillPipeline). Returns false if the connection was
-  // dropped meanwhile.
+  // What the server sent (`in.status` is OK or the input completed). Consumes what it used
+  // (AdvanceInput), records completions, sends what is due (FillPipeline). Returns false if the
+  // connection was dropped meanwhile.
   virtual bool OnInput(ReadResult& in, int64_t now) = 0;
   // Requests that may go out now on the open connection, whatever the schedule says.
   virtual size_t Sendable() const = 0;
@@ -111,6 +111,14 @@ class Client {
   // (Kept from the transport when it opens: no virtual call per use.)
   PipeReader& In() { return *in_; }
   PipeWriter& Out() { return *out_; }
+  // Says how much of the input OnInput was given it consumed and examined (as
+  // PipeReader::AdvanceTo, which OnInput then does not call). The advance is made with the next
+  // read (PipeReader::AdvanceAndRead), right after OnInput returns: one pipe call, not two.
+  void AdvanceInput(size_t consumed, size_t examined) {
+    advance_consumed_ = consumed;
+    advance_examined_ = examined;
+    advance_owed_ = true;
+  }
   // Bumped whenever the connection changes: a callback or a caller that saw another generation
   // must stop.
   uint64_t generation() const { return generation_; }
@@ -158,6 +166,10 @@ class Client {
   bool ever_connected_ = false;
   int connect_failures_ = 0;
   bool flush_pending_ = false;
+  // AdvanceInput's advance, not made yet.
+  bool advance_owed_ = false;
+  size_t advance_consumed_ = 0;
+  size_t advance_examined_ = 0;
   int64_t next_intended_ns_ = 0;
 };
 

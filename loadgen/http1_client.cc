@@ -149,7 +149,7 @@ bool Http1Client::OnInput(ReadResult& in, int64_t now) {
   }
   w_->RecordRead(offset, now);
   // Examined everything: the next read waits for new bytes.
-  In().AdvanceTo(offset, buffer.size()).IgnoreError();
+  AdvanceInput(offset, buffer.size());
   if (!bad.ok()) {
     w_->CountError(&ErrorCounts::bad_response, bad, now);
     Drop(now);

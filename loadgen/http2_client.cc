@@ -104,7 +104,7 @@ bool Http2Client::OnInput(ReadResult& in, int64_t now) {
   const Status s = session_->OnInput(in.buffer, 0, &consumed, &out_, this);
   if (generation != this->generation()) return false;
   w_->RecordRead(consumed, now);
-  In().AdvanceTo(consumed, in.buffer.size()).IgnoreError();
+  AdvanceInput(consumed, in.buffer.size());
   if (!s.ok()) {
     Fail(s, now);
     return false;
