@@ -55,13 +55,8 @@ BufferSequence::Iterator BufferSequence::begin() const {
 
 BufferSequence::Iterator BufferSequence::end() const { return Iterator(); }
 
-std::span<const uint8_t> BufferSequence::FirstSpan() const {
+std::span<const uint8_t> BufferSequence::FirstSpanPastEmpty() const {
   if (size_ == 0) return {};
-  // Usually the head segment holds bytes: its chunk, without the iterator's walk.
-  const size_t end = head_ == tail_ ? tail_end_ : head_->end;
-  if (end > head_offset_) {
-    return {head_->block.data() + head_offset_, std::min(end - head_offset_, size_)};
-  }
   return *begin();
 }
 

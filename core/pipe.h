@@ -46,6 +46,7 @@
 
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -102,8 +103,17 @@ class BufferSequence {
   Iterator begin() const;
   Iterator end() const;
 
-  // The first contiguous chunk (empty if the sequence is empty).
-  std::span<const uint8_t> FirstSpan() const;
+  // The first contiguous chunk (empty if the sequence is empty). Inline where the head segment
+  // holds bytes (nearly always): a parser's first look at every read.
+  std::span<const uint8_t> FirstSpan() const {
+    if (size_ != 0) {
+      const size_t end = head_ == tail_ ? tail_end_ : head_->end;
+      if (end > head_offset_) {
+        return {head_->block.data() + head_offset_, std::min(end - head_offset_, size_)};
+      }
+    }
+    return FirstSpanPastEmpty();
+  }
 
   // Fills up to `max_iov` iovecs with the bytes starting at `offset`.
   // Returns the number of iovecs used.
@@ -123,6 +133,9 @@ class BufferSequence {
 
  private:
   friend class Pipe;
+  // FirstSpan when the head segment holds no bytes (or the sequence is empty).
+  std::span<const uint8_t> FirstSpanPastEmpty() const;
+
   // The last segment's `end` may still be moving (the writer appends to
   // it), so the sequence carries its own snapshot of where it ends.
   const pipe_internal::Segment* head_ = nullptr;

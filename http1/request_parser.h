@@ -202,7 +202,7 @@ class RequestParser {
     // Nearly every head starts in the first chunk and ends there too: parsed in place (inline:
     // this is the connection's call per request).
     if (!scanner_.resuming() && offset < input.size()) {
-      const std::span<const uint8_t> first = *input.begin();
+      const std::span<const uint8_t> first = input.FirstSpan();
       if (offset < first.size()) {
         const size_t consumed = ParseInPlace(reinterpret_cast<const char*>(first.data()) + offset,
                                              first.size() - offset, head);
