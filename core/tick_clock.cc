@@ -105,6 +105,14 @@ void TickClock::RunPieceEnds(uint64_t end_ticks) {
   for (int i = 0; i < n; ++i) calls[i].fn(calls[i].arg, end_ticks);
 }
 
+void TickClock::ForgetPieceEnd(PieceEnd fn, void* arg) {
+  int kept = 0;
+  for (int i = 0; i < piece_end_count_; ++i) {
+    if (piece_ends_[i].fn != fn || piece_ends_[i].arg != arg) piece_ends_[kept++] = piece_ends_[i];
+  }
+  piece_end_count_ = kept;
+}
+
 int64_t TickClock::ToUnixNanos(uint64_t ticks) {
   const Calibration& c = calibration();
   const double delta = static_cast<double>(static_cast<int64_t>(ticks - c.ticks0));

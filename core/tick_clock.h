@@ -94,6 +94,9 @@ class TickClock {
     piece_ends_[piece_end_count_++] = {fn, arg};
     return true;
   }
+  // Drops this thread's registrations of fn(arg), for an `arg` that goes before its piece ends.
+  // Registrations on other threads stay: an `arg` must outlive those.
+  static void ForgetPieceEnd(PieceEnd fn, void* arg);
 
   // While it lives, PassTicks() is `ticks`, an earlier piece's stamp: for work this piece starts
   // on behalf of one that arrived then (a request held back), so that its measure counts the

@@ -146,6 +146,18 @@ TEST(TickClock, ACallbackThatRegistersAgainWaitsForTheFollowingPiece) {
   TickClock::ClearPass();
 }
 
+TEST(TickClock, AForgottenPieceEndIsNotCalled) {
+  PieceEndLog gone, kept;
+  TickClock::StampPass();
+  ASSERT_TRUE(TickClock::AtPieceEnd(&LogPieceEnd, &gone));
+  ASSERT_TRUE(TickClock::AtPieceEnd(&LogPieceEnd, &kept));
+  TickClock::ForgetPieceEnd(&LogPieceEnd, &gone);
+  TickClock::EndPass();
+  EXPECT_EQ(gone.calls, 0);
+  EXPECT_EQ(kept.calls, 1);
+  TickClock::ClearPass();
+}
+
 TEST(TickClock, PieceEndsBeyondTheSlotsAreRefused) {
   PieceEndLog logs[TickClock::kMaxPieceEnds + 1];
   TickClock::StampPass();

@@ -142,8 +142,12 @@ void Response::StopTelemetry() {
 }
 
 void Response::Finishing() {
-  // Callbacks may add callbacks: run by index.
-  for (; on_end_run_ < on_end_.size(); ++on_end_run_) on_end_[on_end_run_](*this);
+  // Callbacks may add callbacks: run by index, each moved out first, since adding may move the
+  // vector's callbacks (and a Callback keeps its capture in place) while it runs.
+  for (; on_end_run_ < on_end_.size(); ++on_end_run_) {
+    Callback<void(Response&)> fn = std::move(on_end_[on_end_run_]);
+    fn(*this);
+  }
   StopTelemetry();
 }
 

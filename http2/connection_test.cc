@@ -466,10 +466,12 @@ TEST_F(ConnectionTest, AnswersOnTheLoopTakeTheirDateFromItsPassTime) {
     }
   });
   if (answered_at - primed_at >= std::chrono::milliseconds(900)) {
+    (void)http::DateCache::ForThisThread().At(0);
     GTEST_SKIP() << "the loop took most of a second to answer: the cached second is over";
   }
   EXPECT_EQ(date, "Sun, 06 Nov 1994 08:49:37 GMT");
   EndAll({&a});
+  OnLoop([] { (void)http::DateCache::ForThisThread().At(0); });  // later tests: a fresh read
 }
 
 TEST_F(ConnectionTest, ARepeatedRequestHeadReachesTheHandlerAsTheFirstDid) {

@@ -317,6 +317,40 @@ class Thrower : public telemetry::Listener {
   void OnRequestStop(const ExchangeRecord&) override { throw std::runtime_error("bug"); }
 };
 
+TEST_P(TelemetryTest, AnEndCallbackThatAddsEndCallbacksKeepsItsCaptures) {
+  // The running callback's captures (two shared_ptrs, kept in place by Callback) must survive the
+  // callbacks it adds, which grow the list it sits in.
+  auto ends = std::make_shared<std::vector<std::string>>();
+  auto mu = std::make_shared<std::mutex>();
+  middleware_.push_back([ends, mu](http::Request&, http::Response& res, const http::Next& next) {
+    res.OnEnd([ends, mu](http::Response& done) {
+      for (int i = 0; i < 16; ++i) {
+        done.OnEnd([ends, mu, i](http::Response&) {
+          std::lock_guard<std::mutex> lock(*mu);
+          ends->push_back("added " + std::to_string(i));
+        });
+      }
+      std::lock_guard<std::mutex> lock(*mu);  // the captures, after the list grew
+      ends->push_back("first");
+    });
+    next();
+  });
+  Start(telemetry::HookStyle::kOff);
+  EXPECT_EQ(Exchange(Get("/plaintext")).status, 200);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(*mu);
+      if (ends->size() == 17u || std::chrono::steady_clock::now() > until) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::lock_guard<std::mutex> lock(*mu);
+  ASSERT_EQ(ends->size(), 17u);
+  EXPECT_EQ(ends->front(), "first");
+  EXPECT_EQ(ends->back(), "added 15");
+}
+
 TEST_P(TelemetryTest, AThrowingListenerDoesNotBreakRequests) {
   Start(telemetry::HookStyle::kListener);
   server_->hooks()->Subscribe(std::make_shared<Thrower>());
