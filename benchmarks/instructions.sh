@@ -79,9 +79,11 @@ client: runs `taskset -c CLIENT_CPU valgrind --tool=callgrind CLIENT_CMD` twice 
     --cpu LIST            taskset CPU list of the client (default 1)
     --out DIR, --client-timeout S   as for server mode
 
-Valgrind options may be added through VALGRIND_OPTS (valgrind reads it itself). sluice's servers
-run under callgrind over either transport, but loadgen over io_uring (SLUICE_TRANSPORT=io_uring,
---transport io_uring) never completes under valgrind 3.19: measure loadgen over epoll.
+Valgrind options may be added through VALGRIND_OPTS (valgrind reads it itself). Measure sluice's
+programs over epoll (SLUICE_TRANSPORT unset or epoll): valgrind 3.19 keeps its scheduler lock
+while a thread waits in io_uring_enter, so over io_uring a process can hang whenever another of
+its threads still has work to do. loadgen never completes; a server sometimes never starts,
+because its main thread waits for the loop thread, which is already waiting for completions.
 
 Examples:
   # sluice's plaintext server, one event loop, against loadgen -c 64
