@@ -167,8 +167,9 @@ bool Connection::ProcessPass(const ReadResult& read) {
       StartExchange();
       continue;
     }
-    // Most requests have no body: nothing to deliver or drop.
-    if (body_state_ != BodyState::kNone) offset = PumpBody(buffer, offset);
+    // Most requests have no body: nothing to deliver or drop. While the handler runs on a worker,
+    // body_state_ is the worker's (StartBody): not even read here (PumpBody leaves it alone then).
+    if (!handler_on_worker_ && body_state_ != BodyState::kNone) offset = PumpBody(buffer, offset);
     if (MaybeFinishExchange()) continue;
     examined_all = true;  // waiting for body bytes, a handler or a flush
     break;
