@@ -14,6 +14,15 @@
 #include <string_view>
 
 namespace sluice {
+
+// The sizeof(Word) bytes at `p` as an unsigned word in host byte order (no alignment needed):
+// for word-at-a-time scans and compares.
+template <typename Word>
+inline Word LoadWord(const char* p) {
+  Word w;
+  std::memcpy(&w, p, sizeof(w));
+  return w;
+}
 namespace bytes_internal {
 
 // For sizeof(Word) <= n <= 2 * sizeof(Word): the first and the last Word of a and b are equal

@@ -10,6 +10,8 @@
 #include <emmintrin.h>
 #endif
 
+#include "core/bytes.h"
+
 namespace sluice::http1 {
 
 namespace {
@@ -24,12 +26,6 @@ constexpr uint64_t kHighBits = 0x8080808080808080;
 constexpr uint64_t HasByteBelow(uint64_t w, uint8_t n) { return (w - kOnes * n) & ~w & kHighBits; }
 // Nonzero if some byte of `w` equals `b`.
 constexpr uint64_t HasByte(uint64_t w, uint8_t b) { return HasByteBelow(w ^ (kOnes * b), 1); }
-
-uint64_t Load64(const char* p) {
-  uint64_t w;
-  std::memcpy(&w, p, sizeof(w));
-  return w;
-}
 
 // The first byte of the 8 at `p` that `valid` refuses among those whose high bit is set in
 // `flagged` (a `suspicious` mask), or 8. Visits only the flagged bytes, in address order (on a
@@ -58,7 +54,7 @@ size_t FindInvalid(std::string_view s, Suspicious suspicious, Valid valid) {
   const size_t n = s.size();
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const uint64_t flagged = suspicious(Load64(s.data() + i));
+    const uint64_t flagged = suspicious(LoadWord<uint64_t>(s.data() + i));
     if (flagged == 0) continue;
     const size_t k = FirstInvalidFlagged(s.data() + i, flagged, valid);
     if (k < 8) return i + k;
@@ -66,7 +62,8 @@ size_t FindInvalid(std::string_view s, Suspicious suspicious, Valid valid) {
   if (i == n) return n;
   if (std::endian::native == std::endian::little && n >= 8) {
     const size_t checked = i - (n - 8);  // 1..7 bytes of the last word
-    const uint64_t flagged = suspicious(Load64(s.data() + n - 8)) & (~uint64_t{0} << (8 * checked));
+    const uint64_t flagged =
+        suspicious(LoadWord<uint64_t>(s.data() + n - 8)) & (~uint64_t{0} << (8 * checked));
     if (flagged == 0) return n;
     const size_t k = FirstInvalidFlagged(s.data() + n - 8, flagged, valid);
     return k < 8 ? n - 8 + k : n;
@@ -150,7 +147,7 @@ size_t FindInvalidTargetChar(std::string_view s, size_t* question_mark) {
     // bytes above a real one), so the first suspicious byte is found with one count of trailing
     // zeros.
     while (i + 8 <= n) {
-      const uint64_t w = Load64(p + i);
+      const uint64_t w = LoadWord<uint64_t>(p + i);
       uint64_t flagged = SuspiciousTargetWord(w);
       if (question == n) flagged |= HasByte(w, '?');
       if (flagged == 0) {
@@ -281,7 +278,7 @@ std::string_view ParseFieldLineUntilCrlf(std::string_view input, Header* out, si
     }
 #endif
     if (std::endian::native == std::endian::little && bad + 8 <= n) {
-      const uint64_t w = Load64(p + bad);
+      const uint64_t w = LoadWord<uint64_t>(p + bad);
       const uint64_t flagged = HasByteBelow(w, 0x20) | HasByte(w, 0x7f);
       if (flagged == 0) {
         bad += 8;

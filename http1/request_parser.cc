@@ -52,20 +52,6 @@ Method MethodFromToken(std::string_view m) {
   return Method::kOther;
 }
 
-// The 8 bytes at `p` as a word, for comparing with another loaded the same way.
-uint64_t Load64(const char* p) {
-  uint64_t w;
-  std::memcpy(&w, p, sizeof(w));
-  return w;
-}
-
-// The same for 4 bytes.
-uint32_t Load32(const char* p) {
-  uint32_t w;
-  std::memcpy(&w, p, sizeof(w));
-  return w;
-}
-
 constexpr bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 constexpr bool IsAlpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 
@@ -275,8 +261,9 @@ ParseOutcome RequestParser::CheckRequestLine(std::string_view line) {
   }
   const std::string_view version = line.substr(line.size() - kVersionLen);
   // The two versions served, each compared as one 8-byte word; anything else is told apart below.
-  const uint64_t version_word = Load64(version.data());
-  if (version_word != Load64("HTTP/1.1") && version_word != Load64("HTTP/1.0")) {
+  const uint64_t version_word = LoadWord<uint64_t>(version.data());
+  if (version_word != LoadWord<uint64_t>("HTTP/1.1") &&
+      version_word != LoadWord<uint64_t>("HTTP/1.0")) {
     if (version.substr(0, 5) != "HTTP/" || !IsDigit(version[5]) || version[6] != '.' ||
         !IsDigit(version[7])) {
       return Fail(400, "malformed HTTP version");
@@ -326,7 +313,7 @@ size_t RequestParser::ParseInPlace(const char* data, size_t size, RequestHead* h
   // CheckRequestLine would split it the same way.
   size_t method_len = 0;
   // The method of nearly every request, in one compare.
-  const bool get = size >= 4 && Load32(data) == Load32("GET ");
+  const bool get = size >= 4 && LoadWord<uint32_t>(data) == LoadWord<uint32_t>("GET ");
   if (get) {
     method_len = 3;
   } else {
@@ -344,11 +331,11 @@ size_t RequestParser::ParseInPlace(const char* data, size_t size, RequestHead* h
       data[version + kVersionLen] != '\r' || data[version + kVersionLen + 1] != '\n') {
     return 0;
   }
-  const uint64_t version_word = Load64(data + version);
+  const uint64_t version_word = LoadWord<uint64_t>(data + version);
   uint8_t version_minor;
-  if (version_word == Load64("HTTP/1.1")) {
+  if (version_word == LoadWord<uint64_t>("HTTP/1.1")) {
     version_minor = 1;
-  } else if (version_word == Load64("HTTP/1.0")) {
+  } else if (version_word == LoadWord<uint64_t>("HTTP/1.0")) {
     version_minor = 0;
   } else {
     return 0;
