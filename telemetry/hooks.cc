@@ -82,6 +82,15 @@ void ListenersByEvent::Add(Listener* listener) {
     sampled_stop.push_back(listener);
     sampled_stop_reads_duration |= reads_duration;
   }
+  // Whether each list's listeners all take kNoThrow, kept as the count of those that do not.
+  if ((events & kNoThrow) == 0) {
+    if (events & kStartEvents) ++guarded_start;
+    if (events & (kStopEvents | kSampledStopEvents)) ++guarded_stop;
+  }
+  sole_start = start.size() == 1 && guarded_start == 0 ? start[0] : nullptr;
+  sole_stop = stop.size() == 1 && sampled_stop.empty() && guarded_stop == 0 && !stop_reads_duration
+                  ? stop[0]
+                  : nullptr;
 }
 
 Hooks::Hooks() = default;
@@ -136,6 +145,9 @@ void Hooks::Each(const std::vector<Listener*>& listeners, Call call) {
   }
 }
 
+// The start and the stop call a sole listener (ListenersByEvent::sole_start, sole_stop) as their
+// last step, with nothing to guard or undo after it, so the call is a jump and the event site
+// keeps no frame of its own; anything else goes through the guarded loops below.
 void Hooks::StartSlow(ExchangeRecord& record) {
   const List* list = current_.load(std::memory_order_acquire);
   if (list == nullptr) return;  // the last listener left since active() was read
@@ -143,6 +155,11 @@ void Hooks::StartSlow(ExchangeRecord& record) {
   record.listeners = list;
   record.head_reported = list->head.empty();  // nobody takes it: the head site skips the call
   record.start_ticks = TickClock::PassTicksOrNow();  // see ExchangeRecord::start_ticks
+  if (list->sole_start != nullptr) return list->sole_start->OnRequestStart(record);
+  StartEach(list, record);
+}
+
+void Hooks::StartEach(const List* list, ExchangeRecord& record) {
   Each(list->start, [&](Listener& l) { l.OnRequestStart(record); });
 }
 
@@ -160,6 +177,17 @@ void Hooks::ErrorSlow(ExchangeRecord& record, ErrorType type, uint32_t code) {
 
 void Hooks::StopSlow(ExchangeRecord& record) {
   const List* list = static_cast<const List*>(record.listeners);
+  if (list->sole_stop != nullptr) {
+    // Detached first: the listener reads neither field, and the call is the last step.
+    record.duration_ns = 0;
+    record.hooks = nullptr;
+    record.listeners = nullptr;
+    return list->sole_stop->OnRequestStop(record);
+  }
+  StopEach(list, record);
+}
+
+void Hooks::StopEach(const List* list, ExchangeRecord& record) {
   record.duration_ns = list->StopReadsDuration(record)
                            ? TickClock::ToNanos(TickClock::Now() - record.start_ticks)
                            : 0;

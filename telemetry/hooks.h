@@ -27,7 +27,9 @@
 // once (ExchangeRecord::start_ticks), or not at all when its listeners measure durations
 // themselves (kStopIgnoresDuration: the HTTP server metrics, which share one reading among the
 // exchanges that end in one piece of their loop's pass). With subscribers, an event is one indirect
-// call per listener that takes it (Listener::events()); an event nobody takes costs a test.
+// call per listener that takes it (Listener::events()); an event nobody takes costs a test. A
+// start or stop whose one listener promises not to throw (kNoThrow) is a jump to it, with no
+// guard and no frame of the registry's (ListenersByEvent::sole_start, sole_stop).
 //
 // Contract for listeners (the header's promise to the server): callbacks run synchronously on
 // the thread that drives the exchange (a loop thread, or a handler's worker thread for the head
@@ -162,6 +164,10 @@ enum ListenerEvents : uint8_t {
   // start_ticks itself, as HttpServerMetrics does), so a stop heard only by such listeners reads
   // no clock.
   kStopIgnoresDuration = 32,
+  // The listener's callbacks never throw (an allocation failure aside, which ends the process as
+  // it would anywhere on a loop): when it is the only listener of an event, the registry calls it
+  // directly, a jump with no guard around it (the HTTP server metrics).
+  kNoThrow = 64,
 };
 
 class Listener {
@@ -186,6 +192,13 @@ struct ListenersByEvent {
   size_t added = 0;  // listeners added, whatever they take
   // Some listener in `stop` / `sampled_stop` reads duration_ns (not kStopIgnoresDuration).
   bool stop_reads_duration = false, sampled_stop_reads_duration = false;
+  // The one listener of the start / of every stop, when it is the only one, takes kNoThrow and
+  // (for the stop) reads no duration and shares the stop with no sampled-stop listener: the
+  // event site calls it directly. Null otherwise.
+  Listener* sole_start = nullptr;
+  Listener* sole_stop = nullptr;
+  // Listeners of the start / of a stop that do not take kNoThrow.
+  size_t guarded_start = 0, guarded_stop = 0;
 
   void Add(Listener* listener);
   // Whether the stop of `record` must measure duration_ns for its listeners.
@@ -240,6 +253,8 @@ class Hooks {
   void HeadSlow(ExchangeRecord& record);
   void ErrorSlow(ExchangeRecord& record, ErrorType type, uint32_t code);
   void StopSlow(ExchangeRecord& record);
+  [[gnu::noinline]] void StartEach(const List* list, ExchangeRecord& record);
+  [[gnu::noinline]] void StopEach(const List* list, ExchangeRecord& record);
   void Failed();
   template <typename Call>
   void Each(const std::vector<Listener*>& listeners, Call call);

@@ -359,6 +359,85 @@ TEST(Hooks, AnExchangeStartsWhenItsLoopPassBeganIfTheLoopStampsPasses) {
   Hooks::Stop(outside);
 }
 
+// Promises not to throw and measures no durations: the metrics' kind of listener.
+class NoThrowRecorder : public Recorder {
+ public:
+  uint8_t events() const override { return kAllEvents | kStopIgnoresDuration | kNoThrow; }
+};
+
+TEST(ListenersByEvent, OnlyALoneNoThrowListenerIsCalledDirectly) {
+  NoThrowRecorder quiet, quiet2;
+  Recorder guarded;
+  DurationBlind blind;  // reads no duration but may throw
+  class Sampled : public NoThrowRecorder {
+    uint8_t events() const override { return kSampledStopEvents | kNoThrow; }
+  } sampled;
+  class Timing : public NoThrowRecorder {  // reads duration_ns
+    uint8_t events() const override { return kStartEvents | kStopEvents | kNoThrow; }
+  } timing;
+
+  ListenersByEvent alone;
+  alone.Add(&quiet);
+  EXPECT_EQ(alone.sole_start, &quiet);
+  EXPECT_EQ(alone.sole_stop, &quiet);
+
+  ListenersByEvent two = alone;
+  two.Add(&quiet2);
+  EXPECT_EQ(two.sole_start, nullptr);
+  EXPECT_EQ(two.sole_stop, nullptr);
+
+  ListenersByEvent with_guarded;
+  with_guarded.Add(&guarded);
+  EXPECT_EQ(with_guarded.sole_start, nullptr);
+  EXPECT_EQ(with_guarded.sole_stop, nullptr);
+
+  ListenersByEvent may_throw;
+  may_throw.Add(&blind);
+  EXPECT_EQ(may_throw.sole_stop, nullptr);
+
+  ListenersByEvent with_sampled = alone;
+  with_sampled.Add(&sampled);
+  EXPECT_EQ(with_sampled.sole_start, &quiet);  // the sampled one takes no start
+  EXPECT_EQ(with_sampled.sole_stop, nullptr);  // a sampled exchange's stop has two to call
+
+  ListenersByEvent reads_duration;
+  reads_duration.Add(&timing);
+  EXPECT_EQ(reads_duration.sole_start, &timing);
+  EXPECT_EQ(reads_duration.sole_stop, nullptr);  // its stop must measure first
+}
+
+TEST(Hooks, ALoneNoThrowListenerHearsEveryEventAndTheRecordIsDetached) {
+  Hooks hooks;
+  auto quiet = std::make_shared<NoThrowRecorder>();
+  hooks.Subscribe(quiet);
+  ExchangeRecord r;
+  r.method = "PUT";
+  hooks.Start(r);
+  ASSERT_EQ(r.hooks, &hooks);
+  r.start_ticks -= 1'000'000;  // would be a measurable duration
+  r.status = 201;
+  Hooks::Head(r);
+  Hooks::Error(r, ErrorType::kTimeout, 0);
+  Hooks::Stop(r);
+  Hooks::Stop(r);  // detached after the first
+  EXPECT_THAT(quiet->heard, ElementsAre("start PUT", "head 201", "error timeout", "stop 201"));
+  EXPECT_EQ(quiet->last_duration, 0u);  // not measured for a listener that ignores it
+  EXPECT_EQ(r.hooks, nullptr);
+  EXPECT_EQ(r.listeners, nullptr);
+
+  // A second subscriber: both hear the next exchange, through the guarded calls.
+  auto second = std::make_shared<Recorder>();
+  hooks.Subscribe(second);
+  ExchangeRecord next;
+  next.method = "GET";
+  hooks.Start(next);
+  next.status = 200;
+  Hooks::Stop(next);
+  EXPECT_THAT(second->heard, ElementsAre("start GET", "stop 200"));
+  EXPECT_EQ(quiet->heard.back(), "stop 200");
+  EXPECT_GT(second->last_duration, 0u);  // the second one reads durations
+}
+
 TEST(ExchangeRecord, ErrorTypeTextNamesErrorsAnd5xx) {
   ExchangeRecord r;
   r.status = 200;

@@ -94,9 +94,11 @@ class HttpServerMetrics : public Listener {
   HttpServerMetrics& operator=(const HttpServerMetrics&) = delete;
 
   // As a listener.
-  uint8_t events() const override { return kStartEvents | kStopEvents | kStopIgnoresDuration; }
-  void OnRequestStart(ExchangeRecord& record) override { RecordStart(record); }
-  void OnRequestStop(const ExchangeRecord& record) override { RecordStop(record); }
+  uint8_t events() const override {
+    return kStartEvents | kStopEvents | kStopIgnoresDuration | kNoThrow;
+  }
+  void OnRequestStart(ExchangeRecord& record) override;       // RecordStart
+  void OnRequestStop(const ExchangeRecord& record) override;  // RecordStop
 
   // The recording itself (also the middleware's): start counts the request as active (and
   // encodes the record's attribute_codes for the stop), stop records its duration and sizes,
@@ -127,6 +129,8 @@ class HttpServerMetrics : public Listener {
   struct Series;
 
  private:
+  void Start(ExchangeRecord& record);       // RecordStart's body
+  void Stop(const ExchangeRecord& record);  // RecordStop's body
   // The set `key` is recorded in on this thread: found, added (under the cap), else the overflow
   // set. Out of line: most stops find the set of the exchange before.
   [[gnu::noinline]] Series* FindOrAdd(ThreadCells* cells, const Key& key, std::string_view route);
