@@ -13,6 +13,8 @@
 // BM_TlsHandshake: connect, TLS 1.3 handshake (P-256 certificate), close.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -115,7 +117,8 @@ class ServerSide {
 };
 
 // A server loop and a client loop, and the connections between them. Used by
-// the benchmark thread (thread-compatible).
+// the benchmark thread (thread-compatible). The benchmarks close their clients
+// (Endpoint::Close); the destructor waits until every client is gone.
 class Pair {
  public:
   Pair(bool use_tls, bool echo) : use_tls_(use_tls), echo_(echo) {
@@ -139,6 +142,8 @@ class Pair {
   }
 
   ~Pair() {
+    // First, while both loops run (a client's close goes to the server, which answers).
+    WaitForClientsGone();
     server_loop_->loop()
         ->PostAndWait([&] {
           listener_.reset();
@@ -151,7 +156,8 @@ class Pair {
     server_loop_.reset();
   }
 
-  // Connects a client (waiting for the handshake with TLS).
+  // Connects a client (waiting for the handshake with TLS). With TLS the
+  // endpoint has the socket too (WaitForClientsGone watches it).
   bool Connect(Endpoint* endpoint) {
     std::mutex mu;
     std::condition_variable cv;
@@ -165,11 +171,29 @@ class Pair {
     };
     const std::string address = "127.0.0.1:" + std::to_string(listener_port_);
     if (use_tls_) {
-      TlsConnection::Connect(client_loop_->loop(), address, client_context_, {}, {},
-                             [&](StatusOr<std::shared_ptr<TlsConnection>> tls) {
-                               if (tls.ok()) endpoint->tls = *tls;
-                               finish(tls.ok());
-                             });
+      // TlsConnection::Connect's steps, keeping the socket.
+      SocketConnection::Connect(
+          client_loop_->loop(), address, {},
+          [&](StatusOr<std::shared_ptr<SocketConnection>> socket) {
+            if (!socket.ok()) {
+              finish(false);
+              return;
+            }
+            StatusOr<std::shared_ptr<TlsConnection>> tls =
+                TlsConnection::Create(client_context_, *socket, {});
+            if (!tls.ok()) {
+              finish(false);
+              return;
+            }
+            // The callback holds the connection until the handshake reports.
+            (*tls)->Start([&, socket = *socket, tls = *tls](Status handshake) {
+              if (handshake.ok()) {
+                endpoint->socket = socket;
+                endpoint->tls = tls;
+              }
+              finish(handshake.ok());
+            });
+          });
     } else {
       SocketConnection::Connect(client_loop_->loop(), address, {},
                                 [&](StatusOr<std::shared_ptr<SocketConnection>> socket) {
@@ -179,6 +203,10 @@ class Pair {
     }
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return done; });
+    if (ok) {
+      std::erase_if(clients_, [](const std::weak_ptr<SocketConnection>& c) { return c.expired(); });
+      clients_.push_back(endpoint->socket);
+    }
     return ok;
   }
 
@@ -195,6 +223,25 @@ class Pair {
   }
 
  private:
+  // Blocks until every client socket Connect made is gone (a TlsConnection
+  // holds its socket: the socket goes last). A connection still open when its
+  // loop is destroyed leaks (it keeps itself alive, see SocketConnection), and
+  // Close() only posts the abort: a loop stopped before running it drops it
+  // unrun. The teardown after the abort takes a few loop passes, each posted
+  // by the one before: one PostAndWait per pass.
+  void WaitForClientsGone() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::any_of(clients_.begin(), clients_.end(),
+                       [](const std::weak_ptr<SocketConnection>& c) { return !c.expired(); })) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        std::fprintf(stderr, "tls_benchmark: a client connection is still open after 10 s\n");
+        std::abort();
+      }
+      client_loop_->loop()->PostAndWait([] {}).IgnoreError();
+    }
+    clients_.clear();
+  }
+
   void Accept(std::shared_ptr<SocketConnection> socket) {
     Endpoint endpoint;
     if (!use_tls_) {
@@ -223,6 +270,8 @@ class Pair {
   std::unique_ptr<TcpListener> listener_;
   uint16_t listener_port_ = 0;
   std::vector<std::unique_ptr<ServerSide>> servers_;
+  // Every client Connect made, until it is gone.
+  std::vector<std::weak_ptr<SocketConnection>> clients_;
 };
 
 void Bulk(benchmark::State& state, bool use_tls) {
