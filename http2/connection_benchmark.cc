@@ -29,7 +29,7 @@
 namespace sluice::http2 {
 namespace {
 
-constexpr std::string_view kBody = http::ConnectionRig<ConnectionCounters>::kBody;
+[[maybe_unused]] constexpr std::string_view kBody = http::ConnectionRig<ConnectionCounters>::kBody;
 
 // One connection and its client, on the calling thread (which runs as the connection's loop).
 class Rig : public http::ConnectionRig<ConnectionCounters> {

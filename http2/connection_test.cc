@@ -795,7 +795,11 @@ struct HookedClient {
 // or dropped with its connection.
 TEST_F(ConnectionTest, AHeldStreamThatNeverRunsIsReportedWithWhatEndedIt) {
   HookedClient hooked(loop_.get(), &pool_);
-  auto& [dispatcher, recorder, counters, spares, client] = hooked;
+  // Named references, not a structured binding: the lambdas below capture them (clang 14 cannot
+  // capture a binding).
+  auto& client = hooked.client;
+  auto& recorder = hooked.recorder;
+  auto& counters = hooked.counters;
   OnLoop([&] { client->Start(); });
   std::vector<uint32_t> ids;
   OnLoop([&] { ids = client->Send(BigGet(), 4); });
@@ -824,7 +828,11 @@ TEST_F(ConnectionTest, AHeldStreamsDurationCountsItsWait) {
   ASSERT_TRUE(loop.ok());
   loop_ = std::move(*loop);
   HookedClient hooked(loop_.get(), &pool_);
-  auto& [dispatcher, recorder, counters, spares, client] = hooked;
+  // Named references, not a structured binding: the lambdas below capture them (clang 14 cannot
+  // capture a binding).
+  auto& client = hooked.client;
+  auto& recorder = hooked.recorder;
+  auto& counters = hooked.counters;
   OnLoop([&] { client->Start(); });
   OnLoop([&] { (void)client->Send(BigGet(), 3); });
   ASSERT_EQ(counters.held_streams.load(), 1u);

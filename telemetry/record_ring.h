@@ -129,9 +129,9 @@ class RecordRing {
   uint64_t* words_ = nullptr;
   // Producers and the consumer write different positions: keep them off one cache line (padding,
   // not alignas, so the ring needs no over-aligned allocation or stack slot).
-  char pad0_[64];
+  [[maybe_unused]] char pad0_[64];
   std::atomic<uint64_t> write_{0};
-  char pad1_[64];
+  [[maybe_unused]] char pad1_[64];
   std::atomic<uint64_t> read_{0};
 };
 
