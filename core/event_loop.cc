@@ -333,7 +333,7 @@ void EventLoop::RunPass() {
     uring_->SubmitAndWait(epoll_ready_ ? 0 : timeout_ms);
     PerThreadAdd(passes_);
     BeginPass();
-    uring_->DispatchCompletions();
+    uring_->DispatchCompletions(options_.stamp_pass_ticks);
     if (epoll_ready_) {
       // A full batch may have left events behind: look again next pass, without waiting.
       epoll_ready_ = DispatchEpoll(0) == options_.max_events;

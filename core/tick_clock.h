@@ -11,8 +11,8 @@
 //   int64_t unix_ns = sluice::TickClock::ToUnixNanos(t0);   // for spans and logs
 //
 // Pass stamps: an event loop created with EventLoopOptions::stamp_pass_ticks reads the clock as
-// each piece of its pass begins (each epoll event's handler, the batch of io_uring completions,
-// the timers, the posted tasks) and leaves the reading in a thread-local, PassTicks(). Work done
+// each piece of its pass begins (each epoll event's handler, each io_uring completion, the timers,
+// the posted tasks) and leaves the reading in a thread-local, PassTicks(). Work done
 // in that piece can take its start from there instead of reading the clock itself: telemetry
 // starts every exchange this way, so that measuring one costs about one read (at its end), however
 // many exchanges a connection's event carries.

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <utility>
 
+#include "core/tick_clock.h"
+
 namespace sluice {
 namespace {
 
@@ -181,7 +183,7 @@ void Uring::SubmitAndWait(int timeout_ms) {
   if (rc > 0 && queued != 0) Count(counters_.submitted, queued);
 }
 
-size_t Uring::DispatchCompletions() {
+size_t Uring::DispatchCompletions(bool stamp_pieces) {
   io_uring* ring = &ring_->ring;
   struct Completion {
     uint64_t user_data;
@@ -197,6 +199,7 @@ size_t Uring::DispatchCompletions() {
   // end the storm.
   const size_t limit = ring->cq.ring_entries;
   size_t total = 0;
+  size_t dispatched = 0;
   while (total < limit) {
     const unsigned want = static_cast<unsigned>(std::min<size_t>(kDispatchBatch, limit - total));
     io_uring_cqe* cqes[kDispatchBatch];
@@ -210,7 +213,10 @@ size_t Uring::DispatchCompletions() {
       if (batch[i].user_data == LIBURING_UDATA_TIMEOUT) continue;  // liburing's own
       if ((batch[i].flags & IORING_CQE_F_MORE) == 0) --in_flight_;
       auto* op = reinterpret_cast<UringOperation*>(static_cast<uintptr_t>(batch[i].user_data));
-      if (op != nullptr) op->OnCompletion(batch[i].result, batch[i].flags);
+      if (op == nullptr) continue;
+      // The first takes the stamp the pass began with (or the piece before the call ended).
+      if (stamp_pieces && dispatched++ != 0) TickClock::StampPass();
+      op->OnCompletion(batch[i].result, batch[i].flags);
     }
     total += n;
     if (n < want) break;

@@ -89,8 +89,11 @@ class Uring {
   // Hands the available completions to their operations (operations may queue new requests), at
   // most as many as the completion queue holds, so that operations whose new requests complete
   // at once cannot keep one call (and the loop's pass) going: the rest wait for the next call.
-  // Returns how many it handed.
-  size_t DispatchCompletions();
+  // Returns how many it handed. With `stamp_pieces` (a loop that stamps its passes), each
+  // completion after the first begins a piece of the pass of its own (TickClock::StampPass), as
+  // each handler of an epoll pass does: work in one connection's piece is not measured to the end
+  // of the whole batch.
+  size_t DispatchCompletions(bool stamp_pieces = false);
   // Whether requests are queued and not yet submitted.
   bool HasUnsubmitted() const;
   // Requests queued or in flight whose last completion has not been dispatched yet

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/tick_clock.h"
+
 namespace sluice {
 namespace {
 
@@ -56,6 +58,68 @@ TEST(Uring, HandsAtMostOneCompletionQueueAtATimeWhileOperationsKeepCompletingAtO
   EXPECT_EQ(total, static_cast<size_t>(kBudget) + 1);
   EXPECT_EQ(op.completions, kBudget + 1);
   EXPECT_EQ(op.failures, 0);
+}
+
+// Records the pass stamp its completion ran under, and asks to hear when that piece ends.
+class StampRecorder final : public UringOperation {
+ public:
+  void OnCompletion(int32_t, uint32_t) override {
+    stamp = TickClock::PassTicks();
+    piece_ended_before_the_next = false;
+    EXPECT_TRUE(TickClock::AtPieceEnd(
+        [](void* self, uint64_t) {
+          static_cast<StampRecorder*>(self)->piece_ended_before_the_next = true;
+        },
+        this));
+  }
+  uint64_t stamp = 0;
+  bool piece_ended_before_the_next = false;
+};
+
+TEST(Uring, EachCompletionIsAPieceOfItsOwnWhenTheLoopStampsPieces) {
+  StatusOr<std::unique_ptr<Uring>> created = Uring::Create({});
+  if (!created.ok()) GTEST_SKIP() << created.status().ToString();
+  Uring& uring = **created;
+  StampRecorder first, second;
+  io_uring_prep_nop(uring.NewSqe(&first));
+  io_uring_prep_nop(uring.NewSqe(&second));
+  for (int tries = 0; tries < 100 && uring.in_flight() > 0; ++tries) {
+    uring.SubmitAndWait(1000);
+    TickClock::StampPass();  // what a stamping loop does as its pass begins
+    const uint64_t pass = TickClock::PassTicks();
+    const bool first_done = first.stamp != 0;
+    uring.DispatchCompletions(/*stamp_pieces=*/true);
+    if (!first_done && first.stamp != 0) {
+      EXPECT_EQ(first.stamp, pass);  // the first of a call takes the pass's stamp
+    }
+    TickClock::EndPass();
+  }
+  ASSERT_NE(first.stamp, 0u);
+  ASSERT_NE(second.stamp, 0u);
+  // No-ops submitted together complete together: the second began a piece of its own, which
+  // ended the first's piece.
+  EXPECT_GT(second.stamp, first.stamp);
+  EXPECT_TRUE(first.piece_ended_before_the_next);
+  EXPECT_TRUE(second.piece_ended_before_the_next);  // by the pass's end
+  TickClock::ClearPass();
+}
+
+TEST(Uring, CompletionsShareTheirCallersPieceUnlessAskedToStamp) {
+  StatusOr<std::unique_ptr<Uring>> created = Uring::Create({});
+  if (!created.ok()) GTEST_SKIP() << created.status().ToString();
+  Uring& uring = **created;
+  StampRecorder first, second;
+  io_uring_prep_nop(uring.NewSqe(&first));
+  io_uring_prep_nop(uring.NewSqe(&second));
+  TickClock::StampPass();
+  const uint64_t pass = TickClock::PassTicks();
+  for (int tries = 0; tries < 100 && uring.in_flight() > 0; ++tries) {
+    uring.SubmitAndWait(1000);
+    uring.DispatchCompletions();
+  }
+  EXPECT_EQ(first.stamp, pass);
+  EXPECT_EQ(second.stamp, pass);
+  TickClock::ClearPass();
 }
 
 }  // namespace

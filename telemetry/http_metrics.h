@@ -109,12 +109,12 @@ class HttpServerMetrics : public Listener {
   // in the same piece of the event loop's pass, to the end of that piece (core/tick_clock.h,
   // AtPieceEnd), which is when the duration histogram counts it (and active_requests stops
   // counting it): exchanges that end together share one reading. A piece is one connection's
-  // readiness event on epoll (an HTTP/2 connection's streams answered from one read), but a
-  // whole batch of completions on io_uring, and the posted and deferred tasks of a pass (work
-  // resumed from handler threads) together: there, a stop after the first is measured to the end
-  // of the batch, which includes other connections' work, as its start from the batch's stamp
-  // already does. So these durations can exceed the duration_ns that listeners reading it (the
-  // access log, spans) get, by up to that piece's length. A record without start_ticks is
+  // readiness event on epoll, or one completion on io_uring (an HTTP/2 connection's streams
+  // answered from one read), but the posted and deferred tasks of a pass (work resumed from
+  // handler threads) together: there, a stop after the first is measured to the end of those
+  // tasks, which includes other connections' work, as its start from their stamp already does.
+  // So these durations can exceed the duration_ns that listeners reading it (the access log,
+  // spans) get, by up to that piece's length. A record without start_ticks is
   // recorded with its duration_ns. A thread that records within a stamped piece must end it (an
   // event loop does, at the latest when it stops) before the metrics are destroyed, unless it
   // destroys them itself.
