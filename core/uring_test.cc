@@ -76,50 +76,52 @@ class StampRecorder final : public UringOperation {
   bool piece_ended_before_the_next = false;
 };
 
-TEST(Uring, EachCompletionIsAPieceOfItsOwnWhenTheLoopStampsPieces) {
-  StatusOr<std::unique_ptr<Uring>> created = Uring::Create({});
-  if (!created.ok()) GTEST_SKIP() << created.status().ToString();
-  Uring& uring = **created;
-  StampRecorder first, second;
-  io_uring_prep_nop(uring.NewSqe(&first));
-  io_uring_prep_nop(uring.NewSqe(&second));
-  for (int tries = 0; tries < 100 && uring.in_flight() > 0; ++tries) {
-    uring.SubmitAndWait(1000);
+// Two no-ops submitted together, each recording the stamp its completion ran under.
+class UringPieces : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    StatusOr<std::unique_ptr<Uring>> created = Uring::Create({});
+    if (!created.ok()) GTEST_SKIP() << created.status().ToString();
+    uring_ = std::move(*created);
+    io_uring_prep_nop(uring_->NewSqe(&first_));
+    io_uring_prep_nop(uring_->NewSqe(&second_));
+  }
+  void TearDown() override { TickClock::ClearPass(); }
+
+  std::unique_ptr<Uring> uring_;
+  StampRecorder first_, second_;
+};
+
+TEST_F(UringPieces, EachCompletionIsAPieceOfItsOwnWhenTheLoopStampsPieces) {
+  for (int tries = 0; tries < 100 && uring_->in_flight() > 0; ++tries) {
+    uring_->SubmitAndWait(1000);
     TickClock::StampPass();  // what a stamping loop does as its pass begins
     const uint64_t pass = TickClock::PassTicks();
-    const bool first_done = first.stamp != 0;
-    uring.DispatchCompletions(/*stamp_pieces=*/true);
-    if (!first_done && first.stamp != 0) {
-      EXPECT_EQ(first.stamp, pass);  // the first of a call takes the pass's stamp
+    const bool first_done = first_.stamp != 0;
+    uring_->DispatchCompletions(/*stamp_pieces=*/true);
+    if (!first_done && first_.stamp != 0) {
+      EXPECT_EQ(first_.stamp, pass);  // the first of a call takes the pass's stamp
     }
     TickClock::EndPass();
   }
-  ASSERT_NE(first.stamp, 0u);
-  ASSERT_NE(second.stamp, 0u);
+  ASSERT_NE(first_.stamp, 0u);
+  ASSERT_NE(second_.stamp, 0u);
   // No-ops submitted together complete together: the second began a piece of its own, which
   // ended the first's piece.
-  EXPECT_GT(second.stamp, first.stamp);
-  EXPECT_TRUE(first.piece_ended_before_the_next);
-  EXPECT_TRUE(second.piece_ended_before_the_next);  // by the pass's end
-  TickClock::ClearPass();
+  EXPECT_GT(second_.stamp, first_.stamp);
+  EXPECT_TRUE(first_.piece_ended_before_the_next);
+  EXPECT_TRUE(second_.piece_ended_before_the_next);  // by the pass's end
 }
 
-TEST(Uring, CompletionsShareTheirCallersPieceUnlessAskedToStamp) {
-  StatusOr<std::unique_ptr<Uring>> created = Uring::Create({});
-  if (!created.ok()) GTEST_SKIP() << created.status().ToString();
-  Uring& uring = **created;
-  StampRecorder first, second;
-  io_uring_prep_nop(uring.NewSqe(&first));
-  io_uring_prep_nop(uring.NewSqe(&second));
+TEST_F(UringPieces, CompletionsShareTheirCallersPieceUnlessAskedToStamp) {
   TickClock::StampPass();
   const uint64_t pass = TickClock::PassTicks();
-  for (int tries = 0; tries < 100 && uring.in_flight() > 0; ++tries) {
-    uring.SubmitAndWait(1000);
-    uring.DispatchCompletions();
+  for (int tries = 0; tries < 100 && uring_->in_flight() > 0; ++tries) {
+    uring_->SubmitAndWait(1000);
+    uring_->DispatchCompletions();
   }
-  EXPECT_EQ(first.stamp, pass);
-  EXPECT_EQ(second.stamp, pass);
-  TickClock::ClearPass();
+  EXPECT_EQ(first_.stamp, pass);
+  EXPECT_EQ(second_.stamp, pass);
 }
 
 }  // namespace
