@@ -34,5 +34,20 @@ TEST(BytesEqual, ComparesLengthThenBytes) {
   EXPECT_TRUE(BytesEqual(std::string_view(long_text.data(), 3), "GET"));
 }
 
+// Every length from 0 to 40 (the byte, the overlapping words of each size, memcpy), copied from
+// and to odd addresses: exactly those bytes arrive, nothing around them is touched.
+TEST(CopyBytes, CopiesExactlyNBytesOfEveryLength) {
+  for (size_t n = 0; n <= 40; ++n) {
+    std::string src(n + 2, '?');
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>('a' + i % 26);
+    std::string dst(n + 4, '.');
+    CopyBytes(dst.data() + 1, src.data() + 1, n);
+    EXPECT_EQ(dst.substr(1, n), src.substr(1, n)) << "length " << n;
+    EXPECT_EQ(dst[0], '.') << "length " << n;
+    EXPECT_EQ(dst.substr(1 + n), std::string(3, '.')) << "length " << n;
+  }
+  CopyBytes(nullptr, nullptr, 0);  // an empty copy reads and writes nothing
+}
+
 }  // namespace
 }  // namespace sluice

@@ -129,8 +129,9 @@ class HttpServerMetrics : public Listener {
   struct Series;
 
  private:
-  void Start(ExchangeRecord& record);       // RecordStart's body
-  void Stop(const ExchangeRecord& record);  // RecordStop's body
+  // RecordStart's and RecordStop's bodies, inline where they are called (http_metrics.cc).
+  inline void Start(ExchangeRecord& record);
+  inline void Stop(const ExchangeRecord& record);
   // The set `key` is recorded in on this thread: found, added (under the cap), else the overflow
   // set. Out of line: most stops find the set of the exchange before.
   [[gnu::noinline]] Series* FindOrAdd(ThreadCells* cells, const Key& key, std::string_view route);
