@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cerrno>
 #include <charconv>
 #include <climits>
@@ -18,6 +19,7 @@
 #include <cstring>
 
 #include "core/ascii.h"
+#include "core/bytes.h"
 #include "http/target.h"
 #include "telemetry/trace_context.h"
 
@@ -124,8 +126,10 @@ void Scope(std::string* out) {
   out->append("}");
 }
 
-// host:port of an authority; port 0 if none.
-std::pair<std::string_view, int64_t> SplitAuthority(std::string_view authority) {
+// SplitAuthority's way for any authority: the brackets of an IPv6 literal, or the last colon, then
+// the port's leading digits, as from_chars reads them.
+[[gnu::noinline]] std::pair<std::string_view, int64_t> SplitAuthorityGenerally(
+    std::string_view authority) {
   std::string_view host = authority;
   std::string_view port;
   if (!authority.empty() && authority.front() == '[') {
@@ -134,13 +138,43 @@ std::pair<std::string_view, int64_t> SplitAuthority(std::string_view authority) 
       host = authority.substr(1, end - 1);
       if (end + 1 < authority.size() && authority[end + 1] == ':') port = authority.substr(end + 2);
     }
-  } else if (const size_t colon = authority.rfind(':'); colon != std::string_view::npos) {
-    host = authority.substr(0, colon);
-    port = authority.substr(colon + 1);
+  } else {
+    size_t colon = authority.size();
+    while (colon > 0 && authority[colon - 1] != ':') --colon;
+    if (colon > 0) {
+      host = {authority.data(), colon - 1};
+      port = {authority.data() + colon, authority.size() - colon};
+    }
   }
+  // The leading digits, as from_chars reads them; a 19th (out of range, or a zero-padded oddity)
+  // leaves the port to from_chars itself. A sign makes no port: callers keep positive ports alone.
   int64_t p = 0;
-  std::from_chars(port.data(), port.data() + port.size(), p);
+  for (size_t i = 0; i < port.size() && port[i] >= '0' && port[i] <= '9'; ++i) {
+    if (i == 18) {
+      p = 0;
+      std::from_chars(port.data(), port.data() + port.size(), p);
+      break;
+    }
+    p = p * 10 + (port[i] - '0');
+  }
   return {host, p};
+}
+// host:port of an authority; port 0 if none (or not a positive number). Called per span for the
+// client's address, most often "ipv4:port": the digits at the end are read back to the colon in
+// one scan, inline; anything else (no digits there, an IPv6 literal) takes the general way.
+[[gnu::always_inline]] inline std::pair<std::string_view, int64_t> SplitAuthority(
+    std::string_view authority) {
+  if (!authority.empty() && authority.front() != '[') {
+    size_t colon = authority.size();
+    int64_t p = 0;
+    for (int64_t scale = 1; colon > 0 && authority.size() - colon < 18; scale *= 10, --colon) {
+      const char c = authority[colon - 1];
+      if (c < '0' || c > '9') break;
+      p += (c - '0') * scale;
+    }
+    if (colon > 0 && authority[colon - 1] == ':') return {{authority.data(), colon - 1}, p};
+  }
+  return SplitAuthorityGenerally(authority);
 }
 
 bool Retryable(int status) {
@@ -212,11 +246,12 @@ std::array<std::string_view, kRouteValues> RouteValues(const ExchangeSnapshot& s
           s.protocol_version(), s.authority(), s.user_agent(), s.error_type()};
 }
 
-// `query` is the target's (http::SplitPathAndQuery).
+// `query` is the target's (http::SplitPathAndQuery), the client's address and port the peer's
+// (SplitAuthority).
 template <typename Out>
-void RequestAttributes(const ExchangeSnapshot& s, std::string_view query, Out& out) {
+void RequestAttributes(std::string_view query, std::string_view client, int64_t client_port,
+                       Out& out) {
   out.String("url.query", query);
-  auto [client, client_port] = SplitAuthority(s.peer());
   out.String("client.address", client);
   if (client_port > 0) out.Int("client.port", client_port);
 }
@@ -225,7 +260,8 @@ template <typename Out>
 void SpanAttributes(const ExchangeSnapshot& s, Out& out) {
   const http::PathAndQuery target = http::SplitPathAndQuery(s.target());
   RouteAttributes(s, target.path, out);
-  RequestAttributes(s, target.query, out);
+  const auto [client, client_port] = SplitAuthority(s.peer());
+  RequestAttributes(target.query, client, client_port, out);
 }
 
 // "{method} {route}", or the method alone; "HTTP" for a method that could not be parsed.
@@ -247,97 +283,108 @@ bool IsRoot(const TraceContext& t) {
 // ---- The protobuf wire format of OTLP (opentelemetry/proto: collector, trace, common). ----
 enum WireType { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2 };
 
-size_t VarintSize(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
+constexpr size_t VarintSize(uint64_t v) {
+  return (static_cast<size_t>(std::bit_width(v | 1)) + 6) / 7;
 }
 std::string_view AsChars(const uint8_t* p, size_t n) {
   return {reinterpret_cast<const char*>(p), n};
 }
 
-// Writes the wire format through a raw pointer into a std::string (no per-byte bookkeeping):
-// Need(n) makes room for n more bytes, then the Put calls write at most what was asked for.
-// Finish() (or the destructor) cuts the string to what was written.
-class ProtoOut {
+// Writes the wire format through a raw pointer, into room made beforehand (no bounds checks, no
+// bookkeeping but the pointer, which a writer made on the stack keeps in a register once its calls
+// are inlined: forced, as GCC's -O2 leaves Varint and Bytes out of line): at most Field(n) bytes
+// for a field of n bytes of value.
+class ProtoWriter {
  public:
-  explicit ProtoOut(std::string* s) : s_(s), p_(s->data() + s->size()), limit_(p_) {}
-  ProtoOut(const ProtoOut&) = delete;
-  ProtoOut& operator=(const ProtoOut&) = delete;
-  ~ProtoOut() { Finish(); }
+  explicit ProtoWriter(char* p) : p_(p) {}
+  ProtoWriter(const ProtoWriter&) = delete;
+  ProtoWriter& operator=(const ProtoWriter&) = delete;
 
-  void Need(size_t n) {
-    if (static_cast<size_t>(limit_ - p_) < n) Grow(n);
-  }
   // The most a tag, a length and `n` bytes of value take.
   static constexpr size_t Field(size_t n) { return 2 + 10 + n; }
 
-  void Varint(uint64_t v) {
+  [[gnu::always_inline]] void Varint(uint64_t v) {
     while (v >= 0x80) {
       *p_++ = static_cast<char>(v | 0x80);
       v >>= 7;
     }
     *p_++ = static_cast<char>(v);
   }
-  void Tag(int field, WireType type) { Varint((static_cast<uint64_t>(field) << 3) | type); }
-  void Raw(std::string_view bytes) {
-    std::memcpy(p_, bytes.data(), bytes.size());
+  [[gnu::always_inline]] void Tag(int field, WireType type) {
+    Varint((static_cast<uint64_t>(field) << 3) | type);
+  }
+  // The values are mostly short (a method, an address): copied inline (core/bytes.h).
+  [[gnu::always_inline]] void Raw(std::string_view bytes) {
+    CopyBytes(p_, bytes.data(), bytes.size());
     p_ += bytes.size();
   }
-  void Bytes(int field, std::string_view bytes) {
+  [[gnu::always_inline]] void Bytes(int field, std::string_view bytes) {
     Tag(field, kLengthDelimited);
     Varint(bytes.size());
     Raw(bytes);
   }
-  void Fixed64(int field, uint64_t v) {
+  [[gnu::always_inline]] void Fixed64(int field, uint64_t v) {
     Tag(field, kFixed64);
-    for (int i = 0; i < 8; ++i) *p_++ = static_cast<char>(v >> (8 * i));  // little-endian
+    if constexpr (std::endian::native == std::endian::little) {
+      std::memcpy(p_, &v, 8);
+      p_ += 8;
+    } else {
+      for (int i = 0; i < 8; ++i) *p_++ = static_cast<char>(v >> (8 * i));  // little-endian
+    }
   }
-  size_t size() const { return static_cast<size_t>(p_ - s_->data()); }
-  void Finish() {
-    s_->resize(size());
-    limit_ = p_;
-  }
+  char* end() const { return p_; }
 
  private:
-  void Grow(size_t n) {
-    const size_t used = size();
-    s_->resize(std::max(used + n, s_->size() * 2));
-    p_ = s_->data() + used;
-    limit_ = s_->data() + s_->size();
-  }
-  std::string* const s_;
   char* p_;
-  char* limit_;
 };
 
+// Room for `n` bytes after the first `used` of `s`, whose size is its capacity in use: it grows (at
+// least doubling) and never shrinks, so that a buffer kept from batch to batch is zero-filled once,
+// not per span.
+[[gnu::noinline]] void Grow(std::string* s, size_t size) {
+  s->resize(std::max(size, 2 * s->size()));
+}
+[[gnu::always_inline]] inline char* Room(std::string* s, size_t used, size_t n) {
+  if (s->size() - used < n) Grow(s, used + n);
+  return s->data() + used;
+}
+
+// Writes a message into `s` (replacing what it held): `write(ProtoWriter&)` writes at most `bound`
+// bytes. For what is encoded once per batch or per route, not per span.
+template <typename Write>
+void EncodeInto(std::string* s, size_t bound, Write write) {
+  ProtoWriter w(Room(s, 0, bound));
+  write(w);
+  s->resize(static_cast<size_t>(w.end() - s->data()));
+}
+
 // KeyValue entries (key = 1, value = 2: AnyValue{string_value = 1 | int_value = 3}) written as
-// field `field` of the message being written; sizes computed up front (no nested buffers).
+// field `field` of the message being written; sizes computed up front (no nested buffers). The
+// keys are literals: inlined (forced: the compiler would not), their tag, length and bytes are
+// constant stores and the writer's pointer stays in a register.
 class ProtoAttributes {
  public:
-  ProtoAttributes(int field, ProtoOut* out) : field_(field), out_(out) {}
-  void String(std::string_view key, std::string_view value) {
+  ProtoAttributes(int field, ProtoWriter* out) : field_(field), out_(out) {}
+  // The most an attribute takes: its key's size and its value's.
+  static constexpr size_t Bound(size_t key, size_t value) {
+    return 3 * ProtoWriter::Field(0) + key + ProtoWriter::Field(value);
+  }
+  [[gnu::always_inline]] void String(std::string_view key, std::string_view value) {
     if (value.empty()) return;
     const size_t any = 1 + VarintSize(value.size()) + value.size();
     Open(key, any);
-    out_->Need(ProtoOut::Field(value.size()));
     out_->Bytes(1, value);
   }
-  void Int(std::string_view key, int64_t value) {
+  [[gnu::always_inline]] void Int(std::string_view key, int64_t value) {
     const uint64_t v = static_cast<uint64_t>(value);
     Open(key, 1 + VarintSize(v));
-    out_->Need(ProtoOut::Field(0));
     out_->Tag(3, kVarint);
     out_->Varint(v);
   }
 
  private:
-  void Open(std::string_view key, size_t any_size) {
+  [[gnu::always_inline]] void Open(std::string_view key, size_t any_size) {
     const size_t kv = 1 + VarintSize(key.size()) + key.size() + 1 + VarintSize(any_size) + any_size;
-    out_->Need(3 * ProtoOut::Field(0) + key.size());
     out_->Tag(field_, kLengthDelimited);
     out_->Varint(kv);
     out_->Bytes(1, key);
@@ -345,39 +392,41 @@ class ProtoAttributes {
     out_->Varint(any_size);
   }
   const int field_;
-  ProtoOut* const out_;
+  ProtoWriter* const out_;
 };
 
-// Appends the span's route attributes to `o`: the last span's bytes when their values are the same
-// (most spans in a row, on a busy route), else encoded and kept. True if copied.
-bool AddRouteAttributes(const ExchangeSnapshot& s, std::string_view path,
-                        SpanBatchEncoder::KeptRoute* kept, ProtoOut* o) {
+// The longest attribute key (RouteAttributes, RequestAttributes: "http.response.status_code").
+constexpr size_t kMaxKey = 32;
+
+// Makes `kept` hold the span's route attributes, encoded: the last span's bytes when their values
+// are the same (most spans in a row, on a busy route), else encoded again. True if the same.
+bool KeepRouteAttributes(const ExchangeSnapshot& s, std::string_view path,
+                         SpanBatchEncoder::KeptRoute* kept) {
   const std::array<std::string_view, kRouteValues> values = RouteValues(s, path);
   bool same = kept->valid && kept->status == s.status;
   for (size_t i = 0, at = 0; same && i < kRouteValues; ++i) {
     same = kept->sizes[i] == values[i].size() &&
-           std::memcmp(kept->values.data() + at, values[i].data(), values[i].size()) == 0;
+           SameBytes(kept->values.data() + at, values[i].data(), values[i].size());
     at += values[i].size();
   }
-  if (!same) {
-    kept->valid = false;  // until the bytes match the values again
-    kept->values.clear();
-    for (size_t i = 0; i < kRouteValues; ++i) {
-      kept->sizes[i] = values[i].size();
-      kept->values.append(values[i]);
-    }
-    kept->status = s.status;
-    kept->bytes.clear();
-    {
-      ProtoOut r(&kept->bytes);
-      ProtoAttributes attributes(9, &r);
-      RouteAttributes(s, path, attributes);
-    }
-    kept->valid = true;
+  if (same) return true;
+  kept->valid = false;  // until the bytes match the values again
+  kept->values.clear();
+  // A string attribute per value (the authority's host is within it), and two ints: the status
+  // code and the server's port.
+  size_t bound = 2 * ProtoAttributes::Bound(kMaxKey, 0);
+  for (size_t i = 0; i < kRouteValues; ++i) {
+    kept->sizes[i] = values[i].size();
+    kept->values.append(values[i]);
+    bound += ProtoAttributes::Bound(kMaxKey, values[i].size());
   }
-  o->Need(kept->bytes.size());
-  o->Raw(kept->bytes);
-  return same;
+  kept->status = s.status;
+  EncodeInto(&kept->bytes, bound, [&](ProtoWriter& w) {
+    ProtoAttributes attributes(9, &w);
+    RouteAttributes(s, path, attributes);
+  });
+  kept->valid = true;
+  return false;
 }
 
 }  // namespace
@@ -832,84 +881,107 @@ std::string SpansJson(std::span<const ExchangeSnapshot> spans, std::string_view 
 // The spans go after a gap big enough for what precedes them, which is written last, ending where
 // they start: the message is one contiguous view without a copy of the spans.
 void SpanBatchEncoder::Begin(std::string_view service_name) {
-  resource_.clear();
-  {
-    ProtoOut r(&resource_);
-    ProtoAttributes a(1, &r);
-    a.String("service.name", service_name);
-    a.String("telemetry.sdk.name", "sluice");
-    a.String("telemetry.sdk.language", "cpp");
-  }
-  scope_.clear();
-  {
-    ProtoOut sc(&scope_);
-    sc.Need(2 * ProtoOut::Field(0) + kScopeName.size() + kScopeVersion.size());
-    sc.Bytes(1, kScopeName);
-    sc.Bytes(2, kScopeVersion);
-  }
-  gap_ = 4 * ProtoOut::Field(0) + resource_.size() + scope_.size();
-  buffer_.assign(gap_, '\0');
+  EncodeInto(&resource_, 3 * ProtoAttributes::Bound(kMaxKey, 0) + service_name.size() + 16,
+             [&](ProtoWriter& w) {
+               ProtoAttributes a(1, &w);
+               a.String("service.name", service_name);
+               a.String("telemetry.sdk.name", "sluice");
+               a.String("telemetry.sdk.language", "cpp");
+             });
+  EncodeInto(&scope_, 2 * ProtoWriter::Field(0) + kScopeName.size() + kScopeVersion.size(),
+             [](ProtoWriter& w) {
+               w.Bytes(1, kScopeName);
+               w.Bytes(2, kScopeVersion);
+             });
+  gap_ = 4 * ProtoWriter::Field(0) + resource_.size() + scope_.size();
+  Room(&buffer_, 0, gap_);  // what the gap holds is written by Finish
+  end_ = gap_;
   spans_ = 0;
 }
 
+// ScopeSpans.spans (2): a span's tag and length, then the span. The span is written where it goes
+// (no copy of it, no buffer of its own), after a slot for a prefix whose length takes two varint
+// bytes: 128 to 16383 bytes, what a span with its attributes takes (an ExchangeSnapshot's fields
+// are bounded well below 16383). A span of another size (one without attributes can be shorter)
+// is moved to fit its prefix, so that the varint stays minimal: the bytes are those of the span
+// encoded apart and appended after its prefix, as the wire format's decoders and our tests expect.
+constexpr size_t kSpanSlot = 3;
+constexpr size_t kMaxPrefix = 1 + 10;
+
 void SpanBatchEncoder::Add(const ExchangeSnapshot& s) {
-  span_.clear();
+  const http::PathAndQuery target = http::SplitPathAndQuery(s.target());
+  if (KeepRouteAttributes(s, target.path, &route_)) ++route_reused_;
+  const auto [client, client_port] = SplitAuthority(s.peer());
+  const std::string_view method = s.method().empty() ? "HTTP" : s.method();
+  // The most the span takes (one Room per span; room never runs out mid-span).
+  const size_t bound = kMaxPrefix + ProtoWriter::Field(16) + ProtoWriter::Field(8) +
+                       ProtoWriter::Field(s.tracestate().size()) + ProtoWriter::Field(8) +
+                       ProtoWriter::Field(method.size() + 1 + s.route().size()) +
+                       ProtoWriter::Field(0) + 2 * ProtoWriter::Field(8) + route_.bytes.size() +
+                       ProtoAttributes::Bound(kMaxKey, target.query.size()) +
+                       ProtoAttributes::Bound(kMaxKey, client.size()) +
+                       ProtoAttributes::Bound(kMaxKey, 0) + ProtoWriter::Field(2);
+  char* const slot = Room(&buffer_, end_, bound);
+  char* const start = slot + kSpanSlot;
+  ProtoWriter o(start);
+  o.Bytes(1, AsChars(s.trace.trace_id.data(), 16));
+  o.Bytes(2, AsChars(s.trace.span_id.data(), 8));
+  if (!s.tracestate().empty()) o.Bytes(3, s.tracestate());
+  if (!IsRoot(s.trace)) o.Bytes(4, AsChars(s.trace.parent_span_id.data(), 8));
   {
-    ProtoOut o(&span_);
-    char name[128];
-    const std::string_view span_name = SpanName(s, name);
-    // Room for the fixed fields and typical attributes at once (one growth per span at most).
-    o.Need(ProtoOut::Field(16) + ProtoOut::Field(8) + ProtoOut::Field(s.tracestate().size()) +
-           ProtoOut::Field(8) + ProtoOut::Field(span_name.size()) + 3 * ProtoOut::Field(8) + 1024);
-    o.Bytes(1, AsChars(s.trace.trace_id.data(), 16));
-    o.Bytes(2, AsChars(s.trace.span_id.data(), 8));
-    if (!s.tracestate().empty()) o.Bytes(3, s.tracestate());
-    if (!IsRoot(s.trace)) o.Bytes(4, AsChars(s.trace.parent_span_id.data(), 8));
-    o.Bytes(5, span_name);
-    o.Tag(6, kVarint);
-    o.Varint(2);  // SPAN_KIND_SERVER
-    o.Fixed64(7, static_cast<uint64_t>(s.start_unix_ns));
-    o.Fixed64(8, static_cast<uint64_t>(s.start_unix_ns) + s.duration_ns);
-    const http::PathAndQuery target = http::SplitPathAndQuery(s.target());
-    if (AddRouteAttributes(s, target.path, &route_, &o)) ++route_reused_;
+    // The name (SpanName's, at most 128 bytes), written in place.
+    const size_t name = std::min<size_t>(
+        128, s.route().empty() ? method.size() : method.size() + 1 + s.route().size());
+    o.Tag(5, kLengthDelimited);
+    o.Varint(name);
+    if (name <= method.size()) {
+      o.Raw(method.substr(0, name));
+    } else {
+      o.Raw(method);
+      o.Raw(" ");
+      o.Raw({s.route().data(), name - method.size() - 1});
+    }
+  }
+  o.Tag(6, kVarint);
+  o.Varint(2);  // SPAN_KIND_SERVER
+  o.Fixed64(7, static_cast<uint64_t>(s.start_unix_ns));
+  o.Fixed64(8, static_cast<uint64_t>(s.start_unix_ns) + s.duration_ns);
+  o.Raw(route_.bytes);
+  {
     ProtoAttributes attributes(9, &o);
-    RequestAttributes(s, target.query, attributes);
-    // Status{code = 3: STATUS_CODE_ERROR (2)} for a 5xx or a failed exchange; else unset.
-    o.Need(ProtoOut::Field(2));
-    if (!s.error_type().empty()) o.Bytes(15, std::string_view("\x18\x02", 2));
+    RequestAttributes(target.query, client, client_port, attributes);
   }
-  // ScopeSpans.spans (2): its tag and length, then the span, appended (a writer made on buffer_
-  // per span would grow the whole buffer, zero-filled, each time it needs room).
-  prefix_.clear();
-  {
-    ProtoOut p(&prefix_);
-    p.Need(ProtoOut::Field(0));
-    p.Tag(2, kLengthDelimited);
-    p.Varint(span_.size());
-  }
-  buffer_.append(prefix_).append(span_);
+  // Status{code = 3: STATUS_CODE_ERROR (2)} for a 5xx or a failed exchange; else unset.
+  if (!s.error_type().empty()) o.Bytes(15, std::string_view("\x18\x02", 2));
+
+  const size_t size = static_cast<size_t>(o.end() - start);
+  const size_t prefix = 1 + VarintSize(size);
+  if (prefix != kSpanSlot) std::memmove(slot + prefix, start, size);  // within `bound`
+  ProtoWriter p(slot);
+  p.Tag(2, kLengthDelimited);
+  p.Varint(size);
+  end_ += prefix + size;
   ++spans_;
 }
 
 std::string_view SpanBatchEncoder::Finish() {
-  const size_t spans_bytes = buffer_.size() - gap_;
+  const size_t spans_bytes = end_ - gap_;
   const size_t scope_spans = 1 + VarintSize(scope_.size()) + scope_.size() + spans_bytes;
   const size_t resource_spans = 1 + VarintSize(resource_.size()) + resource_.size() + 1 +
                                 VarintSize(scope_spans) + scope_spans;
-  std::string head;
-  {
-    ProtoOut h(&head);
-    h.Need(gap_);
-    h.Tag(1, kLengthDelimited);
-    h.Varint(resource_spans);
-    h.Bytes(1, resource_);
-    h.Tag(2, kLengthDelimited);
-    h.Varint(scope_spans);
-    h.Bytes(1, scope_);
-  }
-  const size_t start = gap_ - head.size();
-  std::memcpy(buffer_.data() + start, head.data(), head.size());
-  return std::string_view(buffer_).substr(start);
+  // What encloses the spans, in the gap before them, ending where they start.
+  const size_t head = 1 + VarintSize(resource_spans) + 1 + VarintSize(resource_.size()) +
+                      resource_.size() + 1 + VarintSize(scope_spans) + 1 +
+                      VarintSize(scope_.size()) + scope_.size();
+  const size_t start = gap_ - head;
+  ProtoWriter h(buffer_.data() + start);
+  h.Tag(1, kLengthDelimited);
+  h.Varint(resource_spans);
+  h.Bytes(1, resource_);
+  h.Tag(2, kLengthDelimited);
+  h.Varint(scope_spans);
+  h.Bytes(1, scope_);
+  return std::string_view(buffer_).substr(start, end_ - start);
 }
 
 std::string_view EncodeSpansProtobuf(std::span<const ExchangeSnapshot> spans,

@@ -156,9 +156,8 @@ class SpanBatchEncoder {
   std::string resource_;  // the Resource and InstrumentationScope messages of this batch
   std::string scope_;
   size_t gap_ = 0;      // room left before the spans for what encloses them
-  std::string buffer_;  // the gap, then the spans
-  std::string span_;    // one span, before its length is known
-  std::string prefix_;  // its tag and length
+  std::string buffer_;  // the gap, then the spans; its size is the room made, never shrunk
+  size_t end_ = 0;      // where the spans end in buffer_
   size_t spans_ = 0;
   KeptRoute route_;
   uint64_t route_reused_ = 0;

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
@@ -20,6 +21,7 @@
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -824,6 +826,216 @@ std::map<std::string, std::string> AttributesOf(std::string_view m, int number) 
     out[key] = value;
   }
   return out;
+}
+
+// The protobuf encoding written the plain way, as the encoder first did: each message built apart,
+// then its tag and length put before it. The encoder writes spans in place (a slot for the
+// span's prefix, moved when the span's length takes another number of varint bytes); its bytes
+// must be these, whatever the sizes.
+namespace plain {
+
+void Varint(uint64_t v, std::string* out) {
+  for (; v >= 0x80; v >>= 7) out->push_back(static_cast<char>(v | 0x80));
+  out->push_back(static_cast<char>(v));
+}
+void Bytes(int number, std::string_view bytes, std::string* out) {
+  Varint(static_cast<uint64_t>(number) << 3 | 2, out);
+  Varint(bytes.size(), out);
+  out->append(bytes);
+}
+void KeyValue(int number, std::string_view key, const std::string& any, std::string* out) {
+  std::string kv;
+  Bytes(1, key, &kv);
+  Bytes(2, any, &kv);
+  Bytes(number, kv, out);
+}
+void String(int number, std::string_view key, std::string_view value, std::string* out) {
+  if (value.empty()) return;
+  std::string any;
+  Bytes(1, value, &any);
+  KeyValue(number, key, any, out);
+}
+void Int(int number, std::string_view key, int64_t value, std::string* out) {
+  std::string any;
+  Varint(3 << 3, &any);
+  Varint(static_cast<uint64_t>(value), &any);
+  KeyValue(number, key, any, out);
+}
+void Fixed64(int number, uint64_t v, std::string* out) {
+  Varint(static_cast<uint64_t>(number) << 3 | 1, out);
+  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
+}
+// host:port as the encoder first split them: the last colon (or an IPv6 literal's brackets), then
+// the port's leading digits by from_chars.
+std::pair<std::string_view, int64_t> HostPort(std::string_view authority) {
+  std::string_view host = authority;
+  std::string_view port;
+  if (!authority.empty() && authority.front() == '[') {
+    const size_t end = authority.find(']');
+    if (end != std::string_view::npos) {
+      host = authority.substr(1, end - 1);
+      if (end + 1 < authority.size() && authority[end + 1] == ':') port = authority.substr(end + 2);
+    }
+  } else if (const size_t colon = authority.rfind(':'); colon != std::string_view::npos) {
+    host = authority.substr(0, colon);
+    port = authority.substr(colon + 1);
+  }
+  int64_t p = 0;
+  std::from_chars(port.data(), port.data() + port.size(), p);
+  return {host, p};
+}
+
+std::string Span(const ExchangeSnapshot& s) {
+  std::string span;
+  auto chars = [](const auto& bytes) {
+    return std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  };
+  Bytes(1, chars(s.trace.trace_id), &span);
+  Bytes(2, chars(s.trace.span_id), &span);
+  if (!s.tracestate().empty()) Bytes(3, s.tracestate(), &span);
+  if (s.trace.parent_span_id != decltype(s.trace.parent_span_id){}) {
+    Bytes(4, chars(s.trace.parent_span_id), &span);
+  }
+  std::string name(s.method().empty() ? "HTTP" : s.method());
+  if (!s.route().empty()) name += " " + std::string(s.route());
+  Bytes(5, std::string_view(name).substr(0, 128), &span);
+  Varint(6 << 3, &span);
+  Varint(2, &span);
+  Fixed64(7, static_cast<uint64_t>(s.start_unix_ns), &span);
+  Fixed64(8, static_cast<uint64_t>(s.start_unix_ns) + s.duration_ns, &span);
+  const std::string_view target = s.target();
+  const size_t q = target.find('?');
+  const std::string_view path = target.substr(0, q);
+  const std::string_view query = q == std::string_view::npos ? "" : target.substr(q + 1);
+  String(9, "http.request.method", s.method(), &span);
+  String(9, "url.scheme", s.scheme(), &span);
+  String(9, "url.path", path, &span);
+  String(9, "http.route", s.route(), &span);
+  if (s.status != 0) Int(9, "http.response.status_code", s.status, &span);
+  String(9, "network.protocol.version", s.protocol_version(), &span);
+  const auto [host, port] = HostPort(s.authority());
+  String(9, "server.address", host, &span);
+  if (port > 0) Int(9, "server.port", port, &span);
+  String(9, "user_agent.original", s.user_agent(), &span);
+  String(9, "error.type", s.error_type(), &span);
+  String(9, "url.query", query, &span);
+  const auto [client, client_port] = HostPort(s.peer());
+  String(9, "client.address", client, &span);
+  if (client_port > 0) Int(9, "client.port", client_port, &span);
+  if (!s.error_type().empty()) Bytes(15, std::string_view("\x18\x02", 2), &span);
+  return span;
+}
+
+std::string Request(std::span<const ExchangeSnapshot> spans, std::string_view service) {
+  std::string resource;
+  String(1, "service.name", service, &resource);
+  String(1, "telemetry.sdk.name", "sluice", &resource);
+  String(1, "telemetry.sdk.language", "cpp", &resource);
+  std::string scope;
+  Bytes(1, "sluice", &scope);
+  Bytes(2, "1.0", &scope);
+  std::string scope_spans;
+  Bytes(1, scope, &scope_spans);
+  for (const ExchangeSnapshot& s : spans) Bytes(2, Span(s), &scope_spans);
+  std::string resource_spans;
+  Bytes(1, resource, &resource_spans);
+  Bytes(2, scope_spans, &resource_spans);
+  std::string request;
+  Bytes(1, resource_spans, &request);
+  return request;
+}
+
+}  // namespace plain
+
+// A span with the given tracestate, target, client and authority (the rest fixed).
+ExchangeSnapshot SpanSized(std::string_view tracestate, std::string_view target,
+                           std::string_view peer, std::string_view authority,
+                           std::string_view method = "GET", std::string_view route = "/r") {
+  http::Request req;
+  http::RequestEditor edit(req);
+  edit.SetPath(target.substr(0, target.find('?')));
+  if (target.find('?') != std::string_view::npos)
+    edit.SetQuery(target.substr(target.find('?') + 1));
+  edit.SetAuthority(authority);
+  ExchangeRecord r;
+  r.request = &req;
+  r.method = method;
+  r.route = route;
+  r.scheme = "http";
+  r.protocol_version = "1.1";
+  r.status = 200;
+  r.peer_address = peer;
+  r.trace.sampled = true;
+  r.trace.trace_id = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  r.trace.span_id = {1, 2, 3, 4, 5, 6, 7, 8};
+  r.tracestate = std::string(tracestate);
+  r.duration_ns = 1000;
+  ExchangeSnapshot s;
+  s.CopyFrom(r);
+  s.start_unix_ns = 1'000'000'000;
+  return s;
+}
+
+// A span of ids, times and tracestate alone: under 128 bytes with a short tracestate.
+ExchangeSnapshot BareSpan(std::string_view tracestate) {
+  ExchangeRecord r;
+  r.trace.sampled = true;
+  r.trace.trace_id = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  r.trace.span_id = {1, 2, 3, 4, 5, 6, 7, 8};
+  r.tracestate = std::string(tracestate);
+  ExchangeSnapshot s;
+  s.CopyFrom(r);
+  return s;
+}
+
+// Spans of every length around 127 bytes (one varint byte of length or two), of values whose own
+// lengths cross 127 (tracestate, path, query), and clients and authorities of every form the
+// port parsing knows: each encodes as the plain encoding does, alone and in one batch.
+TEST(Otlp, SpansProtobufIsThePlainEncodingWhateverTheSizes) {
+  std::vector<ExchangeSnapshot> spans;
+  for (size_t n = 0; n <= 300; n += (n > 40 && n < 160) ? 1 : 7) {
+    spans.push_back(BareSpan(std::string(n, 't')));
+    spans.push_back(SpanSized(std::string(n, 't'), "/p", "10.0.0.1:1", "h"));
+    spans.push_back(SpanSized("", "/" + std::string(n, 'p'), "10.0.0.1:2", "h:80"));
+    spans.push_back(SpanSized("", "/?" + std::string(n, 'q'), "[::1]:3", "[::1]:80"));
+  }
+  const std::string_view peers[] = {"",
+                                    "h",
+                                    "h:",
+                                    ":",
+                                    "::1",
+                                    "[::1]",
+                                    "[::1]:",
+                                    "[::1]x",
+                                    "[::1",
+                                    "h:0",
+                                    "h:-5",
+                                    "h:+5",
+                                    "h:12ab",
+                                    "h:8a0",
+                                    "1.2.3.4:65535",
+                                    "1.2.3.4:123456789012345678",
+                                    "1.2.3.4:1234567890123456789",
+                                    "1.2.3.4:99999999999999999999",
+                                    "a:b:7",
+                                    "h:000000000000000000000042"};
+  for (std::string_view peer : peers) spans.push_back(SpanSized("k=v", "/x?y", peer, peer));
+  spans.push_back(
+      SpanSized("k=v", "/x", "1.2.3.4:5", "h", std::string(16, 'M'), std::string(96, 'R')));
+  SpanBatchEncoder encoder;
+  encoder.Begin("svc");
+  for (const ExchangeSnapshot& s : spans) {
+    encoder.Add(s);
+    EXPECT_EQ(SpansProtobuf({&s, 1}, "svc"), plain::Request({&s, 1}, "svc"))
+        << "tracestate " << s.tracestate().size() << ", target " << s.target().size() << ", peer "
+        << s.peer() << ", authority " << s.authority();
+  }
+  EXPECT_EQ(encoder.Finish(), plain::Request(spans, "svc"));
+  // Spans of both lengths of prefix were among them.
+  size_t short_spans = 0;
+  for (const ExchangeSnapshot& s : spans) short_spans += plain::Span(s).size() < 128;
+  EXPECT_GT(short_spans, 0u);
+  EXPECT_LT(short_spans, spans.size());
 }
 
 TEST(Otlp, SpansProtobufCarriesIdsParentTimesStatusAndAttributes) {
