@@ -333,8 +333,10 @@ void EventLoop::RunPass() {
     uring_->SubmitAndWait(epoll_ready_ ? 0 : timeout_ms);
     PerThreadAdd(passes_);
     BeginPass();
-    uring_->DispatchCompletions(options_.stamp_pass_ticks);
+    const size_t completed = uring_->DispatchCompletions(options_.stamp_pass_ticks);
     if (epoll_ready_) {
+      // Its first handler begins a piece of its own, not the last completion's.
+      if (completed != 0) Stamp();
       // A full batch may have left events behind: look again next pass, without waiting.
       epoll_ready_ = DispatchEpoll(0) == options_.max_events;
     }

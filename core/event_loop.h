@@ -82,8 +82,8 @@ struct EventLoopOptions {
   IoBackend backend = IoBackend::kDefault;
   // For kIoUring.
   UringOptions uring = {};
-  // Read TickClock as each piece of a pass begins (each epoll event's handler, the batch of
-  // io_uring completions, the timers, the posted tasks), for the work in it to take its start
+  // Read TickClock as each piece of a pass begins (each epoll event's handler, each io_uring
+  // completion, the timers, the posted tasks), for the work in it to take its start
   // from (TickClock::PassTicks(); telemetry times exchanges from it), and end each piece, the last
   // at the end of the pass, for work waiting on TickClock::AtPieceEnd.
   bool stamp_pass_ticks = false;

@@ -64,6 +64,7 @@ TEST(Uring, HandsAtMostOneCompletionQueueAtATimeWhileOperationsKeepCompletingAtO
 class StampRecorder final : public UringOperation {
  public:
   void OnCompletion(int32_t, uint32_t) override {
+    if (before != nullptr) piece_before_had_ended = before->piece_ended_before_the_next;
     stamp = TickClock::PassTicks();
     piece_ended_before_the_next = false;
     EXPECT_TRUE(TickClock::AtPieceEnd(
@@ -74,6 +75,9 @@ class StampRecorder final : public UringOperation {
   }
   uint64_t stamp = 0;
   bool piece_ended_before_the_next = false;
+  // The completion that runs before this one, and whether its piece had ended when this ran.
+  const StampRecorder* before = nullptr;
+  bool piece_before_had_ended = false;
 };
 
 // Two no-ops submitted together, each recording the stamp its completion ran under.
@@ -85,6 +89,7 @@ class UringPieces : public ::testing::Test {
     uring_ = std::move(*created);
     io_uring_prep_nop(uring_->NewSqe(&first_));
     io_uring_prep_nop(uring_->NewSqe(&second_));
+    second_.before = &first_;
   }
   void TearDown() override { TickClock::ClearPass(); }
 
@@ -109,7 +114,7 @@ TEST_F(UringPieces, EachCompletionIsAPieceOfItsOwnWhenTheLoopStampsPieces) {
   // No-ops submitted together complete together: the second began a piece of its own, which
   // ended the first's piece.
   EXPECT_GT(second_.stamp, first_.stamp);
-  EXPECT_TRUE(first_.piece_ended_before_the_next);
+  EXPECT_TRUE(second_.piece_before_had_ended);       // ended by the second's stamp
   EXPECT_TRUE(second_.piece_ended_before_the_next);  // by the pass's end
 }
 
@@ -122,6 +127,7 @@ TEST_F(UringPieces, CompletionsShareTheirCallersPieceUnlessAskedToStamp) {
   }
   EXPECT_EQ(first_.stamp, pass);
   EXPECT_EQ(second_.stamp, pass);
+  EXPECT_FALSE(second_.piece_before_had_ended);  // one piece: it ends with the pass
 }
 
 }  // namespace

@@ -29,7 +29,8 @@
 // exchanges that end in one piece of their loop's pass). With subscribers, an event is one indirect
 // call per listener that takes it (Listener::events()); an event nobody takes costs a test. A
 // start or stop whose one listener promises not to throw (kNoThrow) is a jump to it, with no
-// guard and no frame of the registry's (ListenersByEvent::sole_start, sole_stop).
+// guard and no frame of the registry's (ListenersByEvent::sole_start, sole_stop; for the stop,
+// only when no listener reads the duration and none takes sampled stops).
 //
 // Contract for listeners (the header's promise to the server): callbacks run synchronously on
 // the thread that drives the exchange (a loop thread, or a handler's worker thread for the head
@@ -38,7 +39,9 @@
 // network, formatting for humans) belongs behind AsyncListener (async_listener.h), which copies
 // the exchange into a bounded queue and never blocks: when it is full the event is dropped and
 // counted. A listener that throws is caught, counted (listener_failures()) and the request goes
-// on unharmed.
+// on unharmed, unless it declared kNoThrow: then it may be called without a guard, and what it
+// throws leaves through the server's call (the HTTP metrics take kNoThrow: they throw nothing but
+// an allocation failure).
 //
 // Subscribing and unsubscribing are safe while traffic flows. An exchange delivers all its events
 // to the listeners subscribed when it started (so a listener that counts in-flight requests sees

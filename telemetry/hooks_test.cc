@@ -431,11 +431,34 @@ TEST(Hooks, ALoneNoThrowListenerHearsEveryEventAndTheRecordIsDetached) {
   ExchangeRecord next;
   next.method = "GET";
   hooks.Start(next);
+  next.start_ticks -= 1'000'000;  // a measurable duration
   next.status = 200;
   Hooks::Stop(next);
   EXPECT_THAT(second->heard, ElementsAre("start GET", "stop 200"));
   EXPECT_EQ(quiet->heard.back(), "stop 200");
   EXPECT_GT(second->last_duration, 0u);  // the second one reads durations
+}
+
+// Promises not to throw, and throws from its start: what shows whether the registry called it
+// directly (the throw reaches the caller) or through the guard (caught and counted).
+class BrokenPromise : public NoThrowRecorder {
+ public:
+  void OnRequestStart(ExchangeRecord&) override { throw std::runtime_error("start"); }
+};
+
+TEST(Hooks, ALoneNoThrowListenerIsCalledWithoutTheGuardAndASecondListenerRestoresIt) {
+  Hooks hooks;
+  hooks.Subscribe(std::make_shared<BrokenPromise>());
+  ExchangeRecord direct;
+  EXPECT_THROW(hooks.Start(direct), std::runtime_error);
+  EXPECT_EQ(hooks.listener_failures(), 0u);
+  Hooks::Stop(direct);
+
+  hooks.Subscribe(std::make_shared<Recorder>());
+  ExchangeRecord guarded;
+  hooks.Start(guarded);  // caught: two listeners take the start
+  EXPECT_EQ(hooks.listener_failures(), 1u);
+  Hooks::Stop(guarded);
 }
 
 TEST(ExchangeRecord, ErrorTypeTextNamesErrorsAnd5xx) {

@@ -1038,6 +1038,30 @@ TEST(Otlp, SpansProtobufIsThePlainEncodingWhateverTheSizes) {
   EXPECT_LT(short_spans, spans.size());
 }
 
+// One encoder through batches of different sizes and service names, as the exporter keeps it: a
+// batch after a bigger one, or after a longer or shorter name (a gap of another size before the
+// spans), encodes as if the encoder were new.
+TEST(Otlp, AReusedSpanEncoderEncodesEachBatchAsANewOneWould) {
+  std::vector<ExchangeSnapshot> big, small;
+  for (size_t n = 0; n < 200; n += 3) {
+    big.push_back(SpanSized(std::string(n, 't'), "/" + std::string(n, 'p'), "10.0.0.1:9", "h:80"));
+  }
+  small.push_back(BareSpan("k=v"));
+  small.push_back(SpanSized("", "/x?y", "1.2.3.4:5", "h"));
+  SpanBatchEncoder encoder;
+  struct Batch {
+    const std::vector<ExchangeSnapshot>* spans;
+    std::string service;
+  };
+  const Batch batches[] = {{&big, "svc"}, {&small, "svc"}, {&small, std::string(300, 's')},
+                           {&big, "s"},   {&small, ""},    {&big, std::string(200, 'n')}};
+  for (const Batch& b : batches) {
+    EXPECT_EQ(EncodeSpansProtobuf(*b.spans, b.service, &encoder),
+              plain::Request(*b.spans, b.service))
+        << b.spans->size() << " spans, service name of " << b.service.size();
+  }
+}
+
 TEST(Otlp, SpansProtobufCarriesIdsParentTimesStatusAndAttributes) {
   const ExchangeSnapshot spans[2] = {Span(), Span()};
   const std::string body = SpansProtobuf(spans, "svc");
