@@ -299,13 +299,22 @@ OtlpOptions Options(int attempts, std::chrono::milliseconds backoff) {
   return o;
 }
 
+// A record of a sampled exchange with fixed trace and span ids (no parent).
+ExchangeRecord SampledRecord() {
+  ExchangeRecord r;
+  r.trace.sampled = true;
+  r.trace.trace_id = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  r.trace.span_id = {1, 2, 3, 4, 5, 6, 7, 8};
+  return r;
+}
+
 // A sampled exchange over http with these, as a span (trace and span ids set, no parent). The
 // request's target, authority and user agent come from `target` ("/path?query"), `host` and
 // `agent` when any is given.
 ExchangeSnapshot SpanOf(std::string_view method, std::string_view route, uint16_t status,
                         std::string_view peer, std::string_view version,
                         std::string_view target = {}, std::string_view host = {},
-                        std::string_view agent = {}) {
+                        std::string_view agent = {}, std::string_view tracestate = {}) {
   http::Request req;
   http::RequestEditor edit(req);
   edit.SetPath(target.substr(0, target.find('?')));
@@ -313,7 +322,7 @@ ExchangeSnapshot SpanOf(std::string_view method, std::string_view route, uint16_
     edit.SetQuery(target.substr(target.find('?') + 1));
   edit.SetAuthority(host);
   if (!agent.empty()) edit.AddHeader("user-agent", agent);
-  ExchangeRecord r;
+  ExchangeRecord r = SampledRecord();
   if (!target.empty() || !host.empty() || !agent.empty()) r.request = &req;
   r.method = method;
   r.route = route;
@@ -321,9 +330,7 @@ ExchangeSnapshot SpanOf(std::string_view method, std::string_view route, uint16_
   r.protocol_version = version;
   r.status = status;
   r.peer_address = peer;
-  r.trace.sampled = true;
-  r.trace.trace_id = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
-  r.trace.span_id = {1, 2, 3, 4, 5, 6, 7, 8};
+  r.tracestate = std::string(tracestate);
   ExchangeSnapshot s;
   s.CopyFrom(r);
   return s;
@@ -951,37 +958,12 @@ std::string Request(std::span<const ExchangeSnapshot> spans, std::string_view se
 ExchangeSnapshot SpanSized(std::string_view tracestate, std::string_view target,
                            std::string_view peer, std::string_view authority,
                            std::string_view method = "GET", std::string_view route = "/r") {
-  http::Request req;
-  http::RequestEditor edit(req);
-  edit.SetPath(target.substr(0, target.find('?')));
-  if (target.find('?') != std::string_view::npos)
-    edit.SetQuery(target.substr(target.find('?') + 1));
-  edit.SetAuthority(authority);
-  ExchangeRecord r;
-  r.request = &req;
-  r.method = method;
-  r.route = route;
-  r.scheme = "http";
-  r.protocol_version = "1.1";
-  r.status = 200;
-  r.peer_address = peer;
-  r.trace.sampled = true;
-  r.trace.trace_id = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
-  r.trace.span_id = {1, 2, 3, 4, 5, 6, 7, 8};
-  r.tracestate = std::string(tracestate);
-  r.duration_ns = 1000;
-  ExchangeSnapshot s;
-  s.CopyFrom(r);
-  s.start_unix_ns = 1'000'000'000;
-  return s;
+  return SpanOf(method, route, 200, peer, "1.1", target, authority, {}, tracestate);
 }
 
 // A span of ids, times and tracestate alone: under 128 bytes with a short tracestate.
 ExchangeSnapshot BareSpan(std::string_view tracestate) {
-  ExchangeRecord r;
-  r.trace.sampled = true;
-  r.trace.trace_id = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
-  r.trace.span_id = {1, 2, 3, 4, 5, 6, 7, 8};
+  ExchangeRecord r = SampledRecord();
   r.tracestate = std::string(tracestate);
   ExchangeSnapshot s;
   s.CopyFrom(r);
