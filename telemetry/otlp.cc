@@ -247,13 +247,18 @@ std::array<std::string_view, kRouteValues> RouteValues(const ExchangeSnapshot& s
 }
 
 // `query` is the target's (http::SplitPathAndQuery), the client's address and port the peer's
-// (SplitAuthority).
+// (SplitAuthority). The client's pair comes last: the protobuf encoding keeps it encoded for the
+// next span from the same client (KeepClientAttributes).
+template <typename Out>
+void ClientAttributes(std::string_view client, int64_t client_port, Out& out) {
+  out.String("client.address", client);
+  if (client_port > 0) out.Int("client.port", client_port);
+}
 template <typename Out>
 void RequestAttributes(std::string_view query, std::string_view client, int64_t client_port,
                        Out& out) {
   out.String("url.query", query);
-  out.String("client.address", client);
-  if (client_port > 0) out.Int("client.port", client_port);
+  ClientAttributes(client, client_port, out);
 }
 
 template <typename Out>
@@ -275,9 +280,12 @@ std::string_view SpanName(const ExchangeSnapshot& s, char (&buf)[128]) {
   return {buf, len};
 }
 
+// No parent: its id is all zero, tested as one word.
 bool IsRoot(const TraceContext& t) {
-  return std::all_of(t.parent_span_id.begin(), t.parent_span_id.end(),
-                     [](uint8_t b) { return b == 0; });
+  static_assert(sizeof(t.parent_span_id) == sizeof(uint64_t));
+  uint64_t parent;
+  std::memcpy(&parent, t.parent_span_id.data(), sizeof(parent));
+  return parent == 0;
 }
 
 // ---- The protobuf wire format of OTLP (opentelemetry/proto: collector, trace, common). ----
@@ -425,6 +433,24 @@ bool KeepRouteAttributes(const ExchangeSnapshot& s, std::string_view path,
     ProtoAttributes attributes(9, &w);
     RouteAttributes(s, path, attributes);
   });
+  kept->valid = true;
+  return false;
+}
+
+// Makes `kept` hold the client's attributes of a span from `peer`, encoded: the last span's bytes
+// when it came from the same peer (the spans of a connection), else encoded again. True if the
+// same.
+bool KeepClientAttributes(std::string_view peer, SpanBatchEncoder::KeptClient* kept) {
+  if (kept->valid && BytesEqual(kept->peer, peer)) return true;
+  kept->valid = false;  // until the bytes match the peer again
+  kept->peer.assign(peer);
+  const auto [client, client_port] = SplitAuthority(peer);
+  EncodeInto(&kept->bytes,
+             ProtoAttributes::Bound(kMaxKey, client.size()) + ProtoAttributes::Bound(kMaxKey, 0),
+             [&](ProtoWriter& w) {
+               ProtoAttributes attributes(9, &w);
+               ClientAttributes(client, client_port, attributes);
+             });
   kept->valid = true;
   return false;
 }
@@ -911,16 +937,15 @@ constexpr size_t kMaxPrefix = 1 + 10;
 void SpanBatchEncoder::Add(const ExchangeSnapshot& s) {
   const http::PathAndQuery target = http::SplitPathAndQuery(s.target());
   if (KeepRouteAttributes(s, target.path, &route_)) ++route_reused_;
-  const auto [client, client_port] = SplitAuthority(s.peer());
+  if (KeepClientAttributes(s.peer(), &client_)) ++client_reused_;
   const std::string_view method = s.method().empty() ? "HTTP" : s.method();
   // The most the span takes (one Room per span; room never runs out mid-span).
   const size_t bound = kMaxPrefix + ProtoWriter::Field(16) + ProtoWriter::Field(8) +
                        ProtoWriter::Field(s.tracestate().size()) + ProtoWriter::Field(8) +
                        ProtoWriter::Field(method.size() + 1 + s.route().size()) +
                        ProtoWriter::Field(0) + 2 * ProtoWriter::Field(8) + route_.bytes.size() +
-                       ProtoAttributes::Bound(kMaxKey, target.query.size()) +
-                       ProtoAttributes::Bound(kMaxKey, client.size()) +
-                       ProtoAttributes::Bound(kMaxKey, 0) + ProtoWriter::Field(2);
+                       ProtoAttributes::Bound(kMaxKey, target.query.size()) + client_.bytes.size() +
+                       ProtoWriter::Field(2);
   char* const slot = Room(&buffer_, end_, bound);
   char* const start = slot + kSpanSlot;
   ProtoWriter o(start);
@@ -948,9 +973,11 @@ void SpanBatchEncoder::Add(const ExchangeSnapshot& s) {
   o.Fixed64(8, static_cast<uint64_t>(s.start_unix_ns) + s.duration_ns);
   o.Raw(route_.bytes);
   {
+    // RequestAttributes': the query, then the client's address and port as kept.
     ProtoAttributes attributes(9, &o);
-    RequestAttributes(target.query, client, client_port, attributes);
+    attributes.String("url.query", target.query);
   }
+  o.Raw(client_.bytes);
   // Status{code = 3: STATUS_CODE_ERROR (2)} for a 5xx or a failed exchange; else unset.
   if (!s.error_type().empty()) o.Bytes(15, std::string_view("\x18\x02", 2));
 

@@ -140,6 +140,8 @@ class SpanBatchEncoder {
   // Spans whose route attributes (all but the query and the client's address and port) were the
   // last span's and were copied encoded, not encoded again; since construction.
   uint64_t route_attributes_reused() const { return route_reused_; }
+  // Spans whose client attributes (address and port) were the last span's, copied encoded.
+  uint64_t client_attributes_reused() const { return client_reused_; }
 
   // The last span's route attributes, encoded, with the values they came from (Add's business).
   struct KeptRoute {
@@ -151,6 +153,12 @@ class SpanBatchEncoder {
     std::string bytes;  // the encoded KeyValues
     bool valid = false;
   };
+  // The last span's client attributes (address and port), encoded, with the peer they came from.
+  struct KeptClient {
+    std::string peer;
+    std::string bytes;
+    bool valid = false;
+  };
 
  private:
   std::string resource_;  // the Resource and InstrumentationScope messages of this batch
@@ -160,7 +168,9 @@ class SpanBatchEncoder {
   size_t end_ = 0;      // where the spans end in buffer_
   size_t spans_ = 0;
   KeptRoute route_;
+  KeptClient client_;
   uint64_t route_reused_ = 0;
+  uint64_t client_reused_ = 0;
 };
 // The same message as SpansProtobuf, in `scratch` (the view is valid until its next use).
 std::string_view EncodeSpansProtobuf(std::span<const ExchangeSnapshot> spans,

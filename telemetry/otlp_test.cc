@@ -1092,7 +1092,7 @@ TEST(Otlp, SpansProtobufCarriesIdsParentTimesStatusAndAttributes) {
 
 // A span whose route attributes (all but the query and the client's) are the last span's takes
 // their encoded bytes from it; each span still decodes to exactly what it gives encoded alone.
-TEST(Otlp, SpansOfOneRouteInARowShareTheirRouteAttributesAndEachDecodesAsIfAlone) {
+TEST(Otlp, SpansOfOneRouteOrClientInARowShareThoseAttributesAndEachDecodesAsIfAlone) {
   const ExchangeSnapshot spans[] = {
       SpanOf("GET", "/a", 200, "127.0.0.1:40000", "1.1"),
       SpanOf("GET", "/a", 200, "127.0.0.1:40001", "1.1"),  // the last one's, another client
@@ -1110,12 +1110,18 @@ TEST(Otlp, SpansOfOneRouteInARowShareTheirRouteAttributesAndEachDecodesAsIfAlone
       SpanOf("GET", "/u", 200, "[::1]:10", "2", "/u/2?a=2", "g:81", "curl"),  // another host
       SpanOf("GET", "/u", 200, "[::1]:10", "2", "/u/2?a=2", "g:81", "wget"),  // another agent
       SpanOf("GET", "/u", 200, "[::1]:10", "2", "/u/2", "g:81", "wget"),      // no query: the same
+      SpanOf("GET", "/u", 200, "", "2", "/u/2", "g:81", "wget"),  // no client: its attributes go
+      SpanOf("GET", "/u", 200, "[::1]:10", "2", "/u/2", "g:81", "wget"),  // and come back
+      SpanOf("GET", "/u", 200, "[::1]:1", "2", "/u/2", "g:81", "wget"),   // a shorter client
   };
   SpanBatchEncoder encoder;
   encoder.Begin("svc");
   for (const ExchangeSnapshot& s : spans) encoder.Add(s);
   const std::string body(encoder.Finish());
-  EXPECT_EQ(encoder.route_attributes_reused(), 5u);
+  EXPECT_EQ(body, plain::Request(spans, "svc"));
+  EXPECT_EQ(encoder.route_attributes_reused(), 8u);
+  // 40001 once, 10.0.0.1:7 four times, [::1]:9 once, [::1]:10 five times.
+  EXPECT_EQ(encoder.client_attributes_reused(), 11u);
   const auto messages = FieldsNumbered(FieldsNumbered(FieldsNumbered(body, 1)[0], 2)[0], 2);
   ASSERT_EQ(messages.size(), std::size(spans));
   for (size_t i = 0; i < std::size(spans); ++i) {
@@ -1134,6 +1140,9 @@ TEST(Otlp, SpansOfOneRouteInARowShareTheirRouteAttributesAndEachDecodesAsIfAlone
   EXPECT_EQ(AttributesOf(messages[13], 9)["server.address"], "s:g");
   EXPECT_EQ(AttributesOf(messages[14], 9)["user_agent.original"], "s:wget");
   EXPECT_EQ(AttributesOf(messages[15], 9).count("url.query"), 0u);
+  EXPECT_EQ(AttributesOf(messages[16], 9).count("client.address"), 0u);
+  EXPECT_EQ(AttributesOf(messages[17], 9)["client.port"], "i:10");
+  EXPECT_EQ(AttributesOf(messages[18], 9)["client.port"], "i:1");
 }
 
 TEST(Otlp, SpansJsonAndProtobufListTheSameAttributes) {
