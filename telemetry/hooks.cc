@@ -59,7 +59,7 @@ std::string_view ErrorTypeName(ErrorType type, uint32_t code, bool http2) {
   return "";
 }
 
-std::string_view ExchangeRecord::ErrorTypeText() const {
+std::string_view ExchangeRecord::ErrorTypeTextSlow() const {
   if (error != ErrorType::kNone) return ErrorTypeName(error, error_code, http2());
   if (status >= 500 && status < 600) {
     static const StatusNames names;

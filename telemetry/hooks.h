@@ -147,8 +147,14 @@ struct ExchangeRecord {
 
   bool http2() const { return protocol_version == "2"; }
   // error.type as recorded on metrics and spans ("" when the exchange succeeded): the error's
-  // name, else the status for a 5xx ("503"). Static storage.
-  std::string_view ErrorTypeText() const;
+  // name, else the status for a 5xx ("503"). Static storage. Inline for the usual success.
+  std::string_view ErrorTypeText() const {
+    if (error == ErrorType::kNone && (status < 500 || status >= 600)) return {};
+    return ErrorTypeTextSlow();
+  }
+
+ private:
+  std::string_view ErrorTypeTextSlow() const;
 };
 
 // The events a listener takes (Listener::events()), so that an exchange calls only those who

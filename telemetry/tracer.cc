@@ -47,9 +47,8 @@ Xoshiro& Rng() {
 // word written straight into the id, and the zero test made on the words (it re-read the id a
 // byte at a time).
 template <size_t N>
-void Fill(std::array<uint8_t, N>* id) {
+void Fill(Xoshiro& rng, std::array<uint8_t, N>* id) {
   static_assert(N % 8 == 0);
-  Xoshiro& rng = Rng();
   uint64_t any;
   do {
     any = 0;
@@ -92,8 +91,8 @@ std::string_view Combined(const http::Request& req, std::string_view name, size_
 
 Tracer::Tracer(TracingOptions options) : options_(options), threshold_(Threshold(options.ratio)) {}
 
-void Tracer::NewTraceId(std::array<uint8_t, 16>* id) { Fill(id); }
-void Tracer::NewSpanId(std::array<uint8_t, 8>* id) { Fill(id); }
+void Tracer::NewTraceId(std::array<uint8_t, 16>* id) { Fill(Rng(), id); }
+void Tracer::NewSpanId(std::array<uint8_t, 8>* id) { Fill(Rng(), id); }
 
 bool Tracer::SampleRoot(const std::array<uint8_t, 16>& trace_id) const {
   if (threshold_ == UINT64_MAX) return true;
@@ -134,11 +133,13 @@ void Tracer::OnRequestStart(ExchangeRecord& record) {
         PerThreadAdd(cells.invalid_tracestate);
       }
     }
-  } else {
-    NewTraceId(&t.trace_id);
+  }
+  Xoshiro& rng = Rng();  // looked up once for both ids
+  if (!parent) {
+    Fill(rng, &t.trace_id);
     t.sampled = SampleRoot(t.trace_id);
   }
-  NewSpanId(&t.span_id);
+  Fill(rng, &t.span_id);
   if (t.sampled) PerThreadAdd(cells.sampled);
 }
 
