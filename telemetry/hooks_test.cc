@@ -467,10 +467,20 @@ TEST(ExchangeRecord, ErrorTypeTextNamesErrorsAnd5xx) {
   EXPECT_EQ(r.ErrorTypeText(), "");
   r.status = 404;
   EXPECT_EQ(r.ErrorTypeText(), "");  // a client error is not the server's
-  r.status = 503;
-  EXPECT_EQ(r.ErrorTypeText(), "503");
+  for (uint16_t status : {0, 499, 600, 65535}) {
+    r.status = status;
+    EXPECT_EQ(r.ErrorTypeText(), "") << status;
+  }
+  for (uint16_t status : {500, 503, 599}) {
+    r.status = status;
+    EXPECT_EQ(r.ErrorTypeText(), std::to_string(status));
+  }
   r.error = ErrorType::kTimeout;
-  EXPECT_EQ(r.ErrorTypeText(), "timeout");
+  EXPECT_EQ(r.ErrorTypeText(), "timeout");  // the error names it, not the 5xx
+  r.status = 200;
+  EXPECT_EQ(r.ErrorTypeText(), "timeout");  // an error after a successful head is still one
+  r.status = 0;
+  EXPECT_EQ(r.ErrorTypeText(), "timeout");  // and one before any
   r.error = ErrorType::kProtocolError;
   r.error_code = 3;
   r.protocol_version = "2";

@@ -219,8 +219,9 @@ void SeriesAttributes(const SeriesSnapshot& s, std::string* out) {
 // out), written through `out`, which has String(key, value) (skipping empty values) and
 // Int(key, value): the JSON and protobuf encodings list the same attributes. In two groups: those
 // the requests of one route from one kind of client repeat (RouteAttributes, whose values
-// RouteValues lists), and those of the request alone: its query and the client's address and
-// port, which differ from connection to connection (RequestAttributes).
+// RouteValues lists), and those of the request alone (RequestAttributes): its query, which may
+// change with every request, and the client's address and port, which change with the
+// connection. The protobuf encoding keeps the route's and the client's encoded for the next span.
 //
 // `path` is the target's (http::SplitPathAndQuery), found once per span by the caller.
 template <typename Out>
@@ -247,8 +248,12 @@ std::array<std::string_view, kRouteValues> RouteValues(const ExchangeSnapshot& s
 }
 
 // `query` is the target's (http::SplitPathAndQuery), the client's address and port the peer's
-// (SplitAuthority). The client's pair comes last: the protobuf encoding keeps it encoded for the
-// next span from the same client (KeepClientAttributes).
+// (SplitAuthority). Two parts, so that the protobuf encoding can copy the client's, kept from the
+// last span from the same peer (SpanBatchEncoder::KeptClient).
+template <typename Out>
+void QueryAttributes(std::string_view query, Out& out) {
+  out.String("url.query", query);
+}
 template <typename Out>
 void ClientAttributes(std::string_view client, int64_t client_port, Out& out) {
   out.String("client.address", client);
@@ -257,7 +262,7 @@ void ClientAttributes(std::string_view client, int64_t client_port, Out& out) {
 template <typename Out>
 void RequestAttributes(std::string_view query, std::string_view client, int64_t client_port,
                        Out& out) {
-  out.String("url.query", query);
+  QueryAttributes(query, out);
   ClientAttributes(client, client_port, out);
 }
 
@@ -403,7 +408,8 @@ class ProtoAttributes {
   ProtoWriter* const out_;
 };
 
-// The longest attribute key (RouteAttributes, RequestAttributes: "http.response.status_code").
+// At least the longest attribute key written (RouteAttributes, RequestAttributes, the resource's:
+// "http.response.status_code").
 constexpr size_t kMaxKey = 32;
 
 // Makes `kept` hold the span's route attributes, encoded: the last span's bytes when their values
@@ -433,24 +439,6 @@ bool KeepRouteAttributes(const ExchangeSnapshot& s, std::string_view path,
     ProtoAttributes attributes(9, &w);
     RouteAttributes(s, path, attributes);
   });
-  kept->valid = true;
-  return false;
-}
-
-// Makes `kept` hold the client's attributes of a span from `peer`, encoded: the last span's bytes
-// when it came from the same peer (the spans of a connection), else encoded again. True if the
-// same.
-bool KeepClientAttributes(std::string_view peer, SpanBatchEncoder::KeptClient* kept) {
-  if (kept->valid && BytesEqual(kept->peer, peer)) return true;
-  kept->valid = false;  // until the bytes match the peer again
-  kept->peer.assign(peer);
-  const auto [client, client_port] = SplitAuthority(peer);
-  EncodeInto(&kept->bytes,
-             ProtoAttributes::Bound(kMaxKey, client.size()) + ProtoAttributes::Bound(kMaxKey, 0),
-             [&](ProtoWriter& w) {
-               ProtoAttributes attributes(9, &w);
-               ClientAttributes(client, client_port, attributes);
-             });
   kept->valid = true;
   return false;
 }
@@ -923,6 +911,7 @@ void SpanBatchEncoder::Begin(std::string_view service_name) {
   Room(&buffer_, 0, gap_);  // what the gap holds is written by Finish
   end_ = gap_;
   spans_ = 0;
+  client_.valid = false;  // its bytes are the last batch's
 }
 
 // ScopeSpans.spans (2): a span's tag and length, then the span. The span is written where it goes
@@ -937,15 +926,21 @@ constexpr size_t kMaxPrefix = 1 + 10;
 void SpanBatchEncoder::Add(const ExchangeSnapshot& s) {
   const http::PathAndQuery target = http::SplitPathAndQuery(s.target());
   if (KeepRouteAttributes(s, target.path, &route_)) ++route_reused_;
-  if (KeepClientAttributes(s.peer(), &client_)) ++client_reused_;
+  // The client's attributes are the last span's when it came from the same peer (the spans of one
+  // connection): copied. Else encoded in place, and kept.
+  const std::string_view peer = s.peer();
+  size_t client_at = 0;  // for a new client: where its attributes begin in the span
+  const bool same_client = client_.valid && client_.peer_size == peer.size() &&
+                           SameBytes(client_.peer.data(), peer.data(), peer.size());
   const std::string_view method = s.method().empty() ? "HTTP" : s.method();
   // The most the span takes (one Room per span; room never runs out mid-span).
   const size_t bound = kMaxPrefix + ProtoWriter::Field(16) + ProtoWriter::Field(8) +
                        ProtoWriter::Field(s.tracestate().size()) + ProtoWriter::Field(8) +
                        ProtoWriter::Field(method.size() + 1 + s.route().size()) +
                        ProtoWriter::Field(0) + 2 * ProtoWriter::Field(8) + route_.bytes.size() +
-                       ProtoAttributes::Bound(kMaxKey, target.query.size()) + client_.bytes.size() +
-                       ProtoWriter::Field(2);
+                       ProtoAttributes::Bound(kMaxKey, target.query.size()) +
+                       ProtoAttributes::Bound(kMaxKey, peer.size()) +
+                       ProtoAttributes::Bound(kMaxKey, 0) + ProtoWriter::Field(2);
   char* const slot = Room(&buffer_, end_, bound);
   char* const start = slot + kSpanSlot;
   ProtoWriter o(start);
@@ -973,17 +968,31 @@ void SpanBatchEncoder::Add(const ExchangeSnapshot& s) {
   o.Fixed64(8, static_cast<uint64_t>(s.start_unix_ns) + s.duration_ns);
   o.Raw(route_.bytes);
   {
-    // RequestAttributes': the query, then the client's address and port as kept.
+    // RequestAttributes, in its two parts.
     ProtoAttributes attributes(9, &o);
-    attributes.String("url.query", target.query);
+    QueryAttributes(target.query, attributes);
+    if (same_client) {
+      o.Raw({buffer_.data() + client_.at, client_.size});  // an earlier span's: no overlap
+      ++client_reused_;
+    } else {
+      client_at = static_cast<size_t>(o.end() - start);
+      const auto [client, client_port] = SplitAuthority(peer);
+      ClientAttributes(client, client_port, attributes);
+      client_.size = static_cast<size_t>(o.end() - start) - client_at;
+      client_.valid = peer.size() <= client_.peer.size();
+      if (client_.valid) {
+        CopyBytes(client_.peer.data(), peer.data(), peer.size());
+        client_.peer_size = peer.size();
+      }
+    }
   }
-  o.Raw(client_.bytes);
   // Status{code = 3: STATUS_CODE_ERROR (2)} for a 5xx or a failed exchange; else unset.
   if (!s.error_type().empty()) o.Bytes(15, std::string_view("\x18\x02", 2));
 
   const size_t size = static_cast<size_t>(o.end() - start);
   const size_t prefix = 1 + VarintSize(size);
   if (prefix != kSpanSlot) std::memmove(slot + prefix, start, size);  // within `bound`
+  if (!same_client) client_.at = end_ + prefix + client_at;           // where the span now lies
   ProtoWriter p(slot);
   p.Tag(2, kLengthDelimited);
   p.Varint(size);

@@ -140,7 +140,8 @@ class SpanBatchEncoder {
   // Spans whose route attributes (all but the query and the client's address and port) were the
   // last span's and were copied encoded, not encoded again; since construction.
   uint64_t route_attributes_reused() const { return route_reused_; }
-  // Spans whose client attributes (address and port) were the last span's, copied encoded.
+  // Spans whose client attributes (address and port) were copied from an earlier span of their
+  // batch from the same peer; since construction.
   uint64_t client_attributes_reused() const { return client_reused_; }
 
   // The last span's route attributes, encoded, with the values they came from (Add's business).
@@ -153,11 +154,17 @@ class SpanBatchEncoder {
     std::string bytes;  // the encoded KeyValues
     bool valid = false;
   };
-  // The last span's client attributes (address and port), encoded, with the peer they came from.
+  // Where the batch holds the client attributes (address and port) of a span of its own, the
+  // last one encoded, with the peer they came from. The peer in an array, not a string, and the
+  // bytes left where they were written: when many connections take turns, a new peer comes with
+  // most spans, and copies of both (string assigns) cost more than encoding the pair. A peer
+  // longer than the array (ExchangeSnapshot cuts it at 64 bytes) is not kept.
   struct KeptClient {
-    std::string peer;
-    std::string bytes;
-    bool valid = false;
+    std::array<char, 64> peer;  // ExchangeSnapshot::peer(), its first peer_size bytes
+    size_t peer_size = 0;
+    size_t at = 0;  // the bytes' offset in the batch's buffer
+    size_t size = 0;
+    bool valid = false;  // only within the batch (Begin forgets it)
   };
 
  private:

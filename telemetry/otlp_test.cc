@@ -1035,8 +1035,10 @@ TEST(Otlp, AReusedSpanEncoderEncodesEachBatchAsANewOneWould) {
     const std::vector<ExchangeSnapshot>* spans;
     std::string service;
   };
+  // big twice in a row: its first span is from the client the batch before ended with.
   const Batch batches[] = {{&big, "svc"}, {&small, "svc"}, {&small, std::string(300, 's')},
-                           {&big, "s"},   {&small, ""},    {&big, std::string(200, 'n')}};
+                           {&big, "s"},   {&small, ""},    {&big, std::string(200, 'n')},
+                           {&big, "svc"}};
   for (const Batch& b : batches) {
     EXPECT_EQ(EncodeSpansProtobuf(*b.spans, b.service, &encoder),
               plain::Request(*b.spans, b.service))
@@ -1091,7 +1093,9 @@ TEST(Otlp, SpansProtobufCarriesIdsParentTimesStatusAndAttributes) {
 }
 
 // A span whose route attributes (all but the query and the client's) are the last span's takes
-// their encoded bytes from it; each span still decodes to exactly what it gives encoded alone.
+// their encoded bytes from it, and so does a span from the last span's client (its address and
+// port); each span still decodes to exactly what it gives encoded alone, and the batch is the
+// plain encoding's.
 TEST(Otlp, SpansOfOneRouteOrClientInARowShareThoseAttributesAndEachDecodesAsIfAlone) {
   const ExchangeSnapshot spans[] = {
       SpanOf("GET", "/a", 200, "127.0.0.1:40000", "1.1"),

@@ -193,19 +193,25 @@ void BM_ClockNow(benchmark::State& state) {
 BENCHMARK(BM_ClockNow);
 
 // Encoding a batch of spans for OTLP/HTTP (what the exporter's thread does per span), protobuf
-// and JSON; bytes per span as a counter.
-void BM_EncodeSpans(benchmark::State& state, bool protobuf) {
+// and JSON; bytes per span as a counter. The spans come from `clients` peers in turn: one, as from
+// one connection (or an HTTP/2 connection's streams answered together), or 64, every span from
+// another client than the last (HTTP/1.1 keep-alive over 64 connections).
+void BM_EncodeSpans(benchmark::State& state, bool protobuf, int clients) {
   ExchangeRecord r;
   FillStart(r);
   r.status = 200;
-  r.peer_address = "127.0.0.1:51234";
   r.trace.sampled = true;
   r.trace.trace_id = {0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6,
                       0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36};
   r.trace.span_id = {1, 2, 3, 4, 5, 6, 7, 8};
   r.duration_ns = 25'000;
   std::vector<ExchangeSnapshot> spans(512);
-  for (ExchangeSnapshot& s : spans) s.CopyFrom(r);
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const std::string peer =
+        "127.0.0.1:" + std::to_string(51234 + i % static_cast<size_t>(clients));
+    r.peer_address = peer;
+    spans[i].CopyFrom(r);
+  }
   size_t bytes = 0;
   AllocationsPerIteration allocations(state, static_cast<int64_t>(spans.size()));
   SpanBatchEncoder scratch;  // as the exporter does: its buffers live from batch to batch
@@ -224,8 +230,9 @@ void BM_EncodeSpans(benchmark::State& state, bool protobuf) {
   state.counters["bytes/span"] =
       benchmark::Counter(static_cast<double>(bytes) / static_cast<double>(spans.size()));
 }
-BENCHMARK_CAPTURE(BM_EncodeSpans, protobuf, true);
-BENCHMARK_CAPTURE(BM_EncodeSpans, json, false);
+BENCHMARK_CAPTURE(BM_EncodeSpans, protobuf, true, 1);
+BENCHMARK_CAPTURE(BM_EncodeSpans, protobuf_64_clients, true, 64);
+BENCHMARK_CAPTURE(BM_EncodeSpans, json, false, 1);
 
 }  // namespace
 }  // namespace sluice::telemetry

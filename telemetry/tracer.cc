@@ -43,9 +43,9 @@ Xoshiro& Rng() {
   return rng;
 }
 
-// A random id, never all zero (W3C Trace Context forbids it): the generator looked up once, each
-// word written straight into the id, and the zero test made on the words (it re-read the id a
-// byte at a time).
+// A random id from `rng` (the thread's, looked up once by the caller for all its ids), never all
+// zero (W3C Trace Context forbids it): each word written straight into the id, and the zero test
+// made on the words (it re-read the id a byte at a time).
 template <size_t N>
 void Fill(Xoshiro& rng, std::array<uint8_t, N>* id) {
   static_assert(N % 8 == 0);
