@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/per_thread.h"
+#include "core/syscalls.h"
 #include "core/tick_clock.h"
 
 namespace sluice {
@@ -355,7 +356,7 @@ void EventLoop::RunPass() {
 }
 
 int EventLoop::DispatchEpoll(int timeout_ms) {
-  int n = epoll_wait(epoll_fd_, events_.data(), options_.max_events, timeout_ms);
+  int n = EpollWaitNoCancel(epoll_fd_, events_.data(), options_.max_events, timeout_ms);
   if (uring_ == nullptr) {
     PerThreadAdd(passes_);
     BeginPass();

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "core/per_thread.h"
+#include "core/syscalls.h"
 
 namespace sluice {
 namespace {
@@ -493,7 +494,7 @@ void SocketConnection::ReadInput() {
       return;
     }
     std::span<uint8_t> span = input_.writer().GetSpan(read_size_hint_);
-    ssize_t n = read(fd_, span.data(), span.size());
+    ssize_t n = ReadNoCancel(fd_, span.data(), span.size());
     PerThreadAdd(read_syscalls_);
     if (n > 0) {
       size_t got = static_cast<size_t>(n);
@@ -633,7 +634,7 @@ void SocketConnection::PumpOutput() {
       struct msghdr msg = {};
       msg.msg_iov = iov;
       msg.msg_iovlen = count;
-      ssize_t n = sendmsg(fd_, &msg, MSG_NOSIGNAL);
+      ssize_t n = SendmsgNoCancel(fd_, &msg, MSG_NOSIGNAL);
       PerThreadAdd(write_syscalls_);
       if (n < 0) {
         int err = errno;
