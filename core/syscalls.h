@@ -5,7 +5,8 @@
 //
 // Why: glibc's read, sendmsg and epoll_wait are POSIX cancellation points. In a process with
 // threads, each call switches asynchronous cancellation on before the system call and off after
-// it, which took about 35 of the 52 instructions a read or a sendmsg cost in user space: some 70
+// it, which took about 35 of the 52 instructions a read or a sendmsg cost in user space with glibc
+// 2.36 (Debian 12; a glibc that handles cancellation otherwise may leave less): some 70
 // instructions a keep-alive request, for a facility sluice never uses (no thread of it is ever
 // cancelled with pthread_cancel, and threads that embed it must not be). syscall(2) is not a
 // cancellation point. These are those calls through it, with the wrappers' results and errno.
@@ -25,12 +26,14 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstddef>
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(__SANITIZE_HWADDRESS__)
 #define SLUICE_SYSCALLS_THROUGH_LIBC 1
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer) || __has_feature(hwaddress_sanitizer)
 #define SLUICE_SYSCALLS_THROUGH_LIBC 1
 #endif
 #endif
@@ -53,16 +56,23 @@ inline ssize_t SendmsgNoCancel(int fd, const msghdr* message, int flags) {
 #endif
 }
 
-// epoll_wait(2): the epoll_wait system call, or where a kernel has none (arm64), epoll_pwait with
-// no signal mask, as glibc does there.
+// epoll_pwait(2) with no signal mask: what epoll_wait is where a kernel has no epoll_wait system
+// call (arm64), as glibc makes it there. Compiled everywhere, so that it is tested everywhere.
+inline int EpollPwaitNoMaskNoCancel(int epoll_fd, epoll_event* events, int max_events,
+                                    int timeout_ms) {
+  return static_cast<int>(syscall(SYS_epoll_pwait, epoll_fd, events, max_events, timeout_ms,
+                                  static_cast<const void*>(nullptr),
+                                  static_cast<size_t>(_NSIG / 8)));
+}
+
+// epoll_wait(2).
 inline int EpollWaitNoCancel(int epoll_fd, epoll_event* events, int max_events, int timeout_ms) {
 #if defined(SLUICE_SYSCALLS_THROUGH_LIBC)
   return epoll_wait(epoll_fd, events, max_events, timeout_ms);
 #elif defined(SYS_epoll_wait)
   return static_cast<int>(syscall(SYS_epoll_wait, epoll_fd, events, max_events, timeout_ms));
 #else
-  return static_cast<int>(
-      syscall(SYS_epoll_pwait, epoll_fd, events, max_events, timeout_ms, nullptr, 0));
+  return EpollPwaitNoMaskNoCancel(epoll_fd, events, max_events, timeout_ms);
 #endif
 }
 

@@ -80,7 +80,17 @@ TEST(Syscalls, SendmsgNoCancelToAGonePeerFailsWithEpipeAndNoSignal) {
   EXPECT_EQ(errno, EPIPE);
 }
 
-TEST(Syscalls, EpollWaitNoCancelReportsWhatIsReadyAndTimesOut) {
+// Both ways to wait: epoll_wait's own call, and epoll_pwait without a mask (the other kernels').
+class SyscallsEpoll : public ::testing::TestWithParam<bool> {
+ protected:
+  int Wait(int ep, epoll_event* out, int max, int timeout_ms) {
+    return GetParam() ? EpollPwaitNoMaskNoCancel(ep, out, max, timeout_ms)
+                      : EpollWaitNoCancel(ep, out, max, timeout_ms);
+  }
+};
+INSTANTIATE_TEST_SUITE_P(WaitAndPwait, SyscallsEpoll, ::testing::Bool());
+
+TEST_P(SyscallsEpoll, ReportsWhatIsReadyAndTimesOut) {
   Fds p;
   ASSERT_EQ(pipe(p.fd), 0);
   const int ep = epoll_create1(EPOLL_CLOEXEC);
@@ -90,14 +100,14 @@ TEST(Syscalls, EpollWaitNoCancelReportsWhatIsReadyAndTimesOut) {
   ev.data.u64 = 42;
   ASSERT_EQ(epoll_ctl(ep, EPOLL_CTL_ADD, p.fd[0], &ev), 0);
   epoll_event out[4] = {};
-  EXPECT_EQ(EpollWaitNoCancel(ep, out, 4, 0), 0);  // nothing yet: the zero timeout returns
+  EXPECT_EQ(Wait(ep, out, 4, 0), 0);  // nothing yet: the zero timeout returns
   ASSERT_EQ(write(p.fd[1], "x", 1), 1);
-  ASSERT_EQ(EpollWaitNoCancel(ep, out, 4, 1000), 1);
+  ASSERT_EQ(Wait(ep, out, 4, 1000), 1);
   EXPECT_EQ(out[0].data.u64, 42u);
   EXPECT_NE(out[0].events & EPOLLIN, 0u);
   close(ep);
   errno = 0;
-  EXPECT_EQ(EpollWaitNoCancel(ep, out, 4, 0), -1);
+  EXPECT_EQ(Wait(ep, out, 4, 0), -1);
   EXPECT_EQ(errno, EBADF);
 }
 

@@ -21,6 +21,9 @@
 //
 // Thread-safety: register routes before Start(); Start, Shutdown, Wait,
 // port() and stats() are thread-safe afterwards.
+// The server's threads (loops, handler workers) must not be cancelled with
+// pthread_cancel: their system calls are not cancellation points
+// (core/syscalls.h).
 #ifndef SLUICE_SERVERS_SERVER_H_
 #define SLUICE_SERVERS_SERVER_H_
 
