@@ -11,10 +11,10 @@
 // cancelled with pthread_cancel, and threads that embed it must not be). syscall(2) is not a
 // cancellation point. These are those calls through it, with the wrappers' results and errno.
 //
-// Under AddressSanitizer and ThreadSanitizer the libc functions are kept: their interceptors
-// check the buffers and model the synchronization that passes through a file descriptor (a
-// thread that writes to a socket happens before the thread that reads what it wrote), which
-// the raw calls would hide from them.
+// Under the sanitizers (Address, Thread, HWAddress, Memory) the libc functions are kept: their
+// interceptors check the buffers (and mark what a read wrote) and model the synchronization that
+// passes through a file descriptor (a thread that writes to a socket happens before the thread that
+// reads what it wrote), which the raw calls would hide from them.
 //
 // Thread-safety: as the system calls.
 #ifndef SLUICE_CORE_SYSCALLS_H_

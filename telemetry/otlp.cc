@@ -930,8 +930,8 @@ void SpanBatchEncoder::Add(const ExchangeSnapshot& s) {
   // connection): copied. Else encoded in place, and kept.
   const std::string_view peer = s.peer();
   size_t client_at = 0;  // for a new client: where its attributes begin in the span
-  const bool same_client = client_.valid && client_.peer_size == peer.size() &&
-                           SameBytes(client_.peer.data(), peer.data(), peer.size());
+  const bool same_client =
+      client_.valid && BytesEqual({client_.peer.data(), client_.peer_size}, peer);
   const std::string_view method = s.method().empty() ? "HTTP" : s.method();
   // The most the span takes (one Room per span; room never runs out mid-span).
   const size_t bound = kMaxPrefix + ProtoWriter::Field(16) + ProtoWriter::Field(8) +

@@ -119,6 +119,7 @@ void Tracer::OnRequestStart(ExchangeRecord& record) {
       PerThreadAdd(cells.invalid_traceparent);
     }
   }
+  Xoshiro& rng = Rng();  // looked up once for both ids
   if (parent) {
     t.trace_id = parent->trace_id;
     t.parent_span_id = parent->parent_id;
@@ -133,9 +134,7 @@ void Tracer::OnRequestStart(ExchangeRecord& record) {
         PerThreadAdd(cells.invalid_tracestate);
       }
     }
-  }
-  Xoshiro& rng = Rng();  // looked up once for both ids
-  if (!parent) {
+  } else {
     Fill(rng, &t.trace_id);
     t.sampled = SampleRoot(t.trace_id);
   }
